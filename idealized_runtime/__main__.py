@@ -1,0 +1,3 @@
+from idealized_runtime.cli import main
+
+main()

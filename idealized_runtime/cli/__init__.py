@@ -1,0 +1,52 @@
+"""The ``idealized-runtime`` command line: a thin layer over the library.
+
+Each command group lives in its own module and registers itself on ``app``. User errors
+(``InputError``, unknown names, ``typer.BadParameter``) end as one readable line and exit code 2.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from idealized_runtime.catalog import UnknownNameError
+from idealized_runtime.errors import InputError
+
+app = typer.Typer(
+    name="idealized-runtime",
+    help="Idealized and denoised inference runtimes of LLMs: profile, fit, convert, report.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+@app.command()
+def version() -> None:
+    """Print the version."""
+    from idealized_runtime import __version__
+
+    typer.echo(__version__)
+
+
+def _register_commands() -> None:
+    # Imported here so that one broken optional part does not take the whole CLI down silently:
+    # a missing module is an error at start-up, as it should be.
+    from idealized_runtime.cli import (  # noqa: F401  (modules register on import)
+        estimate,
+        fitting,
+        measure,
+        profile,
+        report,
+        service,
+    )
+
+
+def main() -> None:
+    _register_commands()
+    try:
+        app()
+    except (InputError, UnknownNameError) as error:
+        typer.echo(f"error: {error}", err=True)
+        sys.exit(2)

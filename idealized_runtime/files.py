@@ -1,0 +1,37 @@
+"""File writing that never leaves a half-written output: atomic replace, durable appends."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+@contextlib.contextmanager
+def atomic_writer(path: str | Path, mode: str = "w", newline: str | None = None) -> Iterator[IO]:
+    """Write to a temporary file beside ``path``, rename over it only if the block succeeds."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        kwargs = {} if "b" in mode else {"encoding": "utf-8", "newline": newline}
+        with os.fdopen(fd, mode, **kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+
+
+def append_line_durably(handle: IO[str], line: str) -> None:
+    """Append one complete line and push it to disk, so a killed run loses at most the line in
+    flight (readers must ignore a trailing partial line)."""
+    handle.write(line if line.endswith("\n") else line + "\n")
+    handle.flush()
+    os.fsync(handle.fileno())
