@@ -57,6 +57,8 @@ class Architecture(_Frozen):
     rotary_dim: PositiveInt | None = None  # partial rotary (GPT-J, GPT-NeoX); None: whole head
     rope_theta: float = 10000.0
     parallel_attn_mlp: bool = False  # GPT-J / GPT-NeoX: x + attn(ln(x)) + mlp(ln(x))
+    parallel_mlp_norm: bool = False  # GPT-NeoX: parallel MLP has its own norm (GPT-J shares one)
+    embedding_norm: bool = False  # BLOOM: LayerNorm right after the token embedding
     bias: bool = True  # biases on linear layers
     qkv_bias: bool | None = None  # None: same as bias (Qwen2 has QKV bias only)
     tie_embeddings: bool = False
@@ -106,7 +108,8 @@ class Architecture(_Frozen):
             expert += mlp_in * self.ffn_hidden_size + h
         experts = self.experts_per_token if active_only else self.num_experts
         mlp = experts * expert + (h * self.num_experts if self.num_experts > 1 else 0)
-        norms = (1 if self.parallel_attn_mlp else 2) * (2 * h if self.norm == "layernorm" else h)
+        shared_norm = self.parallel_attn_mlp and not self.parallel_mlp_norm
+        norms = (1 if shared_norm else 2) * (2 * h if self.norm == "layernorm" else h)
         return attn + mlp + norms
 
     def num_parameters(self, active_only: bool = False) -> int:
