@@ -13,7 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,13 +48,14 @@ def file_format(path: str | Path) -> str:
 def parse_token_count(value: Any, *, path: str, row: int, column: str) -> int:
     """A token count: a positive integer (JSON may write it as 12.0)."""
     if isinstance(value, bool):
-        raise InputError(f"expected a positive integer, got {value!r}", path=path, row=row,
-                         column=column)  # fmt: skip
+        raise InputError(
+            f"expected a positive integer, got {value!r}", path=path, row=row, column=column
+        )
     if isinstance(value, int):
         number = value
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    elif isinstance(value, str) and value.strip().lstrip("+").isdigit():
+    elif (isinstance(value, float) and value.is_integer()) or (
+        isinstance(value, str) and value.strip().lstrip("+").isdigit()
+    ):
         number = int(value)
     else:
         shown = value if value is not None else "nothing"
@@ -220,13 +221,13 @@ def read_measurements(path: str | Path) -> list[Measurement]:
         else (lambda record, column: record.get(column))
     )
     measurements: list[Measurement] = []
-    for record, number in zip(rows.records, rows.numbers):
+    for record, number in zip(rows.records, rows.numbers, strict=True):
         where = {"path": rows.path, "row": number}
         model = get(record, MODEL)
         if _is_missing(model) or not isinstance(model, str):
             raise InputError("expected a model name", column=MODEL, **where)
         values: dict[str, Any] = {
-            "model": model.strip(),
+            "model": model,
             PROMPT: parse_token_count(get(record, PROMPT), column=PROMPT, **where),
             OUTPUT: parse_token_count(get(record, OUTPUT), column=OUTPUT, **where),
             RUNTIME: parse_seconds(get(record, RUNTIME), column=RUNTIME, **where),
@@ -238,8 +239,7 @@ def read_measurements(path: str | Path) -> list[Measurement]:
             if column == "batch_size":
                 values[column] = parse_token_count(value, column=column, **where)
             elif column == "std_s":
-                std = _parse_non_negative(value, column=column, **where)
-                values[column] = std
+                values[column] = _parse_non_negative(value, column=column, **where)
             else:
                 values[column] = parse_seconds(value, column=column, **where)
         measurements.append(Measurement(**values))
@@ -371,7 +371,7 @@ def _token_column(rows: _Rows, column: str) -> NDArray[np.int64]:
         values = np.fromiter(
             (
                 parse_token_count(v, path=rows.path, row=n, column=column)
-                for v, n in zip(raw, rows.numbers)
+                for v, n in zip(raw, rows.numbers, strict=True)
             ),
             dtype=np.int64,
             count=len(raw),
@@ -395,9 +395,8 @@ def _runtime_column(rows: _Rows) -> NDArray[np.float64]:
         if np.isnan(values).any():  # an explicit "nan" is an error, not a missing value
             raise ValueError
     except (ValueError, TypeError):
-        values = np.fromiter(
-            (seconds(v, n) for v, n in zip(raw, rows.numbers)), dtype=np.float64, count=len(raw)
-        )
+        parsed = (seconds(v, n) for v, n in zip(raw, rows.numbers, strict=True))
+        values = np.fromiter(parsed, dtype=np.float64, count=len(raw))
     _check_runtimes(values, rows.path, rows.numbers)
     return values
 
@@ -407,7 +406,7 @@ def read_requests(path: str | Path) -> RequestTable:
     runtime_s (an empty cell / null means "not measured"). Other columns are kept for output."""
     rows = _read_rows(path, REQUEST_COLUMNS)
     models_raw = rows.column(MODEL)
-    for value, number in zip(models_raw, rows.numbers):
+    for value, number in zip(models_raw, rows.numbers, strict=True):
         if not isinstance(value, str) or not value.strip():
             raise InputError("expected a model name", path=rows.path, row=number, column=MODEL)
     names, index = np.unique(np.asarray(models_raw, dtype=object), return_inverse=True)
@@ -422,9 +421,3 @@ def read_requests(path: str | Path) -> RequestTable:
         skipped_failed=rows.skipped_failed,
         source=rows,
     )
-
-
-def iter_table_rows(table: RequestTable) -> Iterator[tuple[str, int, int]]:
-    """(model, p, o) per row; for small tables and tests."""
-    for i, p, o in zip(table.model_index, table.num_prompt_tokens, table.num_output_tokens):
-        yield table.models[i], int(p), int(o)

@@ -23,6 +23,9 @@ Norm = Literal["layernorm", "rmsnorm"]
 PositionEncoding = Literal["rotary", "learned", "alibi", "none"]
 Dtype = Literal["float32", "float16", "bfloat16"]
 FitMethod = Literal["helm", "default", "denoised"]
+# How a FittedCostModel was made: a fit of timings (FitMethod), or tabulated from the analytic
+# hardware model (cost_model/roofline.py), uncalibrated or with calibrated efficiencies.
+ModelMethod = FitMethod | Literal["analytic", "calibrated"]
 AlphaRule = Literal["helm_scale_up", "interpolate"]
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -198,7 +201,7 @@ class FittedCostModel(_Frozen):
     """
 
     model: Name
-    method: FitMethod
+    method: ModelMethod
     alpha_rule: AlphaRule
     prompt_sizes: list[int]
     prompt_runtimes_s: list[float]

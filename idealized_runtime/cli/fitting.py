@@ -1,3 +1,88 @@
-"""CLI: placeholder until its owner fills it in."""
+"""CLI: ``fit`` (timings -> fit file) and ``convert`` (request log -> idealized runtimes)."""
 
-from idealized_runtime.cli import app  # noqa: F401
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cost_model.convert import convert_requests, write_conversion
+from cost_model.fit_files import read_fit_file, write_fit_file
+from cost_model.fitting import FIT_METHODS, check_method, fit_measurements
+from cost_model.measurements_io import file_format, read_measurements, read_requests
+from idealized_runtime.cli import app
+from idealized_runtime.cli.common import console, fail
+from idealized_runtime.errors import InputError
+from idealized_runtime.types import FittedCostModel
+
+FIT_FORMATS = ("native", "helm")
+
+
+def _summary(fits: dict[str, FittedCostModel]) -> Table:
+    table = Table(title="fits")
+    for column in ("model", "method", "beta (ms/token)", "alpha range (s)", "R^2", "MAPE", "max"):
+        table.add_column(column, justify="left" if column in ("model", "method") else "right")
+    for model, fit in fits.items():
+        quality = fit.quality
+        table.add_row(
+            model,
+            fit.method,
+            f"{fit.beta_s * 1e3:.3f}",
+            f"{min(fit.prompt_runtimes_s):.4f}-{max(fit.prompt_runtimes_s):.4f}",
+            f"{quality.r2:.4f}" if quality else "",
+            f"{quality.mape:.2%}" if quality else "",
+            f"{quality.max_error:.2%}" if quality else "",
+        )
+    return table
+
+
+@app.command("fit")
+def fit(
+    measurements: Path = typer.Argument(..., help="Timings, .csv or .jsonl."),
+    output: Path = typer.Option(..., "-o", "--output", help="Fit file to write (.json)."),
+    method: str = typer.Option("default", "--method", help="helm | default | denoised"),
+    format: str = typer.Option("native", "--format", help="native | helm (HELM's JSON table)"),
+) -> None:
+    """Fit runtime(p, o) per model to timings and write a fit file."""
+    if method not in FIT_METHODS:
+        fail(f"unknown method {method!r}; choose one of {', '.join(FIT_METHODS)}")
+    if format not in FIT_FORMATS:
+        fail(f"unknown format {format!r}; choose one of {', '.join(FIT_FORMATS)}")
+    try:
+        chosen = check_method(method)
+        fits = fit_measurements(read_measurements(measurements), chosen)
+        write_fit_file(fits, output, format=format)  # type: ignore[arg-type]
+    except InputError as error:
+        fail(str(error) if error.path else f"{measurements}: {error}")
+    out = Console()
+    if not out.is_terminal:  # piped or captured: do not squeeze the table to 80 columns
+        out = Console(width=160)
+    out.print(_summary(fits))
+    console.print(f"wrote {len(fits)} fit(s) to {output}")
+
+
+@app.command("convert")
+def convert(
+    requests: Path = typer.Argument(..., help="Requests, .csv or .jsonl."),
+    fit: list[Path] = typer.Option(..., "--fit", help="Fit file(s): native or HELM JSON."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output, .csv or .jsonl."),
+    skip_unknown: bool = typer.Option(False, "--skip-unknown", help="Drop unfitted models."),
+) -> None:
+    """Add idealized_runtime_s, denoised_runtime_s and runtime_discrepancy_s columns."""
+    try:
+        file_format(output)
+        fits = [read_fit_file(path) for path in fit]
+        table = read_requests(requests)
+        conversion = convert_requests(table, fits, skip_unknown=skip_unknown)
+        write_conversion(table, conversion, output)
+    except InputError as error:
+        fail(str(error))
+    notes = [f"wrote {len(conversion)} rows to {output}"]
+    if conversion.dropped_unknown_rows:
+        shown = ", ".join(conversion.unknown_models[:5])
+        notes.append(f"dropped {conversion.dropped_unknown_rows} rows of unfitted models {shown}")
+    if table.skipped_failed:
+        notes.append(f"skipped {table.skipped_failed} failed requests")
+    console.print("; ".join(notes))

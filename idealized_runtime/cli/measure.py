@@ -1,3 +1,147 @@
-"""CLI: placeholder until its owner fills it in."""
+"""CLI: ``measure`` (time an OpenAI-compatible API) and ``serve-model`` (the local runner behind
+an OpenAI-compatible endpoint). Thin layers over ``idealized_runtime.timing_client`` and
+``local_runner.openai_server``."""
 
-from idealized_runtime.cli import app  # noqa: F401
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from idealized_runtime.cli import app
+from idealized_runtime.cli.common import console, fail
+from idealized_runtime.errors import InputError
+
+# Exit code of a process stopped by SIGINT, by shell convention (128 + 2).
+EXIT_INTERRUPTED = 130
+
+
+@app.command("measure")
+def measure_command(
+    base_url: str = typer.Option(..., "--base-url", help="e.g. http://127.0.0.1:8000/v1"),
+    model: str = typer.Option(..., "--model", help="model name the server expects"),
+    output: Path = typer.Option(..., "-o", "--output", help="raw JSONL, appended to (resumable)"),
+    label: Optional[str] = typer.Option(  # noqa: UP045  (typer needs Optional on 3.10)
+        None, "--label", help="model name written to the rows (default: --model)"
+    ),
+    api_key_env: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--api-key-env", help="environment variable that holds the API key"
+    ),
+    endpoint: str = typer.Option("completions", "--endpoint", help="completions or chat"),
+    grid: str = typer.Option(
+        "helm-synthetic", "--grid", help="helm-synthetic, quick, or a CSV/JSON file of points"
+    ),
+    repeats: int = typer.Option(3, "--repeats", min=1, help="requests per grid point"),
+    concurrency: int = typer.Option(1, "--concurrency", min=1, help="requests in flight"),
+    rate: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--rate", help="Poisson arrivals per second instead of fixed concurrency"
+    ),
+    stream: bool = typer.Option(True, "--stream/--no-stream", help="stream (TTFT, inter-token)"),
+    tokenizer: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--tokenizer",
+        help="tokenizer.json (or folder), tiktoken:ENCODING, or bytes; default: calibrate",
+    ),
+    timeout: float = typer.Option(120.0, "--timeout", help="per-request timeout, seconds"),
+    max_retries: int = typer.Option(5, "--max-retries", min=0, help="on 429/5xx/conn. errors"),
+    backoff_base: float = typer.Option(
+        0.5, "--backoff-base", min=0, help="first retry waits up to this (full jitter), seconds"
+    ),
+    backoff_max: float = typer.Option(30.0, "--backoff-max", min=0, help="longest wait, seconds"),
+    fixed_length_fields: bool = typer.Option(
+        True,
+        "--fixed-length-fields/--no-fixed-length-fields",
+        help="send ignore_eos/min_tokens/generation_config (dropped if the server rejects them)",
+    ),
+    extra_body: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--extra-body", help="JSON object merged into every request body"
+    ),
+    shuffle: bool = typer.Option(True, "--shuffle/--in-order", help="random request order"),
+    seed: int = typer.Option(0, "--seed"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+) -> None:
+    """Time an OpenAI-compatible API over a grid of prompt/output sizes (raw JSONL for `fit`)."""
+    from idealized_runtime.grids import load_grid
+    from idealized_runtime.timing_client import MeasureConfig, run_measure
+
+    if endpoint not in ("completions", "chat"):
+        fail(f"--endpoint must be completions or chat, got {endpoint!r}")
+    if rate is not None and rate <= 0:
+        fail("--rate must be positive")
+    body: dict = {}
+    if extra_body:
+        try:
+            body = json.loads(extra_body)
+        except json.JSONDecodeError as error:
+            raise InputError(f"--extra-body is not valid JSON: {error}") from None
+        if not isinstance(body, dict):
+            raise InputError("--extra-body must be a JSON object")
+    config = MeasureConfig(
+        base_url=base_url,
+        model=model,
+        label=label,
+        api_key_env=api_key_env,
+        endpoint=endpoint,  # type: ignore[arg-type]
+        grid=load_grid(grid),
+        repeats=repeats,
+        concurrency=concurrency,
+        rate=rate,
+        stream=stream,
+        tokenizer=tokenizer,
+        timeout_s=timeout,
+        max_retries=max_retries,
+        backoff_base_s=backoff_base,
+        backoff_max_s=backoff_max,
+        fixed_length_fields=fixed_length_fields,
+        extra_body=body,
+        shuffle=shuffle,
+        seed=seed,
+    )
+    config.url  # noqa: B018  (validates the base URL before any work)
+    summary = run_measure(config, output, progress=progress)
+    detail = (
+        f"{summary.written} rows written ({summary.ok} ok, {summary.failed} failed, "
+        f"{summary.usage_mismatches} usage mismatches), {summary.already_done} already in "
+        f"{output}; {summary.elapsed_s:.1f} s"
+    )
+    if summary.dropped_fields:
+        detail += f"; server rejected {', '.join(summary.dropped_fields)} (not sent)"
+    if summary.interrupted:
+        console.print(f"interrupted: {detail}. Run the same command again to resume.")
+        raise typer.Exit(EXIT_INTERRUPTED)
+    console.print(detail)
+    if summary.written and not summary.ok:
+        fail("every request failed; see the error column of the rows", code=1)
+
+
+@app.command("serve-model")
+def serve_model_command(
+    arch: str = typer.Option(..., "--arch", help="architecture name from the catalog"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port", min=0, max=65535),
+    max_batch_size: int = typer.Option(1, "--max-batch-size", min=1),
+    tokenizer: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--tokenizer", help="tokenizer.json for text prompts (default: one token per byte)"
+    ),
+    seed: int = typer.Option(0, "--seed"),
+) -> None:
+    """Serve the local runner (random weights) behind an OpenAI-compatible /v1/completions."""
+    from idealized_runtime.catalog import get_architecture
+    from local_runner.openai_server import serve
+
+    if dtype not in ("float32", "float16", "bfloat16"):
+        fail(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    serve(
+        get_architecture(arch),
+        host=host,
+        port=port,
+        device=device,
+        dtype=dtype,
+        max_batch_size=max_batch_size,
+        tokenizer=tokenizer,
+        seed=seed,
+    )

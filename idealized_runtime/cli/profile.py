@@ -1,3 +1,105 @@
-"""CLI: placeholder until its owner fills it in."""
+"""CLI: ``idealized-runtime profile`` — time an architecture on the local runner."""
 
-from idealized_runtime.cli import app  # noqa: F401
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from idealized_runtime.cli import app
+from idealized_runtime.cli.common import fail
+
+
+@app.command("profile")
+def profile_command(
+    arch: str = typer.Option(..., "--arch", help="Catalog name, or path to an HF config.json."),
+    output: Path = typer.Option(..., "-o", "--output", help="Measurements CSV (resumable)."),
+    device: str = typer.Option("cpu", help="cpu or cuda."),
+    dtype: str = typer.Option(None, help="float32, bfloat16 or float16 (default: bf16 on GPU)."),
+    tp: int = typer.Option(1, "--tp", help="Tensor-parallel size (relaunches under torchrun)."),
+    grid: str = typer.Option("quick", help="helm or quick."),
+    layers: int = typer.Option(None, help="Profile K layers and extrapolate to all of them."),
+    repeats: int = typer.Option(3, help="Timed runs per point (median is kept)."),
+    warmup: int = typer.Option(1, help="Untimed runs per point."),
+    max_prompt_tokens: int = typer.Option(None, help="Leave out longer prompts."),
+    batch_size: list[int] = typer.Option([1], "--batch-size", help="Batch sizes (repeatable)."),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
+    from local_runner.hf_config import resolve_architecture
+    from local_runner.parallel import check_divisible
+    from local_runner.profile import make_grid, profile_grid
+
+    if device not in ("cpu", "cuda"):
+        fail(f"--device must be cpu or cuda, got {device!r}")
+    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    if dtype not in ("float32", "float16", "bfloat16"):
+        fail(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    if device == "cpu" and dtype == "float16":
+        fail("float16 is not supported on CPU; use float32 or bfloat16")
+    if any(b < 1 for b in batch_size):
+        fail("--batch-size must be >= 1")
+    architecture = resolve_architecture(arch)
+    check_divisible(architecture, tp)
+    if layers is not None and not 1 <= layers <= architecture.num_layers:
+        fail(f"--layers must be in [1, {architecture.num_layers}] for {architecture.name!r}")
+    points = make_grid(
+        grid, architecture, max_prompt_tokens=max_prompt_tokens, batch_sizes=batch_size
+    )
+    if device == "cuda":
+        _check_cuda(architecture, dtype, tp, layers, points)
+    if tp > 1 and "WORLD_SIZE" not in os.environ:
+        raise typer.Exit(_relaunch_under_torchrun(tp))
+    profile_grid(
+        architecture,
+        points,
+        output,
+        device=device,
+        dtype=dtype,
+        tp_size=tp,
+        layers=layers,
+        repeats=repeats,
+        warmup=warmup,
+        progress=progress,
+        command=" ".join(["idealized-runtime", *sys.argv[1:]]),
+    )
+    if int(os.environ.get("RANK", "0")) == 0:
+        typer.echo(str(output))
+
+
+def _check_cuda(architecture, dtype: str, tp: int, layers: int | None, points) -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        fail("--device cuda: no CUDA device is available (torch sees none)")
+    if tp > torch.cuda.device_count():
+        fail(f"--tp {tp} needs {tp} GPUs; {torch.cuda.device_count()} visible")
+    from local_runner.memory import check_fits
+
+    message = check_fits(architecture, dtype, tp, layers, points)
+    if message:
+        fail(message)
+
+
+def _relaunch_under_torchrun(tp: int) -> int:
+    """Run this same command as ``tp`` ranks on this machine (loopback rendezvous)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        f"--nproc-per-node={tp}",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "-m",
+        "idealized_runtime",
+        *sys.argv[1:],
+    ]
+    return subprocess.call(command)

@@ -1,3 +1,148 @@
-"""CLI: placeholder until its owner fills it in."""
+"""CLI: ``demo``, ``bench`` and ``report``; thin layers over ``idealized_runtime.demo``,
+``idealized_runtime.bench`` and ``idealized_runtime.report``."""
 
-from idealized_runtime.cli import app  # noqa: F401
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from idealized_runtime.cli import app
+from idealized_runtime.cli.common import console, fail
+from idealized_runtime.leaderboard import Leaderboard
+
+SUMMARY_ROWS = 15
+
+
+def _seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def summary_table(
+    board: Leaderboard, *, highlight: set[str] = frozenset(), limit: int = SUMMARY_ROWS
+) -> Table:
+    """The fastest models by idealized runtime (highlighted ones always shown)."""
+    from idealized_runtime.report.render import fmt_params
+
+    table = Table(title="Leaderboard (idealized runtime: mean over HELM scenario workloads)")
+    for column in ("model", "parameters", "idealized s", "denoised s", "raw s", "accuracy",
+                   "frontier (ideal./raw)"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "model" else "right")
+    ranked = sorted(
+        board.models,
+        key=lambda row: (row.idealized_runtime_s is None, row.idealized_runtime_s or 0.0),
+    )
+    shown = [row for row in ranked if row.model in highlight]
+    shown += [row for row in ranked if row.model not in highlight][: max(limit - len(shown), 0)]
+    for row in shown:
+        table.add_row(
+            f"[bold]{row.model}[/]" if row.model in highlight else row.model,
+            fmt_params(row.num_parameters),
+            _seconds(row.idealized_runtime_s),
+            _seconds(row.denoised_runtime_s),
+            _seconds(row.raw_runtime_s),
+            "–" if row.accuracy is None else f"{row.accuracy:.3f}",
+            f"{row.frontier_count['idealized']}/{row.frontier_count['raw']}",
+        )
+    if len(board.models) > len(shown):
+        table.caption = f"{len(shown)} of {len(board.models)} models; all in the report"
+    return table
+
+
+@app.command("demo")
+def demo_command(
+    workdir: Path = typer.Option(
+        Path("idealized-runtime-demo"), "--workdir", help="folder for every output (resumable)"
+    ),
+    database_url: Optional[str] = typer.Option(  # noqa: UP045  (typer needs Optional on 3.10)
+        None, "--database-url", help="service database (default: SQLite file in --workdir)"
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+) -> None:
+    """Offline demo: profile, serve, measure and fit a tiny model, load HELM's reference data,
+    store everything and write the leaderboard report."""
+    from idealized_runtime.demo import DEMO_ARCHITECTURE, run_demo
+
+    out = Console(width=None if sys.stdout.isatty() else 120)
+    steps = iter(range(1, 100))
+    result = run_demo(
+        workdir,
+        database_url,
+        progress=progress,
+        say=lambda text: console.print(f"[bold cyan]step {next(steps)}[/] {text}"),
+    )
+    out.print(summary_table(result.board, highlight={DEMO_ARCHITECTURE}))
+    out.print(f"demo finished in {result.elapsed_s:.1f} s; database {result.database_url}")
+    out.print(f"report: {result.report.html.resolve()}")
+
+
+@app.command("bench")
+def bench_command(
+    config: Path = typer.Argument(..., help="benchmark YAML file (see examples/bench.yaml)"),
+    output: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "-o", "--output", help="results folder (default: bench-results/<config name>)"
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+) -> None:
+    """Profile / measure and fit every model of a benchmark file; rerun to resume."""
+    from idealized_runtime.bench import default_results_dir, load_config, run_bench
+
+    settings = load_config(config)
+    results_dir = output or default_results_dir(config)
+    started = time.perf_counter()
+    result = run_bench(settings, results_dir, config_path=config, progress=progress)
+    table = Table(title=f"bench {config}")
+    for column in ("item", "status", "fits"):
+        table.add_column(column)
+    for item in result.items:
+        status = "done (earlier run)" if item.skipped else item.status
+        fits = ", ".join(
+            f"{method} MAPE {fit.quality.mape:.1%}" if fit.quality else method
+            for method, fit in item.fits.items()
+        )
+        table.add_row(item.name, status, fits or (item.error or ""))
+    Console().print(table)
+    console.print(f"results: {results_dir} ({time.perf_counter() - started:.1f} s)")
+    if result.failed:
+        first = result.failed[0]
+        fail(
+            f"{len(result.failed)} of {len(result.items)} item(s) failed; first: {first.name}: "
+            f"{first.error}; results kept in {results_dir}, rerun to resume",
+            code=1,
+        )
+
+
+@app.command("report")
+def report_command(
+    source: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--from",
+        help="database URL or bench results folder (default: the bundled HELM data)",
+    ),
+    output: Path = typer.Option(..., "-o", "--output", help="folder for index.html, .md, .csv"),
+    with_helm: bool = typer.Option(
+        True, "--with-helm/--no-helm", help="add the HELM reference models to a results folder"
+    ),
+) -> None:
+    """Write the leaderboard report: self-contained HTML, Markdown and CSV."""
+    from idealized_runtime.leaderboard import build_leaderboard
+    from idealized_runtime.report import inputs
+    from idealized_runtime.report.render import write_report
+
+    if source is None:
+        loaded = inputs.bundled_helm_inputs()
+    elif "://" in source:
+        from idealized_runtime.report.database import database_report_inputs
+
+        loaded = database_report_inputs(source)
+    elif Path(source).is_dir():
+        loaded = inputs.results_dir_inputs(source, with_helm=with_helm)
+    else:
+        fail(f"--from {source!r} is neither a database URL nor a results folder")
+    files = write_report(build_leaderboard(loaded), output)
+    typer.echo(f"report: {files.html}")

@@ -1,0 +1,91 @@
+"""Engine and sessions.
+
+SQLite is configured for a multi-threaded server: WAL (readers never block the writer), foreign
+keys on, a busy timeout, and write transactions that start with ``BEGIN IMMEDIATE`` so that two
+writers queue on the busy timeout instead of failing when one upgrades a read lock. Read
+sessions keep SQLite's deferred BEGIN, so reads stay concurrent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from api.settings import Settings, get_settings
+
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+_WRITE_OPTION = "ir_write_transaction"
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy (the "begin" hook below) emit BEGIN, not the sqlite3 module.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")  # durable with WAL except on power loss
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        write = connection.get_execution_options().get(_WRITE_OPTION, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+def make_engine(database_url: str) -> Engine:
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite":
+        if url.database and url.database != ":memory:":
+            Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(
+            url, connect_args={"check_same_thread": False, "timeout": SQLITE_BUSY_TIMEOUT_MS / 1e3}
+        )
+        _configure_sqlite(engine)
+        return engine
+    # The server runs sync endpoints on a thread pool of 40: let most of them hold a connection.
+    return create_engine(url, pool_size=10, max_overflow=30, pool_pre_ping=True, pool_timeout=60)
+
+
+class Database:
+    """One engine with a read and a write session factory."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.engine = make_engine(settings.database_url)
+        self.read_sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self.write_sessions = sessionmaker(
+            self.engine.execution_options(**{_WRITE_OPTION: True}), expire_on_commit=False
+        )
+
+    @property
+    def backend(self) -> str:
+        return self.engine.dialect.name
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+
+@lru_cache(maxsize=1)
+def get_database() -> Database:
+    return Database(get_settings())
+
+
+def read_session() -> Iterator[Session]:
+    """FastAPI dependency: a session for reads."""
+    with get_database().read_sessions() as session:
+        yield session
+
+
+def write_session() -> Iterator[Session]:
+    """FastAPI dependency: a session whose transaction may write (commit it explicitly)."""
+    with get_database().write_sessions() as session:
+        yield session

@@ -1,0 +1,82 @@
+"""Exception handlers: every user error becomes a 4xx with a readable ``detail``."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from sqlalchemy.exc import IntegrityError, OperationalError
+
+from idealized_runtime.catalog import UnknownNameError
+from idealized_runtime.errors import InputError
+
+log = logging.getLogger(__name__)
+MAX_VALIDATION_ERRORS = 20  # a 100,000-row batch with every row wrong needs no 100,000 errors
+
+
+def _input_error(_: Request, error: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(error)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _unknown_name(_: Request, error: Exception) -> JSONResponse:
+    return JSONResponse({"detail": str(error)}, status_code=status.HTTP_404_NOT_FOUND)
+
+
+def _integrity(_: Request, error: Exception) -> JSONResponse:
+    # Unique constraints are the only integrity errors a valid request can meet (a duplicate
+    # name); foreign keys are checked by the routers before writing.
+    log.info("integrity error: %s", error)
+    return JSONResponse(
+        {"detail": "conflict: an object with this name (or key) exists already"},
+        status_code=status.HTTP_409_CONFLICT,
+    )
+
+
+def _operational(_: Request, error: Exception) -> JSONResponse:
+    text = str(error).lower()
+    if "locked" in text or "busy" in text or "could not serialize" in text:
+        return JSONResponse(
+            {"detail": "the database is busy; retry shortly"},
+            status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": "1"},
+        )
+    raise error
+
+
+def _validation(_: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, RequestValidationError)
+    errors = list(error.errors())
+    shown = [
+        {key: value for key, value in item.items() if key in ("type", "loc", "msg", "ctx")}
+        for item in errors[:MAX_VALIDATION_ERRORS]
+    ]
+    body = {"detail": jsonable_encoder(shown)}
+    if len(errors) > MAX_VALIDATION_ERRORS:
+        body["error_count"] = len(errors)
+    return JSONResponse(body, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
+
+
+def _pydantic(_: Request, error: Exception) -> JSONResponse:
+    # A domain type refused a value that the request schema let through (e.g. inside an
+    # imported table): the user's input, so 422.
+    assert isinstance(error, ValidationError)
+    shown = [
+        {key: value for key, value in item.items() if key in ("type", "loc", "msg")}
+        for item in error.errors()[:MAX_VALIDATION_ERRORS]
+    ]
+    return JSONResponse(
+        {"detail": jsonable_encoder(shown)}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT
+    )
+
+
+def install(app: FastAPI) -> None:
+    app.add_exception_handler(ValidationError, _pydantic)
+    app.add_exception_handler(InputError, _input_error)
+    app.add_exception_handler(UnknownNameError, _unknown_name)
+    app.add_exception_handler(IntegrityError, _integrity)
+    app.add_exception_handler(OperationalError, _operational)
+    app.add_exception_handler(RequestValidationError, _validation)

@@ -1,0 +1,118 @@
+"""``Idempotency-Key`` for writes: the first request's response is stored in the same
+transaction as its effects, so a retry (also a concurrent one) returns it instead of writing
+again, and the same key with a different request is refused (422).
+
+Concurrency: the record is inserted *before* the work. On PostgreSQL a concurrent twin blocks
+on the unique index until the first commits, then fails and replays; on SQLite write
+transactions begin IMMEDIATE, so twins are serialised and the second finds the record."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import Depends, Header, HTTPException, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from api import crud
+from api.models import IdempotencyRecordRow
+from api.security import Principal, require_key
+
+REPLAY_HEADER = "Idempotent-Replayed"
+
+
+@dataclass(frozen=True)
+class WriteContext:
+    principal: Principal
+    key: str | None
+    request_sha256: str
+    method: str
+    path: str
+    body: bytes
+
+
+async def write_context(
+    request: Request,
+    principal: Principal = Depends(require_key),
+    idempotency_key: str | None = Header(
+        default=None,
+        alias="Idempotency-Key",
+        min_length=1,
+        max_length=200,
+        description="Makes a retried write a no-op that returns the first response",
+    ),
+) -> WriteContext:
+    """Dependency of writes: the caller, and the fingerprint of the request for idempotency.
+    Reading the body here is free: Starlette caches it for the body parameters."""
+    digest = hashlib.sha256()
+    digest.update(request.method.encode() + b" " + request.url.path.encode() + b"?")
+    digest.update(request.url.query.encode() + b"\n")
+    digest.update(request.headers.get("content-type", "").encode() + b"\n")
+    body = await request.body()
+    digest.update(body)
+    return WriteContext(
+        principal=principal,
+        key=idempotency_key,
+        request_sha256=digest.hexdigest(),
+        method=request.method,
+        path=request.url.path,
+        body=body,
+    )
+
+
+def _replay(record: IdempotencyRecordRow, context: WriteContext) -> JSONResponse:
+    if record.request_sha256 != context.request_sha256:
+        raise HTTPException(
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail="Idempotency-Key was already used with a different request; use a new key",
+        )
+    return JSONResponse(
+        record.response_body, status_code=record.status_code, headers={REPLAY_HEADER: "true"}
+    )
+
+
+def run_write(
+    session: Session,
+    context: WriteContext,
+    work: Callable[[Session], BaseModel],
+    status_code: int = status.HTTP_201_CREATED,
+) -> JSONResponse:
+    """Run ``work`` in one transaction (all or nothing), idempotently when a key was sent."""
+    api_key_id = context.principal.api_key_id
+    assert api_key_id is not None  # writes are authenticated
+    record: IdempotencyRecordRow | None = None
+    try:
+        if context.key is not None:
+            existing = crud.get_idempotency_record(session, api_key_id, context.key)
+            if existing is not None:
+                session.rollback()
+                return _replay(existing, context)
+            record = IdempotencyRecordRow(
+                api_key_id=api_key_id,
+                key=context.key,
+                method=context.method,
+                path=context.path[:500],
+                request_sha256=context.request_sha256,
+                status_code=0,
+                response_body={},
+            )
+            session.add(record)
+            session.flush()  # a concurrent twin blocks (PostgreSQL) or fails right here
+        body = jsonable_encoder(work(session))
+        if record is not None:
+            record.status_code = status_code
+            record.response_body = body
+        session.commit()
+    except IntegrityError:
+        session.rollback()
+        if context.key is not None:
+            existing = crud.get_idempotency_record(session, api_key_id, context.key)
+            if existing is not None and existing.status_code:
+                return _replay(existing, context)
+        raise
+    return JSONResponse(body, status_code=status_code)

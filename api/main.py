@@ -1,0 +1,43 @@
+"""The FastAPI application: ``create_app()`` (uvicorn factory: ``api.main:create_app``)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from api import errors
+from api.middleware import BodyLimitMiddleware, ServerTimingMiddleware
+from api.routers import catalog, estimates, fits, leaderboard, measurements, scores, service
+from api.settings import get_settings
+
+DESCRIPTION = """
+Store timings, fit the **idealized** (uniform, well-optimized stack, no contention) and
+**denoised** (noisy API timings) runtime models of LLMs, and estimate and compare runtimes,
+GPU-seconds, joules and dollars across models.
+
+* Writes need `Authorization: Bearer <key>` (`idealized-runtime apikey create`). Reads are public
+  unless the server sets `IDEALIZED_RUNTIME_READS_REQUIRE_KEY=1`.
+* Writes accept an `Idempotency-Key` header: a retry returns the first response
+  (`Idempotent-Replayed: true`); the same key with another body is refused with 422.
+* Errors are JSON `{"detail": ...}` with a 4xx status.
+"""
+
+
+def create_app() -> FastAPI:
+    settings = get_settings()
+    from idealized_runtime import __version__
+
+    app = FastAPI(
+        title="idealized-runtime",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_url="/v1/openapi.json",
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    errors.install(app)
+    for module in (service, catalog, measurements, fits, estimates, scores, leaderboard):
+        app.include_router(module.router)
+    # Outermost first on the way in: time everything, then refuse oversized bodies.
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(ServerTimingMiddleware)
+    return app

@@ -1,0 +1,165 @@
+"""Database tables (SQLAlchemy 2 typed ORM).
+
+Domain objects (``idealized_runtime.types``) are stored whole as JSON in a ``spec`` or
+``parameters`` column, with the fields that are filtered or joined on copied into their own
+columns; the JSON is what the API returns, so the database never drifts from the domain types.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+from idealized_runtime.types import utc_now
+
+NAME_LENGTH = 200
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        dict[str, Any]: JSON,
+        datetime: DateTime(timezone=True),
+    }
+
+
+class ArchitectureRow(Base):
+    __tablename__ = "architectures"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    family: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
+    num_parameters: Mapped[int] = mapped_column(BigInteger)  # above 2^31 for large models
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class HardwareRow(Base):
+    __tablename__ = "hardware"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    vendor: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class StackRow(Base):
+    """A hardware/software stack; identical stacks share a row (``fingerprint``)."""
+
+    __tablename__ = "stacks"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64), unique=True)
+    runner: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    hardware: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    spec: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class ApiKeyRow(Base):
+    """An API key: only its lookup prefix and the sha256 of the whole key are stored."""
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    key_sha256: Mapped[str] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+    revoked_at: Mapped[datetime | None] = mapped_column(default=None)
+
+
+class MeasurementSetRow(Base):
+    __tablename__ = "measurement_sets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    source: Mapped[str] = mapped_column(String(32))  # local_profile | api_timing | import
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", JSON)
+    stack_id: Mapped[int | None] = mapped_column(ForeignKey("stacks.id"), default=None)
+    row_count: Mapped[int] = mapped_column(Integer)
+    models: Mapped[dict[str, Any]] = mapped_column(JSON)  # {"names": [...]}: models in the set
+    created_by: Mapped[int | None] = mapped_column(
+        ForeignKey("api_keys.id", ondelete="SET NULL"), default=None
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+    stack: Mapped[StackRow | None] = relationship(lazy="joined")
+
+
+class MeasurementRow(Base):
+    __tablename__ = "measurements"
+    __table_args__ = (Index("ix_measurements_set_model", "set_id", "model"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    set_id: Mapped[int] = mapped_column(ForeignKey("measurement_sets.id", ondelete="CASCADE"))
+    model: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    num_prompt_tokens: Mapped[int] = mapped_column(Integer)
+    num_output_tokens: Mapped[int] = mapped_column(Integer)
+    batch_size: Mapped[int] = mapped_column(Integer, default=1)
+    runtime_s: Mapped[float] = mapped_column(Float)
+    ttft_s: Mapped[float | None] = mapped_column(Float, default=None)
+    std_s: Mapped[float | None] = mapped_column(Float, default=None)
+
+
+class FitRow(Base):
+    __tablename__ = "fits"
+    __table_args__ = (Index("ix_fits_model_method", "model", "method"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    method: Mapped[str] = mapped_column(String(16))  # helm | default | denoised
+    measurement_set_id: Mapped[int | None] = mapped_column(
+        ForeignKey("measurement_sets.id", ondelete="SET NULL"), default=None
+    )
+    source: Mapped[str] = mapped_column(String(32))  # fitted | import
+    # Quality figures in columns so that they can be sorted and filtered on.
+    n_points: Mapped[int | None] = mapped_column(Integer, default=None)
+    r2: Mapped[float | None] = mapped_column(Float, default=None)
+    mape: Mapped[float | None] = mapped_column(Float, default=None)
+    max_error: Mapped[float | None] = mapped_column(Float, default=None)
+    parameters: Mapped[dict[str, Any]]  # the FittedCostModel, as JSON
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class CapabilityScoreRow(Base):
+    __tablename__ = "capability_scores"
+    __table_args__ = (UniqueConstraint("model", "scenario", "metric"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
+    scenario: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    metric: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    value: Mapped[float] = mapped_column(Float)
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class IdempotencyRecordRow(Base):
+    """The response to a write made with an ``Idempotency-Key``, stored in the same transaction
+    as the write itself: a retry finds it and gets the same answer."""
+
+    __tablename__ = "idempotency_records"
+    __table_args__ = (UniqueConstraint("api_key_id", "key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    api_key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    method: Mapped[str] = mapped_column(String(8))
+    path: Mapped[str] = mapped_column(String(500))
+    request_sha256: Mapped[str] = mapped_column(String(64))
+    status_code: Mapped[int] = mapped_column(Integer)
+    response_body: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)

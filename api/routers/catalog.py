@@ -1,0 +1,145 @@
+"""/v1/models (architectures) and /v1/hardware."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
+
+from api import crud
+from api.db import read_session, write_session
+from api.estimation import not_found
+from api.idempotency import WriteContext, run_write, write_context
+from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
+from api.schemas import HardwareOut, ModelOut, Page
+from api.security import Principal, reader
+from api.state import invalidate_caches
+from idealized_runtime.types import Architecture, Hardware
+
+router = APIRouter(prefix="/v1", tags=["catalog"])
+
+ARCHITECTURE_EXAMPLE = {
+    "name": "my-llama-8b",
+    "family": "llama",
+    "num_layers": 32,
+    "hidden_size": 4096,
+    "num_heads": 32,
+    "num_kv_heads": 8,
+    "ffn_hidden_size": 14336,
+    "vocab_size": 128256,
+    "max_context": 8192,
+    "activation": "swiglu",
+    "norm": "rmsnorm",
+    "position": "rotary",
+    "bias": False,
+}
+HARDWARE_EXAMPLE = {
+    "name": "my-accelerator",
+    "vendor": "example",
+    "memory_gb": 80,
+    "memory_bandwidth_gbps": 3350,
+    "peak_dense_tflops": 989,
+    "board_power_w": 700,
+    "hourly_price_usd": 3.0,
+}
+
+
+@router.post(
+    "/models",
+    status_code=201,
+    response_model=ModelOut,
+    responses={**WRITE_ERRORS, 409: ERRORS[409]},
+    summary="Register an architecture",
+    openapi_extra={
+        "requestBody": {"content": {"application/json": {"example": ARCHITECTURE_EXAMPLE}}}
+    },
+)
+def create_model(
+    architecture: Architecture,
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    def work(s: Session) -> ModelOut:
+        return crud.model_out(crud.add_architecture(s, architecture))
+
+    response = run_write(session, context, work)
+    invalidate_caches()
+    return response
+
+
+@router.get("/models", response_model=Page[ModelOut], responses=READ_ERRORS)
+def list_models(
+    family: str | None = Query(default=None, max_length=200),
+    name_prefix: str | None = Query(default=None, max_length=200),
+    page: tuple[int, int] = Depends(page_params),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
+) -> Page[ModelOut]:
+    limit, offset = page
+    rows, total = crud.list_architectures(
+        session, family=family, name_prefix=name_prefix, limit=limit, offset=offset
+    )
+    return Page(items=[crud.model_out(r) for r in rows], total=total, limit=limit, offset=offset)
+
+
+@router.get(
+    "/models/{name:path}",
+    response_model=ModelOut,
+    responses={**READ_ERRORS, 404: ERRORS[404]},
+    summary="Get an architecture (names may contain '/')",
+)
+def get_model(
+    name: str, _: Principal = Depends(reader), session: Session = Depends(read_session)
+) -> ModelOut:
+    row = crud.get_architecture(session, name)
+    if row is None:
+        raise not_found(f"unknown model {name!r}")
+    return crud.model_out(row)
+
+
+@router.post(
+    "/hardware",
+    status_code=201,
+    response_model=HardwareOut,
+    responses={**WRITE_ERRORS, 409: ERRORS[409]},
+    summary="Register an accelerator",
+    openapi_extra={"requestBody": {"content": {"application/json": {"example": HARDWARE_EXAMPLE}}}},
+)
+def create_hardware(
+    hardware: Hardware,
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    def work(s: Session) -> HardwareOut:
+        return crud.hardware_out(crud.add_hardware(s, hardware))
+
+    response = run_write(session, context, work)
+    invalidate_caches()
+    return response
+
+
+@router.get("/hardware", response_model=Page[HardwareOut], responses=READ_ERRORS)
+def list_hardware(
+    vendor: str | None = Query(default=None, max_length=200),
+    name_prefix: str | None = Query(default=None, max_length=200),
+    page: tuple[int, int] = Depends(page_params),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
+) -> Page[HardwareOut]:
+    limit, offset = page
+    rows, total = crud.list_hardware(
+        session, vendor=vendor, name_prefix=name_prefix, limit=limit, offset=offset
+    )
+    return Page(items=[crud.hardware_out(r) for r in rows], total=total, limit=limit, offset=offset)
+
+
+@router.get(
+    "/hardware/{name}", response_model=HardwareOut, responses={**READ_ERRORS, 404: ERRORS[404]}
+)
+def get_hardware(
+    name: str, _: Principal = Depends(reader), session: Session = Depends(read_session)
+) -> HardwareOut:
+    row = crud.get_hardware(session, name)
+    if row is None:
+        raise not_found(f"unknown hardware {name!r}")
+    return crud.hardware_out(row)

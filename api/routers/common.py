@@ -1,0 +1,27 @@
+"""Shared router pieces: pagination and the documented error responses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import Query
+
+from api.schemas import MAX_PAGE, ErrorOut
+
+ERRORS: dict[int, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "Missing or invalid API key"},
+    404: {"model": ErrorOut, "description": "Not found"},
+    409: {"model": ErrorOut, "description": "Conflict (duplicate name)"},
+    413: {"model": ErrorOut, "description": "Request body too large"},
+    422: {"model": ErrorOut, "description": "Invalid input; detail says where"},
+    503: {"model": ErrorOut, "description": "Database busy; retry"},
+}
+READ_ERRORS = {code: ERRORS[code] for code in (401, 422)}
+WRITE_ERRORS = {code: ERRORS[code] for code in (401, 413, 422, 503)}
+
+
+def page_params(
+    limit: int = Query(default=50, ge=1, le=MAX_PAGE, description="Rows per page"),
+    offset: int = Query(default=0, ge=0, le=10_000_000, description="Rows to skip"),
+) -> tuple[int, int]:
+    return limit, offset

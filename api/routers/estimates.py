@@ -1,0 +1,348 @@
+"""/v1/estimate (one request, the hot path), /v1/estimate/batch (columnar, 10^5+ rows),
+/v1/compare (models over a workload) and /v1/workloads."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+from fastapi import APIRouter, Depends, HTTPException, Query, Response, status
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from api.db import get_database
+from api.estimation import (
+    CostColumns,
+    EstimateCache,
+    ResolvedFit,
+    cost_columns,
+    default_hardware_name,
+    runtimes,
+)
+from api.routers.common import ERRORS, READ_ERRORS
+from api.schemas import (
+    BatchEstimateIn,
+    BatchEstimateOut,
+    CompareIn,
+    CompareOut,
+    CompareRow,
+    CostColumnsOut,
+    CostOut,
+    EstimateOut,
+    Metric,
+    WorkloadOut,
+)
+from api.security import Principal, reader
+from api.settings import get_settings
+from api.state import estimate_cache
+from idealized_runtime.scenarios import (
+    helm_scenario_results,
+    scenario_workload,
+    workload_names,
+)
+from idealized_runtime.types import MAX_TOKENS, Hardware
+
+router = APIRouter(prefix="/v1", tags=["estimates"])
+ESTIMATE_ERRORS = {**READ_ERRORS, 404: ERRORS[404]}
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an estimate is evaluated with: the fit, and the hardware and GPU count if known."""
+
+    fit: ResolvedFit
+    hardware: Hardware | None
+    num_gpus: int | None
+
+
+def _target_cached(
+    cache: EstimateCache,
+    model: str,
+    metric: Metric,
+    fit_id: int | None,
+    hardware: str | None,
+    num_gpus: int | None,
+) -> Target | None:
+    """The target from the cache alone, or None if anything has to be read from the database."""
+    resolved = cache.cached_fit(model, metric, fit_id)
+    if resolved is None:
+        return None
+    name = hardware or default_hardware_name(resolved.fit)
+    if name is None:
+        return Target(resolved, None, None)
+    found = cache.cached_hardware(name)
+    if found is None:
+        return None
+    if num_gpus is not None:
+        return Target(resolved, found, num_gpus)
+    if not cache.gpus_known(model, resolved.fit, found):
+        return None
+    return Target(resolved, found, cache.gpus_needed(None, model, resolved.fit, found))
+
+
+def _target(
+    cache: EstimateCache,
+    session: Session,
+    model: str,
+    metric: Metric,
+    fit_id: int | None,
+    hardware: str | None,
+    num_gpus: int | None,
+) -> Target:
+    resolved = cache.cached_fit(model, metric, fit_id) or cache.load_fit(
+        session, model, metric, fit_id
+    )
+    name = hardware or default_hardware_name(resolved.fit)
+    if name is None:
+        return Target(resolved, None, None)
+    found = cache.cached_hardware(name)
+    if found is None:
+        try:
+            found = cache.load_hardware(session, name)
+        except HTTPException:
+            if hardware is not None:
+                raise  # asked for by the caller: 404
+            return Target(resolved, None, None)  # the fit's stack names unknown hardware
+    gpus = (
+        num_gpus if num_gpus is not None else cache.gpus_needed(session, model, resolved.fit, found)
+    )
+    return Target(resolved, found, gpus)
+
+
+def _target_from_db(
+    model: str, metric: Metric, fit_id: int | None, hardware: str | None, num_gpus: int | None
+) -> Target:
+    with get_database().read_sessions() as session:
+        return _target(estimate_cache(), session, model, metric, fit_id, hardware, num_gpus)
+
+
+def _costs(target: Target, runtime_s: np.ndarray) -> CostColumns | None:
+    if target.hardware is None or target.num_gpus is None:
+        return None
+    return cost_columns(runtime_s, target.num_gpus, target.hardware)
+
+
+def _first(values: np.ndarray | None) -> float | None:
+    return None if values is None else float(values.reshape(-1)[0])
+
+
+def _sum(values: np.ndarray | None) -> float | None:
+    return None if values is None else float(values.sum())
+
+
+@router.get(
+    "/estimate",
+    response_model=EstimateOut,
+    responses=ESTIMATE_ERRORS,
+    summary="Idealized or denoised runtime of one request",
+    description=(
+        "Evaluates the model's newest fit of the metric (or `fit_id`). Cost variants "
+        "(GPU-seconds, joules, dollars) are given when the hardware is known: from `hardware` "
+        "or the fit's stack; the GPU count from `num_gpus` or the serving model."
+    ),
+)
+async def estimate(
+    model: str = Query(min_length=1, max_length=200, examples=["openai/davinci"]),
+    prompt_tokens: int = Query(ge=1, le=MAX_TOKENS, examples=[512]),
+    output_tokens: int = Query(ge=1, le=MAX_TOKENS, examples=[64]),
+    metric: Metric = Query(default="idealized"),
+    fit_id: int | None = Query(default=None, ge=1),
+    hardware: str | None = Query(default=None, min_length=1, max_length=200),
+    num_gpus: int | None = Query(default=None, ge=1, le=100_000),
+    _: Principal = Depends(reader),
+) -> EstimateOut:
+    # Async, and answered from the in-process cache when warm: no thread hop, no database.
+    target = _target_cached(estimate_cache(), model, metric, fit_id, hardware, num_gpus)
+    if target is None:
+        target = await run_in_threadpool(_target_from_db, model, metric, fit_id, hardware, num_gpus)
+    fit = target.fit.fit
+    runtime = runtimes(fit, prompt_tokens, output_tokens).reshape(1)
+    costs = _costs(target, runtime)
+    return EstimateOut(
+        model=model,
+        metric=metric,
+        fit_id=target.fit.id,
+        method=fit.method,
+        prompt_tokens=prompt_tokens,
+        output_tokens=output_tokens,
+        runtime_s=float(runtime[0]),
+        cost=None
+        if costs is None
+        else CostOut(
+            hardware=costs.hardware,
+            num_gpus=costs.num_gpus,
+            gpu_seconds=_first(costs.gpu_seconds),  # type: ignore[arg-type]
+            joules=_first(costs.joules),
+            dollars=_first(costs.dollars),
+        ),
+    )
+
+
+def _check_batch(count: int) -> None:
+    limit = get_settings().max_batch_rows
+    if count > limit:
+        raise HTTPException(
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"{count} rows in one batch; at most {limit}",
+        )
+
+
+def _token_arrays(prompt: list[int], output: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    if len(prompt) != len(output):
+        raise HTTPException(
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"prompt_tokens has {len(prompt)} rows, output_tokens {len(output)}",
+        )
+    _check_batch(len(prompt))
+    return np.asarray(prompt, dtype=np.float64), np.asarray(output, dtype=np.float64)
+
+
+@router.post(
+    "/estimate/batch",
+    response_model=BatchEstimateOut,
+    responses=ESTIMATE_ERRORS,
+    summary="Runtimes of many requests of one model (columnar)",
+    description=(
+        "Up to the server's max_batch_rows (default 1,000,000) rows. The `Server-Timing` header "
+        "gives the server time including body parsing; `server_time_ms` the computation."
+    ),
+)
+def estimate_batch(payload: BatchEstimateIn, _: Principal = Depends(reader)) -> Response:
+    start = time.perf_counter()
+    p, o = _token_arrays(payload.prompt_tokens, payload.output_tokens)
+    target = _target_from_db(
+        payload.model, payload.metric, payload.fit_id, payload.hardware, payload.num_gpus
+    )
+    runtime = runtimes(target.fit.fit, p, o)
+    costs = _costs(target, runtime)
+    rows = payload.include_rows
+    total = float(runtime.sum())
+    out = BatchEstimateOut.model_construct(
+        model=payload.model,
+        metric=payload.metric,
+        fit_id=target.fit.id,
+        method=target.fit.fit.method,
+        count=int(runtime.size),
+        total_runtime_s=total,
+        mean_runtime_s=total / runtime.size,
+        runtime_s=runtime.tolist() if rows else None,
+        cost=None
+        if costs is None
+        else CostColumnsOut.model_construct(
+            hardware=costs.hardware,
+            num_gpus=costs.num_gpus,
+            gpu_seconds=costs.gpu_seconds.tolist() if rows else None,
+            joules=costs.joules.tolist() if rows and costs.joules is not None else None,
+            dollars=costs.dollars.tolist() if rows and costs.dollars is not None else None,
+            total_gpu_seconds=float(costs.gpu_seconds.sum()),
+            total_joules=_sum(costs.joules),
+            total_dollars=_sum(costs.dollars),
+        ),
+        server_time_ms=0.0,
+    )
+    out.server_time_ms = round((time.perf_counter() - start) * 1e3, 3)
+    # Serialised by pydantic-core directly: no per-row Python objects on the way out.
+    return Response(content=out.model_dump_json(), media_type="application/json")
+
+
+def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
+    if (payload.workload is None) == (payload.requests is None):
+        raise HTTPException(
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail="give exactly one of 'workload' (a HELM scenario group) or 'requests'",
+        )
+    if payload.requests is not None:
+        p, o = _token_arrays(payload.requests.prompt_tokens, payload.requests.output_tokens)
+        return "requests", p, o
+    name = payload.workload
+    assert name is not None
+    scenario_workload(name)  # 404 with the known names when unknown
+    # A group stands for its scenarios, each at its mean request shape; a scenario for itself.
+    scenarios = sorted(
+        {
+            r.scenario
+            for r in helm_scenario_results()
+            if name in (r.group, r.scenario) and r.mean_prompt_tokens is not None
+        }
+    )
+    shapes = [scenario_workload(s) for s in scenarios]
+    p = np.array([max(w.mean_prompt_tokens, 1.0) for w in shapes])
+    o = np.array([max(w.mean_output_tokens, 1.0) for w in shapes])
+    return name, p, o
+
+
+@router.post(
+    "/compare",
+    response_model=CompareOut,
+    responses=ESTIMATE_ERRORS,
+    summary="Compare models over a workload: totals, means, ratios to the best",
+    description=(
+        "`workload` is a HELM scenario group (GET /v1/workloads): each of its scenarios counts "
+        "as one request at that scenario's mean prompt/output tokens. Or send `requests`."
+    ),
+)
+def compare(payload: CompareIn, _: Principal = Depends(reader)) -> CompareOut:
+    name, p, o = _workload_shapes(payload)
+    models = list(dict.fromkeys(payload.models))
+    results = []
+    for model in models:
+        target = _target_from_db(model, payload.metric, None, payload.hardware, None)
+        runtime = runtimes(target.fit.fit, p, o)
+        results.append((model, target, runtime, _costs(target, runtime)))
+    totals = {model: float(runtime.sum()) for model, _, runtime, _ in results}
+    best_total = min(totals.values())
+    gpu_totals = {m: float(c.gpu_seconds.sum()) for m, _, _, c in results if c is not None}
+    best_gpu = min(gpu_totals.values()) if gpu_totals else None
+    rows = []
+    for model, target, _runtime, costs in results:
+        total = totals[model]
+        rows.append(
+            CompareRow(
+                model=model,
+                fit_id=target.fit.id,
+                method=target.fit.fit.method,
+                total_runtime_s=total,
+                mean_runtime_s=total / p.size,
+                ratio_to_best=total / best_total if best_total > 0 else 1.0,
+                cost=None
+                if costs is None
+                else CostOut(
+                    hardware=costs.hardware,
+                    num_gpus=costs.num_gpus,
+                    gpu_seconds=gpu_totals[model],
+                    joules=_sum(costs.joules),
+                    dollars=_sum(costs.dollars),
+                ),
+                cost_ratio_to_best=gpu_totals[model] / best_gpu
+                if model in gpu_totals and best_gpu
+                else None,
+            )
+        )
+    rows.sort(key=lambda row: row.total_runtime_s)
+    return CompareOut(
+        workload=name,
+        num_requests=int(p.size),
+        mean_prompt_tokens=float(p.mean()),
+        mean_output_tokens=float(o.mean()),
+        metric=payload.metric,
+        best=rows[0].model,
+        rows=rows,
+    )
+
+
+@router.get(
+    "/workloads",
+    response_model=list[WorkloadOut],
+    summary="Named workloads for /v1/compare: the bundled HELM scenario groups",
+)
+def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
+    return [
+        WorkloadOut(
+            name=w.name,
+            mean_prompt_tokens=w.mean_prompt_tokens,
+            mean_output_tokens=w.mean_output_tokens,
+            num_results=w.num_results,
+        )
+        for w in map(scenario_workload, workload_names())
+    ]

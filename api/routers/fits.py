@@ -1,0 +1,163 @@
+"""/v1/fits: fit stored measurements (cost_model.fitting), list, get, HELM JSON export/import."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Body, Depends, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from api import crud
+from api.db import read_session, write_session
+from api.estimation import not_found
+from api.idempotency import WriteContext, run_write, write_context
+from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
+from api.schemas import FitCreate, FitOut, Metric, Page
+from api.security import Principal, reader
+from api.state import invalidate_caches
+from cost_model.fitting import fit_measurements
+from cost_model.helm_format import export_helm_table, import_helm_table
+from idealized_runtime.errors import InputError
+from idealized_runtime.types import FitMethod, Stack
+
+router = APIRouter(prefix="/v1/fits", tags=["fits"])
+
+HELM_TABLE_EXAMPLE = {
+    "openai/davinci": {
+        "runtime_per_output_token": 0.081,
+        "runtime_for_prompt_tokens": {"1": 0.084, "256": 0.109, "512": 0.178, "1024": 0.323},
+    }
+}
+
+
+class FitsOut(BaseModel):
+    fits: list[FitOut]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=FitsOut,
+    responses={**WRITE_ERRORS, 404: ERRORS[404]},
+    summary="Fit the measurements of a stored set (one fit per model)",
+)
+def create_fits(
+    request: FitCreate,
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    set_row = crud.get_measurement_set(session, request.measurement_set_id)
+    if set_row is None:
+        raise not_found(f"no measurement set {request.measurement_set_id}")
+    set_id = set_row.id
+    stack = Stack(**set_row.stack.spec) if set_row.stack else None
+    measurements = crud.set_measurements(session, set_id, request.models)
+    if not measurements:
+        raise InputError(f"measurement set {set_id} has no rows of the requested models")
+    # Fit before the write transaction starts (SQLite: do not hold the write lock meanwhile).
+    session.rollback()
+    fits = fit_measurements(measurements, request.method, stack=stack)
+
+    def work(s: Session) -> FitsOut:
+        rows = [
+            crud.add_fit(s, fit, source="fitted", measurement_set_id=set_id)
+            for fit in fits.values()
+        ]
+        return FitsOut(fits=[crud.fit_out(row) for row in rows])
+
+    response = run_write(session, context, work)
+    invalidate_caches()
+    return response
+
+
+@router.post(
+    "/import/helm",
+    status_code=201,
+    response_model=FitsOut,
+    responses=WRITE_ERRORS,
+    summary="Import a table in HELM's JSON format (inference_*_runtimes.json)",
+)
+def import_helm(
+    table: dict[str, Any] = Body(..., examples=[HELM_TABLE_EXAMPLE]),
+    metric: Metric = Query(default="idealized", description="Which kind of table it is"),
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    method: FitMethod = "helm" if metric == "idealized" else "denoised"
+    fits = import_helm_table(table, method)
+
+    def work(s: Session) -> FitsOut:
+        rows = [
+            crud.add_fit(s, fit, source="import", measurement_set_id=None) for fit in fits.values()
+        ]
+        return FitsOut(fits=[crud.fit_out(row) for row in rows])
+
+    response = run_write(session, context, work)
+    invalidate_caches()
+    return response
+
+
+@router.get("", response_model=Page[FitOut], responses=READ_ERRORS)
+def list_fits(
+    model: str | None = Query(default=None, max_length=200),
+    method: FitMethod | None = Query(default=None),
+    measurement_set_id: int | None = Query(default=None, ge=1),
+    page: tuple[int, int] = Depends(page_params),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
+) -> Page[FitOut]:
+    limit, offset = page
+    rows, total = crud.list_fits(
+        session,
+        model=model,
+        method=method,
+        measurement_set_id=measurement_set_id,
+        limit=limit,
+        offset=offset,
+    )
+    return Page(items=[crud.fit_out(r) for r in rows], total=total, limit=limit, offset=offset)
+
+
+@router.get(
+    "/export/helm",
+    response_model=dict[str, Any],
+    responses=READ_ERRORS,
+    summary="The current fits in HELM's JSON format (inference_*_runtimes.json)",
+    description=(
+        "One entry per model: its newest fit of the metric (or the fits listed in `fit_id`). "
+        "Non-HELM fits are projected onto HELM's form (see cost_model.helm_format)."
+    ),
+)
+def export_helm(
+    metric: Metric = Query(default="idealized"),
+    model: list[str] | None = Query(default=None, max_length=1000),
+    fit_id: list[int] | None = Query(default=None, max_length=1000),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
+) -> dict[str, Any]:
+    if fit_id:
+        rows = []
+        for identifier in fit_id:
+            row = crud.get_fit(session, identifier)
+            if row is None:
+                raise not_found(f"no fit {identifier}")
+            rows.append(row)
+        chosen = {row.model: row for row in rows}
+    else:
+        chosen = crud.current_fits(session, metric)
+        if model:
+            chosen = {name: row for name, row in chosen.items() if name in set(model)}
+    fits = {name: crud.fit_model(chosen[name]) for name in sorted(chosen)}
+    return export_helm_table(fits)
+
+
+@router.get("/{fit_id}", response_model=FitOut, responses={**READ_ERRORS, 404: ERRORS[404]})
+def get_fit(
+    fit_id: int, _: Principal = Depends(reader), session: Session = Depends(read_session)
+) -> FitOut:
+    row = crud.get_fit(session, fit_id)
+    if row is None:
+        raise not_found(f"no fit {fit_id}")
+    return crud.fit_out(row)

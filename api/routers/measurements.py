@@ -1,0 +1,236 @@
+"""/v1/measurement-sets: bulk upload (JSON or CSV), list, get, delete."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
+from fastapi.responses import JSONResponse
+from sqlalchemy.orm import Session
+
+from api import crud
+from api.db import read_session, write_session
+from api.estimation import not_found
+from api.idempotency import WriteContext, run_write, write_context
+from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
+from api.schemas import (
+    MeasurementOut,
+    MeasurementSetCreate,
+    MeasurementSetOut,
+    MeasurementSource,
+    Page,
+)
+from api.security import Principal, reader
+from api.settings import get_settings
+from api.uploads import parse_measurements_csv
+from idealized_runtime.errors import InputError
+from idealized_runtime.types import Dtype, Measurement, Stack
+
+router = APIRouter(prefix="/v1/measurement-sets", tags=["measurements"])
+CSV_TYPES = ("text/csv", "application/csv", "text/plain")
+CSV_EXAMPLE = (
+    "model,num_prompt_tokens,num_output_tokens,runtime_s\ngptj-6b,512,1,0.12\ngptj-6b,512,32,0.71\n"
+)
+
+
+def _check_rows(count: int) -> None:
+    limit = get_settings().max_upload_rows
+    if count > limit:
+        raise HTTPException(
+            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+            detail=f"{count} measurements in one upload; at most {limit} (split the upload)",
+        )
+
+
+def _store(
+    session: Session,
+    context: WriteContext,
+    *,
+    name: str | None,
+    source: str,
+    metadata: dict[str, Any],
+    stack: Stack | None,
+    measurements: list[Measurement],
+) -> JSONResponse:
+    _check_rows(len(measurements))
+
+    def work(s: Session) -> MeasurementSetOut:
+        row = crud.create_measurement_set(
+            s,
+            name=name,
+            source=source,
+            metadata=metadata,
+            stack=stack,
+            measurements=measurements,
+            created_by=context.principal.api_key_id,
+        )
+        return crud.measurement_set_out(row)
+
+    return run_write(session, context, work)
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=MeasurementSetOut,
+    responses={**WRITE_ERRORS, 409: ERRORS[409]},
+    summary="Upload a measurement set as JSON (all rows or none)",
+)
+def upload_json(
+    payload: MeasurementSetCreate,
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    return _store(
+        session,
+        context,
+        name=payload.name,
+        source=payload.source,
+        metadata=payload.metadata,
+        stack=payload.stack,
+        measurements=payload.measurements,
+    )
+
+
+async def _csv_bytes(request: Request) -> bytes:
+    """The CSV: the whole body (text/csv) or the ``file`` part of a multipart form."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await request.body()  # read (and cache) first: the idempotency fingerprint needs it
+    if content_type == "multipart/form-data":
+        form = await request.form(max_files=1, max_fields=20)
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise InputError("multipart upload: expected a file part named 'file'")
+        return await upload.read()
+    if content_type not in CSV_TYPES:
+        raise HTTPException(
+            status_code=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            detail="send text/csv, or multipart/form-data with a 'file' part",
+        )
+    return body
+
+
+@router.post(
+    "/csv",
+    status_code=201,
+    response_model=MeasurementSetOut,
+    responses={**WRITE_ERRORS, 409: ERRORS[409], 415: {"description": "Not CSV"}},
+    summary="Upload a measurement set as CSV (text/csv body or multipart 'file')",
+    description=(
+        "Columns model, num_prompt_tokens, num_output_tokens, runtime_s; optional batch_size, "
+        "ttft_s, std_s. Errors name the row and column."
+    ),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "text/csv": {"schema": {"type": "string"}, "example": CSV_EXAMPLE},
+                "multipart/form-data": {
+                    "schema": {
+                        "type": "object",
+                        "properties": {"file": {"type": "string", "format": "binary"}},
+                        "required": ["file"],
+                    }
+                },
+            },
+        }
+    },
+)
+def upload_csv(
+    name: str | None = Query(default=None, min_length=1, max_length=200),
+    source: MeasurementSource = Query(default="api_timing"),
+    hardware: str | None = Query(default=None, min_length=1, max_length=200),
+    runner: str | None = Query(default=None, min_length=1, max_length=200),
+    num_devices: int | None = Query(default=None, ge=1, le=100_000),
+    dtype: Dtype | None = Query(default=None),
+    data: bytes = Depends(_csv_bytes),
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    measurements = parse_measurements_csv(data)
+    given = {
+        key: value
+        for key, value in (
+            ("hardware", hardware),
+            ("runner", runner),
+            ("num_devices", num_devices),
+            ("dtype", dtype),
+        )
+        if value is not None
+    }
+    return _store(
+        session,
+        context,
+        name=name,
+        source=source,
+        metadata={"format": "csv"},
+        stack=Stack(**given) if given else None,
+        measurements=measurements,
+    )
+
+
+@router.get("", response_model=Page[MeasurementSetOut], responses=READ_ERRORS)
+def list_sets(
+    source: MeasurementSource | None = Query(default=None),
+    model: str | None = Query(default=None, max_length=200, description="Sets with this model"),
+    page: tuple[int, int] = Depends(page_params),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
+) -> Page[MeasurementSetOut]:
+    limit, offset = page
+    rows, total = crud.list_measurement_sets(
+        session, source=source, model=model, limit=limit, offset=offset
+    )
+    return Page(
+        items=[crud.measurement_set_out(r) for r in rows], total=total, limit=limit, offset=offset
+    )
+
+
+@router.get(
+    "/{set_id}", response_model=MeasurementSetOut, responses={**READ_ERRORS, 404: ERRORS[404]}
+)
+def get_set(
+    set_id: int, _: Principal = Depends(reader), session: Session = Depends(read_session)
+) -> MeasurementSetOut:
+    row = crud.get_measurement_set(session, set_id)
+    if row is None:
+        raise not_found(f"no measurement set {set_id}")
+    return crud.measurement_set_out(row)
+
+
+@router.get(
+    "/{set_id}/measurements",
+    response_model=Page[MeasurementOut],
+    responses={**READ_ERRORS, 404: ERRORS[404]},
+)
+def list_set_measurements(
+    set_id: int,
+    model: str | None = Query(default=None, max_length=200),
+    page: tuple[int, int] = Depends(page_params),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
+) -> Page[MeasurementOut]:
+    if crud.get_measurement_set(session, set_id) is None:
+        raise not_found(f"no measurement set {set_id}")
+    limit, offset = page
+    rows, total = crud.list_measurements(session, set_id, model=model, limit=limit, offset=offset)
+    return Page(
+        items=[crud.measurement_out(r) for r in rows], total=total, limit=limit, offset=offset
+    )
+
+
+@router.delete(
+    "/{set_id}",
+    status_code=204,
+    responses={**WRITE_ERRORS, 404: ERRORS[404]},
+    summary="Delete a set and its measurements (fits made from it are kept)",
+)
+def delete_set(
+    set_id: int,
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> Response:
+    if not crud.delete_measurement_set(session, set_id):
+        raise not_found(f"no measurement set {set_id}")
+    session.commit()
+    return Response(status_code=204)

@@ -1,0 +1,60 @@
+"""/v1/capability-scores: accuracy (and other per-scenario figures) of models, for the
+leaderboard's efficiency-vs-capability frontiers."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends, Query
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.orm import Session
+
+from api import crud
+from api.db import read_session, write_session
+from api.idempotency import WriteContext, run_write, write_context
+from api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
+from api.schemas import CapabilityScoreOut, CapabilityScoresIn, Page
+from api.security import Principal, reader
+
+router = APIRouter(prefix="/v1/capability-scores", tags=["capability scores"])
+
+
+class ScoresWritten(BaseModel):
+    written: int
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=ScoresWritten,
+    responses=WRITE_ERRORS,
+    summary="Insert or replace (model, scenario, metric) values",
+    description=(
+        "Metrics the leaderboard reads: `exact_match` (or `accuracy`), `raw_runtime_s`, "
+        "`idealized_runtime_s`, `mean_prompt_tokens`, `mean_output_tokens`."
+    ),
+)
+def put_scores(
+    payload: CapabilityScoresIn,
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    def work(s: Session) -> ScoresWritten:
+        return ScoresWritten(written=crud.upsert_capability_scores(s, payload.scores))
+
+    return run_write(session, context, work)
+
+
+@router.get("", response_model=Page[CapabilityScoreOut], responses=READ_ERRORS)
+def list_scores(
+    model: str | None = Query(default=None, max_length=200),
+    scenario: str | None = Query(default=None, max_length=200),
+    metric: str | None = Query(default=None, max_length=200),
+    page: tuple[int, int] = Depends(page_params),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
+) -> Page[CapabilityScoreOut]:
+    limit, offset = page
+    items, total = crud.list_capability_scores(
+        session, model=model, scenario=scenario, metric=metric, limit=limit, offset=offset
+    )
+    return Page(items=items, total=total, limit=limit, offset=offset)

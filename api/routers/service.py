@@ -1,0 +1,32 @@
+"""/v1/health and /v1/version."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Depends
+from sqlalchemy import text
+from sqlalchemy.orm import Session
+
+from api.db import get_database, read_session
+from api.migrate import current_revision
+from api.schemas import HealthOut, VersionOut
+
+router = APIRouter(prefix="/v1", tags=["service"])
+
+
+@router.get("/health", response_model=HealthOut, summary="Liveness and database reachability")
+def health(session: Session = Depends(read_session)) -> HealthOut:
+    session.execute(text("SELECT 1"))
+    return HealthOut(status="ok", database="ok")
+
+
+@router.get("/version", response_model=VersionOut)
+def version() -> VersionOut:
+    from idealized_runtime import __version__
+
+    database = get_database()
+    return VersionOut(
+        version=__version__,
+        api="v1",
+        database_backend=database.backend,
+        schema_revision=current_revision(database.engine),
+    )

@@ -1,0 +1,361 @@
+"""Request and response bodies of the REST API.
+
+They compose the domain types of ``idealized_runtime.types``: a stored architecture is an
+``Architecture`` plus its id, an uploaded measurement is a ``Measurement``, a fit is a
+``FittedCostModel`` plus where it came from. Only API-specific envelopes are defined here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from idealized_runtime.types import (
+    Architecture,
+    FitMethod,
+    FittedCostModel,
+    Hardware,
+    Measurement,
+    Name,
+    Stack,
+    TokenCount,
+)
+
+Metric = Literal["idealized", "denoised"]
+MeasurementSource = Literal["local_profile", "api_timing", "import"]
+FitSource = Literal["fitted", "import"]
+MAX_PAGE = 1000
+MAX_COMPARE_MODELS = 50
+# Batch lists are bounded by the server setting max_batch_rows (422); this is the schema's cap.
+SCHEMA_MAX_ROWS = 10_000_000
+
+T = TypeVar("T")
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Page(BaseModel, Generic[T]):
+    items: list[T]
+    total: int = Field(description="Rows matching the filters, over all pages")
+    limit: int
+    offset: int
+
+
+class ErrorOut(BaseModel):
+    detail: Any = Field(description="What is wrong, and where")
+
+
+# --- catalog -----------------------------------------------------------------------------------
+
+
+class ModelOut(Architecture):
+    """A stored architecture."""
+
+    id: int
+    total_parameters: int = Field(description="All weights, embeddings included")
+    created_at: datetime
+
+
+class HardwareOut(Hardware):
+    id: int
+    created_at: datetime
+
+
+# --- measurements ------------------------------------------------------------------------------
+
+
+class MeasurementSetCreate(_Body):
+    """A set of timings uploaded as JSON; CSV goes to ``/v1/measurement-sets/csv``."""
+
+    name: Name | None = Field(default=None, description="Unique; generated when omitted")
+    source: MeasurementSource = "api_timing"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    stack: Stack | None = None
+    measurements: list[Measurement] = Field(min_length=1, max_length=SCHEMA_MAX_ROWS)
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "name": "gpt-j-timings-2026-11",
+                    "source": "api_timing",
+                    "metadata": {"provider": "example"},
+                    "measurements": [
+                        {
+                            "model": "gptj-6b",
+                            "num_prompt_tokens": 512,
+                            "num_output_tokens": 32,
+                            "runtime_s": 1.21,
+                        }
+                    ],
+                }
+            ]
+        },
+    )
+
+
+class MeasurementSetOut(BaseModel):
+    id: int
+    name: str
+    source: MeasurementSource
+    metadata: dict[str, Any]
+    stack: Stack | None
+    row_count: int
+    models: list[str]
+    created_at: datetime
+
+
+class MeasurementOut(Measurement):
+    id: int
+    set_id: int
+
+
+# --- fits --------------------------------------------------------------------------------------
+
+
+class FitCreate(_Body):
+    measurement_set_id: int = Field(ge=1)
+    method: FitMethod = "default"
+    models: list[Name] | None = Field(
+        default=None, max_length=1000, description="Fit only these models of the set"
+    )
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"measurement_set_id": 1, "method": "default"}]},
+    )
+
+
+class FitOut(FittedCostModel):
+    id: int
+    source: FitSource
+    measurement_set_id: int | None
+
+
+# --- estimates ---------------------------------------------------------------------------------
+
+
+class CostOut(BaseModel):
+    """Cost-aware variants; present when the hardware (and so the GPU count) is known."""
+
+    hardware: str
+    num_gpus: int
+    gpu_seconds: float
+    joules: float | None
+    dollars: float | None
+
+
+class EstimateOut(BaseModel):
+    model: str
+    metric: Metric
+    fit_id: int
+    method: FitMethod
+    prompt_tokens: int
+    output_tokens: int
+    runtime_s: float
+    cost: CostOut | None = None
+
+
+Tokens = Annotated[list[TokenCount], Field(min_length=1, max_length=SCHEMA_MAX_ROWS)]
+
+
+class BatchEstimateIn(_Body):
+    """Columnar rows: ``prompt_tokens[i]`` and ``output_tokens[i]`` are one request."""
+
+    model: Name
+    prompt_tokens: Tokens
+    output_tokens: Tokens
+    metric: Metric = "idealized"
+    fit_id: int | None = Field(default=None, ge=1)
+    hardware: Name | None = None
+    num_gpus: int | None = Field(default=None, ge=1, le=100_000)
+    include_rows: bool = Field(default=True, description="False: totals only")
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"model": "openai/davinci", "prompt_tokens": [512, 1024], "output_tokens": [1, 64]}
+            ]
+        },
+    )
+
+
+class CostColumnsOut(BaseModel):
+    hardware: str
+    num_gpus: int
+    gpu_seconds: list[float] | None
+    joules: list[float] | None
+    dollars: list[float] | None
+    total_gpu_seconds: float
+    total_joules: float | None
+    total_dollars: float | None
+
+
+class BatchEstimateOut(BaseModel):
+    model: str
+    metric: Metric
+    fit_id: int
+    method: FitMethod
+    count: int
+    total_runtime_s: float
+    mean_runtime_s: float
+    runtime_s: list[float] | None = Field(description="Per row; null when include_rows is false")
+    cost: CostColumnsOut | None = None
+    server_time_ms: float = Field(description="Time spent computing, after the body was parsed")
+
+
+# --- compare -----------------------------------------------------------------------------------
+
+
+class RequestsIn(_Body):
+    prompt_tokens: Tokens
+    output_tokens: Tokens
+
+
+class CompareIn(_Body):
+    models: list[Name] = Field(min_length=1, max_length=MAX_COMPARE_MODELS)
+    workload: Name | None = Field(
+        default=None, description="A HELM scenario group (GET /v1/workloads) or scenario name"
+    )
+    requests: RequestsIn | None = Field(default=None, description="Or your own (p, o) list")
+    metric: Metric = "idealized"
+    hardware: Name | None = Field(default=None, description="For GPU-seconds, joules, dollars")
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"models": ["openai/davinci", "openai/curie"], "workload": "mmlu"}]
+        },
+    )
+
+
+class CompareRow(BaseModel):
+    model: str
+    fit_id: int
+    method: FitMethod
+    total_runtime_s: float
+    mean_runtime_s: float
+    ratio_to_best: float = Field(description="total / the best (smallest) total; 1.0 is best")
+    cost: CostOut | None = Field(default=None, description="Totals over the workload")
+    cost_ratio_to_best: float | None = None
+
+
+class CompareOut(BaseModel):
+    workload: str
+    num_requests: int
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    metric: Metric
+    best: str
+    rows: list[CompareRow]
+
+
+class WorkloadOut(BaseModel):
+    name: str
+    mean_prompt_tokens: float
+    mean_output_tokens: float
+    num_results: int
+
+
+# --- capability scores -------------------------------------------------------------------------
+
+
+class CapabilityScore(BaseModel):
+    model: Name
+    scenario: Name
+    metric: Name = "exact_match"
+    value: float = Field(allow_inf_nan=False)
+
+
+class CapabilityScoresIn(_Body):
+    scores: list[CapabilityScore] = Field(min_length=1, max_length=100_000)
+
+
+class CapabilityScoreOut(CapabilityScore):
+    id: int
+
+
+# --- service -----------------------------------------------------------------------------------
+
+
+class HealthOut(BaseModel):
+    status: Literal["ok"]
+    database: Literal["ok"]
+
+
+class VersionOut(BaseModel):
+    version: str
+    api: Literal["v1"]
+    database_backend: str
+    schema_revision: str | None
+
+
+# --- leaderboard -------------------------------------------------------------------------------
+
+
+class _FromAttributes(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class CostPer1000(_FromAttributes):
+    """Cost-aware variants per 1,000 requests (null where a rate or GPU count is unknown)."""
+
+    gpu_seconds: float | None
+    usd: float | None
+    kilojoules: float | None
+
+
+class LeaderboardModel(_FromAttributes):
+    model: str
+    architecture: str | None
+    num_parameters: int | None
+    num_gpus: int | None
+    hardware: str | None
+    idealized_runtime_s: float | None = Field(description="Mean over the common workloads")
+    denoised_runtime_s: float | None
+    raw_runtime_s: float | None = Field(description="Mean over the scenarios the model ran")
+    accuracy: float | None
+    num_scenarios: int
+    cost: CostPer1000
+    frontier_count: dict[str, int]
+
+
+class LeaderboardWorkload(_FromAttributes):
+    workload: str
+    model: str
+    prompt_tokens: float
+    output_tokens: float
+    idealized_runtime_s: float | None
+    denoised_runtime_s: float | None
+    num_gpus: int | None
+    cost: CostPer1000
+
+
+class LeaderboardScenario(_FromAttributes):
+    scenario: str
+    group: str
+    model: str
+    prompt_tokens: float | None
+    output_tokens: float | None
+    idealized_runtime_s: float | None
+    idealized_source: str | None
+    denoised_runtime_s: float | None
+    raw_runtime_s: float | None
+    accuracy: float | None
+    on_frontier: dict[str, bool]
+
+
+class LeaderboardOut(BaseModel):
+    created_at: datetime
+    source: str
+    models: list[LeaderboardModel]
+    workloads: list[LeaderboardWorkload]
+    scenarios: list[LeaderboardScenario] | None = Field(
+        default=None, description="Per (scenario, model) rows when include_scenarios=true"
+    )

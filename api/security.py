@@ -1,0 +1,113 @@
+"""API keys: ``ir_<prefix>_<secret>``. The prefix finds the row; only the sha256 of the whole key
+is stored and compared in constant time. 32 random bytes make brute force and rainbow tables
+pointless, so a plain (unsalted, fast) hash is the right tool here, unlike for passwords."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from fastapi import Depends, HTTPException, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from api.db import get_database
+from api.models import ApiKeyRow
+from api.settings import get_settings
+
+KEY_PREFIX = "ir"
+_PREFIX_BYTES = 6
+_SECRET_BYTES = 32
+
+bearer_scheme = HTTPBearer(
+    auto_error=False,
+    scheme_name="ApiKey",
+    description="An API key from `idealized-runtime apikey create`, as `Bearer <key>`.",
+)
+
+
+@dataclass(frozen=True)
+class NewApiKey:
+    id: int
+    name: str
+    key: str  # shown once, never stored
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the API key row id (None for anonymous reads)."""
+
+    api_key_id: int | None
+
+
+def hash_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def _split(key: str) -> str | None:
+    parts = key.split("_", 2)  # the secret itself may contain "_"
+    if len(parts) != 3 or parts[0] != KEY_PREFIX or not parts[1] or not parts[2]:
+        return None
+    return parts[1]
+
+
+def create_api_key(session: Session, name: str) -> NewApiKey:
+    prefix = secrets.token_hex(_PREFIX_BYTES)
+    key = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(_SECRET_BYTES)}"
+    row = ApiKeyRow(name=name, prefix=prefix, key_sha256=hash_key(key))
+    session.add(row)
+    session.commit()
+    return NewApiKey(id=row.id, name=name, key=key)
+
+
+def verify_api_key(session: Session, key: str) -> int | None:
+    """The key's row id if it is valid and not revoked, else None."""
+    prefix = _split(key)
+    if prefix is None:
+        return None
+    row = session.execute(select(ApiKeyRow).where(ApiKeyRow.prefix == prefix)).scalar_one_or_none()
+    if row is None or row.revoked_at is not None:
+        # Hash anyway so that an unknown prefix costs the same time as a wrong secret.
+        hmac.compare_digest(hash_key(key), "0" * 64)
+        return None
+    return row.id if hmac.compare_digest(hash_key(key), row.key_sha256) else None
+
+
+def _unauthorized(detail: str) -> HTTPException:
+    return HTTPException(
+        status_code=status.HTTP_401_UNAUTHORIZED,
+        detail=detail,
+        headers={"WWW-Authenticate": 'Bearer realm="idealized-runtime"'},
+    )
+
+
+def _authenticate(credentials: HTTPAuthorizationCredentials | None) -> Principal:
+    if credentials is None or credentials.scheme.lower() != "bearer":
+        raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
+    with get_database().read_sessions() as session:
+        key_id = verify_api_key(session, credentials.credentials)
+    if key_id is None:
+        raise _unauthorized("invalid or revoked API key")
+    return Principal(api_key_id=key_id)
+
+
+def require_key(
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme),
+) -> Principal:
+    """Dependency of every write."""
+    return _authenticate(credentials)
+
+
+async def reader(
+    credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme),
+) -> Principal:
+    """Dependency of every read: anonymous unless IDEALIZED_RUNTIME_READS_REQUIRE_KEY is set.
+    Async so that the public path costs no thread hop (the estimate endpoint is hot)."""
+    if not get_settings().reads_require_key:
+        return Principal(api_key_id=None)
+    from starlette.concurrency import run_in_threadpool
+
+    return await run_in_threadpool(_authenticate, credentials)

@@ -1,0 +1,85 @@
+"""Service settings, read from the environment once per process.
+
+Everything has a default so that ``idealized-runtime serve`` works with no configuration: a
+SQLite file under ``$IDEALIZED_RUNTIME_HOME`` (default ``~/.local/share/idealized-runtime``).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BATCH_ROWS = 1_000_000
+DEFAULT_MAX_UPLOAD_ROWS = 500_000
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _int(name: str, default: int) -> int:
+    raw = os.environ.get(name)
+    if raw is None or not raw.strip():
+        return default
+    value = int(raw)
+    if value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+    return value
+
+
+def data_home() -> Path:
+    """Where the default SQLite database lives."""
+    configured = os.environ.get("IDEALIZED_RUNTIME_HOME")
+    if configured:
+        return Path(configured).expanduser()
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "idealized-runtime"
+
+
+def default_database_url() -> str:
+    return f"sqlite:///{data_home() / 'idealized-runtime.sqlite3'}"
+
+
+def normalize_database_url(url: str) -> str:
+    """Accept the URLs people paste: ``postgres://`` and ``postgresql://`` mean psycopg 3."""
+    for prefix in ("postgres://", "postgresql://"):
+        if url.startswith(prefix):
+            return "postgresql+psycopg://" + url[len(prefix) :]
+    return url
+
+
+@dataclass(frozen=True)
+class Settings:
+    database_url: str = field(default_factory=default_database_url)
+    # Reads (GET) are public unless this is set; writes always need a key.
+    reads_require_key: bool = False
+    # Request bodies above this many bytes are refused with 413 while they stream in.
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
+    max_upload_rows: int = DEFAULT_MAX_UPLOAD_ROWS
+    # Seconds a cached "current fit of a model" is trusted before re-reading the database; fits
+    # written by this process invalidate it at once, this bounds staleness across workers.
+    fit_cache_ttl_s: float = 5.0
+
+    @property
+    def is_sqlite(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        url = os.environ.get("DATABASE_URL") or default_database_url()
+        return cls(
+            database_url=normalize_database_url(url),
+            reads_require_key=_flag(os.environ.get("IDEALIZED_RUNTIME_READS_REQUIRE_KEY")),
+            max_body_bytes=_int("IDEALIZED_RUNTIME_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
+            max_batch_rows=_int("IDEALIZED_RUNTIME_MAX_BATCH_ROWS", DEFAULT_MAX_BATCH_ROWS),
+            max_upload_rows=_int("IDEALIZED_RUNTIME_MAX_UPLOAD_ROWS", DEFAULT_MAX_UPLOAD_ROWS),
+        )
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings.from_env()

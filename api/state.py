@@ -1,0 +1,18 @@
+"""Process-wide state of the service: the estimate cache."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from api.estimation import EstimateCache
+from api.settings import get_settings
+
+
+@lru_cache(maxsize=1)
+def estimate_cache() -> EstimateCache:
+    return EstimateCache(ttl_s=get_settings().fit_cache_ttl_s)
+
+
+def invalidate_caches() -> None:
+    """After a write that can change which fit, hardware or architecture an estimate uses."""
+    estimate_cache().invalidate()

@@ -1,0 +1,339 @@
+"""Fit runtime(p, o) = alpha(p) + beta(p, o) * (o - 1) [+ overhead] to timings, per model.
+
+Three methods (``FitMethod``):
+
+``helm``
+    HELM's exact procedure: alpha(p) is the measured runtime at o = 1 for each profiled prompt
+    size, beta the least-squares slope through the origin of runtime - alpha(p) on o - 1,
+    pooled over prompt sizes; off-grid prompts use HELM's scale-up lookup.
+``default``
+    Fixes HELM's two biases. (1) Prompt processing has a fixed part (weights are read once
+    whatever p is): alpha is tabulated and *interpolated*, never scaled down towards zero.
+    (2) A decode step reads the whole KV cache, so its time grows with the context: the
+    per-token time is beta + beta_per_context_token * context. alpha at every size, beta and
+    the context slope are fitted jointly from all (p, o) by non-negative least squares on
+    relative errors, which denoises alpha with every output length instead of only o = 1.
+    Between profiled sizes, alpha follows the step shape of tiled GEMM kernels (time grows
+    in steps of a tile of prompt tokens) when the data show one.
+``denoised``
+    Robust lower-envelope fit of contended API timings with a fixed overhead: ``denoise.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import get_args
+
+import numpy as np
+from numpy.typing import NDArray
+from scipy.optimize import nnls
+
+from cost_model.evaluate import predict_runtime
+from cost_model.quality import fit_quality
+from cost_model.timings import ModelTimings, decode_context_tokens, group_by_model
+from idealized_runtime.errors import InputError
+from idealized_runtime.types import FitMethod, FittedCostModel, Measurement, Stack
+
+FIT_METHODS: tuple[str, ...] = get_args(FitMethod)
+# Up to this many distinct prompt sizes, alpha gets one value per size (a profiling grid);
+# beyond it (e.g. request logs with arbitrary prompts) alpha is fitted at quantile knots.
+MAX_TABLE_SIZES = 64
+QUANTILE_KNOTS = 32
+# Candidate GEMM tile heights (prompt tokens per tile) for the step shape of alpha(p).
+TILE_CANDIDATES = (32, 64, 128, 256)
+# A tile model must explain at least this much more of alpha's shape than a smooth one.
+TILE_MIN_IMPROVEMENT = 0.6
+MIN_SIZES_FOR_TILES = 6
+
+
+def check_method(method: str) -> FitMethod:
+    if method not in FIT_METHODS:
+        raise InputError(f"unknown method {method!r}; choose one of {', '.join(FIT_METHODS)}")
+    return method  # type: ignore[return-value]
+
+
+def fit_measurements(
+    measurements: Sequence[Measurement],
+    method: FitMethod = "default",
+    *,
+    stack: Stack | None = None,
+    bootstrap_samples: int = 200,
+    seed: int = 0,
+) -> dict[str, FittedCostModel]:
+    """One fit per model name, each with its quality on its own data.
+
+    ``bootstrap_samples`` and ``seed`` drive the confidence intervals of denoised fits (0: none).
+    Raises InputError for data a method cannot use (e.g. no o = 1 timing for ``helm``).
+    """
+    check_method(method)
+    groups = group_by_model(measurements)
+    if method == "helm":
+        return {model: fit_helm(t, stack=stack) for model, t in groups.items()}
+    if method == "default":
+        return fit_default_group(groups, stack=stack)
+    from cost_model.denoise import fit_denoised
+
+    return {
+        model: fit_denoised(t, stack=stack, bootstrap_samples=bootstrap_samples, seed=seed)
+        for model, t in groups.items()
+    }
+
+
+def _finish(
+    timings: ModelTimings,
+    *,
+    method: FitMethod,
+    alpha_rule: str,
+    sizes: Sequence[float],
+    alphas: Sequence[float],
+    beta: float,
+    beta_context: float = 0.0,
+    overhead: float | None = None,
+    stack: Stack | None,
+    confidence_intervals: Mapping[str, tuple[float, float]] | None = None,
+) -> FittedCostModel:
+    fit = FittedCostModel(
+        model=timings.model,
+        method=method,
+        alpha_rule=alpha_rule,  # type: ignore[arg-type]
+        prompt_sizes=[int(s) for s in sizes],
+        prompt_runtimes_s=[max(0.0, float(a)) for a in alphas],
+        beta_s=max(0.0, float(beta)),
+        beta_per_context_token_s=max(0.0, float(beta_context)),
+        overhead_s=None if overhead is None else float(overhead),
+        stack=stack,
+        confidence_intervals=dict(confidence_intervals or {}),
+    )
+    predicted = predict_runtime(fit, timings.num_prompt_tokens, timings.num_output_tokens)
+    return fit.model_copy(update={"quality": fit_quality(timings.runtime_s, predicted)})
+
+
+# --- HELM -------------------------------------------------------------------------------------
+
+
+def fit_helm(timings: ModelTimings, *, stack: Stack | None = None) -> FittedCostModel:
+    """HELM's method, exactly (see the module docstring)."""
+    p, o, y = timings.num_prompt_tokens, timings.num_output_tokens, timings.runtime_s
+    first = o == 1
+    if not first.any():
+        raise InputError(
+            f"model {timings.model!r} has no timing with num_output_tokens = 1: the helm method "
+            "reads alpha(p) from them",
+            column="num_output_tokens",
+        )
+    sizes = np.unique(p[first])
+    alphas = np.array([np.median(y[first & (p == size)]) for size in sizes])
+    on_grid = np.isin(p, sizes) & (o > 1)
+    if not on_grid.any():
+        raise InputError(
+            f"model {timings.model!r} has no timing with more than one output token at a "
+            "profiled prompt size: beta cannot be fitted",
+            column="num_output_tokens",
+        )
+    steps = o[on_grid] - 1.0
+    decode_time = y[on_grid] - alphas[np.searchsorted(sizes, p[on_grid])]
+    beta = float(np.dot(steps, decode_time) / np.dot(steps, steps))
+    return _finish(
+        timings,
+        method="helm",
+        alpha_rule="helm_scale_up",
+        sizes=sizes,
+        alphas=alphas,
+        beta=beta,
+        stack=stack,
+    )
+
+
+# --- default ----------------------------------------------------------------------------------
+
+
+def alpha_knots(num_prompt_tokens: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Prompt sizes at which alpha is fitted: every size of a grid, or quantiles of a log."""
+    sizes = np.unique(num_prompt_tokens)
+    if sizes.size <= MAX_TABLE_SIZES:
+        return sizes
+    return np.unique(np.round(np.quantile(num_prompt_tokens, np.linspace(0, 1, QUANTILE_KNOTS))))
+
+
+def interpolation_basis(
+    num_prompt_tokens: NDArray[np.float64], knots: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Matrix B with B @ values == evaluate's "interpolate" rule through (knots, values):
+    piecewise linear, flat below the first knot, extrapolated with the last slope."""
+    p = np.asarray(num_prompt_tokens, dtype=np.float64)
+    basis = np.zeros((p.size, knots.size))
+    if knots.size == 1:
+        basis[:, 0] = 1.0
+        return basis
+    segment = np.clip(np.searchsorted(knots, p, side="right") - 1, 0, knots.size - 2)
+    weight = (p - knots[segment]) / (knots[segment + 1] - knots[segment])
+    weight = np.maximum(weight, 0.0)  # flat below the first knot; > 1 extrapolates past the last
+    rows = np.arange(p.size)
+    basis[rows, segment] = 1.0 - weight
+    basis[rows, segment + 1] += weight
+    return basis
+
+
+def _scaled_nnls(
+    design: NDArray[np.float64], target: NDArray[np.float64], weights: NDArray[np.float64]
+) -> NDArray[np.float64]:
+    """Non-negative weighted least squares, with columns scaled to unit size first (context
+    sums are ~10^5 times larger than the one-hot columns)."""
+    weighted = design * weights[:, None]
+    scale = np.abs(weighted).max(axis=0)
+    scale[scale == 0] = 1.0
+    solution, _ = nnls(weighted / scale, target * weights, maxiter=50 * design.shape[1])
+    return solution / scale
+
+
+@dataclass(frozen=True)
+class JointFit:
+    """alpha at knots, beta and the context slope, fitted together."""
+
+    knots: NDArray[np.float64]
+    alphas: NDArray[np.float64]
+    beta_s: float
+    beta_per_context_token_s: float
+
+
+def fit_joint(timings: ModelTimings, *, context_term: bool = True) -> JointFit:
+    """Non-negative least squares of relative errors for alpha(knots), beta, context slope."""
+    p, o, y = timings.num_prompt_tokens, timings.num_output_tokens, timings.runtime_s
+    if not (o > 1).any():
+        raise InputError(
+            f"model {timings.model!r} has no timing with more than one output token: "
+            "beta cannot be fitted",
+            column="num_output_tokens",
+        )
+    knots = alpha_knots(p)
+    columns = [interpolation_basis(p, knots), (o - 1.0)[:, None]]
+    if context_term:
+        columns.append(decode_context_tokens(p, o)[:, None])
+    # Weights 1 / runtime: minimise relative errors, as short requests matter as much.
+    solution = _scaled_nnls(np.hstack(columns), y, 1.0 / y)
+    k = knots.size
+    return JointFit(
+        knots, solution[:k], float(solution[k]), float(solution[k + 1]) if context_term else 0.0
+    )
+
+
+def _tile_design(sizes: NDArray[np.float64], tile: int | None) -> NDArray[np.float64]:
+    """Smooth alpha shape (constant, linear in p, quadratic attention) plus, with a tile,
+    a step per tile of prompt tokens (tiled GEMMs cost the same for a partly filled tile)."""
+    columns = [np.ones_like(sizes), sizes, sizes * sizes]
+    if tile:
+        columns.append(np.ceil(sizes / tile))
+    return np.stack(columns, axis=1)
+
+
+def _shape_fit(
+    sizes: NDArray[np.float64], alphas: NDArray[np.float64], tile: int | None
+) -> tuple[NDArray[np.float64], float]:
+    """Coefficients and relative sum of squares of the alpha shape model."""
+    weights = 1.0 / np.maximum(alphas, 1e-12)
+    design = _tile_design(sizes, tile)
+    coef = _scaled_nnls(design, alphas, weights)
+    residual = (design @ coef - alphas) * weights
+    return coef, float(np.dot(residual, residual))
+
+
+def choose_prompt_tile(
+    alpha_tables: Sequence[tuple[NDArray[np.float64], NDArray[np.float64]]],
+) -> int | None:
+    """The tile height (prompt tokens) that best explains the steps of alpha(p), pooled over
+    models profiled on one stack; None when a smooth shape is as good.
+
+    Pooled because a sparse grid of one model can alias with several tile heights, while the
+    kernels (hence the tile) are the same for every model of one profiling run.
+    """
+    usable = [(s, a) for s, a in alpha_tables if s.size >= MIN_SIZES_FOR_TILES and a.max() > 0]
+    if not usable:
+        return None
+    smooth = sum(_shape_fit(s, a, None)[1] for s, a in usable)
+    scores = {tile: sum(_shape_fit(s, a, tile)[1] for s, a in usable) for tile in TILE_CANDIDATES}
+    best = min(scores, key=scores.__getitem__)
+    return best if scores[best] < TILE_MIN_IMPROVEMENT * smooth else None
+
+
+def tabulate_alpha(
+    sizes: NDArray[np.float64], alphas: NDArray[np.float64], tile: int | None
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Table (sizes, values) for the "interpolate" rule that reproduces alpha at the fitted
+    sizes exactly and, between them, follows the tile steps of the shape model.
+
+    Knots are added at both sides of each tile boundary (k*tile, k*tile + 1) inside the
+    profiled range, valued by the shape model plus the interpolated residual at the fitted
+    sizes, and kept between their two neighbouring fitted values (so a monotone alpha stays
+    monotone). The last tile gets no start knot: extrapolation past the largest size then
+    continues with the average growth per token, not the flat slope inside a tile.
+    """
+    if tile is None or sizes.size < 2:
+        return sizes, alphas
+    coef, _ = _shape_fit(sizes, alphas, tile)
+    residual = alphas - _tile_design(sizes, tile) @ coef
+    boundaries = np.arange(tile * math.ceil(sizes[0] / tile), sizes[-1], tile, dtype=np.float64)
+    extra = np.concatenate([boundaries, boundaries + 1.0])
+    last_tile_start = tile * (math.ceil(sizes[-1] / tile) - 1) + 1.0
+    extra = extra[(extra > sizes[0]) & (extra < sizes[-1]) & (extra != last_tile_start)]
+    extra = np.setdiff1d(extra, sizes)
+    if extra.size == 0:
+        return sizes, alphas
+    values = _tile_design(extra, tile) @ coef + np.interp(extra, sizes, residual)
+    # Keep each inserted knot between the fitted values around it, in order.
+    right = np.searchsorted(sizes, extra)
+    low = np.minimum(alphas[right - 1], alphas[right])
+    high = np.maximum(alphas[right - 1], alphas[right])
+    values = np.clip(values, low, high)
+    for segment in np.unique(right):
+        inside = right == segment
+        ordered = (
+            np.maximum.accumulate
+            if alphas[segment] >= alphas[segment - 1]
+            else np.minimum.accumulate
+        )
+        values[inside] = ordered(values[inside])
+    table_sizes = np.concatenate([sizes, extra])
+    order = np.argsort(table_sizes)
+    return table_sizes[order], np.concatenate([alphas, values])[order]
+
+
+def fit_default_group(
+    groups: Mapping[str, ModelTimings],
+    *,
+    stack: Stack | None = None,
+    prompt_tile: int | str | None = "auto",
+) -> dict[str, FittedCostModel]:
+    """The default method for models profiled together (one tile height for all of them).
+
+    ``prompt_tile``: "auto" (chosen from the data), an integer, or None (plain interpolation).
+    """
+    joints = {model: fit_joint(t) for model, t in groups.items()}
+    if prompt_tile == "auto":
+        tile = choose_prompt_tile([(j.knots, j.alphas) for j in joints.values()])
+    else:
+        tile = prompt_tile  # type: ignore[assignment]
+    fits = {}
+    for model, joint in joints.items():
+        sizes, alphas = tabulate_alpha(joint.knots, joint.alphas, tile)
+        fits[model] = _finish(
+            groups[model],
+            method="default",
+            alpha_rule="interpolate",
+            sizes=sizes,
+            alphas=alphas,
+            beta=joint.beta_s,
+            beta_context=joint.beta_per_context_token_s,
+            stack=stack,
+        )
+    return fits
+
+
+def fit_default(
+    timings: ModelTimings, *, stack: Stack | None = None, prompt_tile: int | str | None = "auto"
+) -> FittedCostModel:
+    """The default method for one model."""
+    return fit_default_group({timings.model: timings}, stack=stack, prompt_tile=prompt_tile)[
+        timings.model
+    ]

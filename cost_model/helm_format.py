@@ -1,0 +1,112 @@
+"""HELM's runtime tables (inference_idealized_runtimes.json, inference_denoised_runtimes.json).
+
+Shape: ``{model: {"runtime_per_output_token": beta, "runtime_for_prompt_tokens": {"1": a, ...},
+"overhead": c (denoised tables only)}}``. HELM evaluates them with its scale-up lookup, so an
+imported table gets ``alpha_rule="helm_scale_up"``; import then export gives HELM's JSON back
+exactly (same keys, same order, same floats).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from cost_model.evaluate import predict_runtime
+from idealized_runtime.errors import InputError
+from idealized_runtime.types import FitMethod, FittedCostModel
+
+BETA_KEY = "runtime_per_output_token"
+ALPHA_KEY = "runtime_for_prompt_tokens"
+OVERHEAD_KEY = "overhead"
+# Output lengths over which a fit that HELM's form cannot hold exactly is projected onto it.
+_PROJECTION_OUTPUT_TOKENS = np.array([2, 4, 8, 12, 16, 24, 32, 48, 64], dtype=np.float64)
+
+
+def looks_like_helm_table(data: Any) -> bool:
+    return (
+        isinstance(data, Mapping)
+        and bool(data)
+        and all(
+            isinstance(entry, Mapping) and BETA_KEY in entry and ALPHA_KEY in entry
+            for entry in data.values()
+        )
+    )
+
+
+def _number(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InputError(f"{where}: expected a finite number, got {value!r}")
+    if value < 0:
+        raise InputError(f"{where}: must not be negative, got {value!r}")
+    return float(value)
+
+
+def import_helm_table(
+    table: Mapping[str, Any], method: FitMethod = "helm"
+) -> dict[str, FittedCostModel]:
+    """HELM JSON -> fits (alpha_rule helm_scale_up). ``method`` labels the fits: "helm" for an
+    idealized table, "denoised" for a denoised one."""
+    if not isinstance(table, Mapping) or not table:
+        raise InputError("a HELM runtime table is a non-empty JSON object of models")
+    fits: dict[str, FittedCostModel] = {}
+    for model, entry in table.items():
+        if not isinstance(entry, Mapping) or BETA_KEY not in entry or ALPHA_KEY not in entry:
+            raise InputError(f"model {model!r}: expected keys {BETA_KEY!r} and {ALPHA_KEY!r}")
+        unknown = set(entry) - {BETA_KEY, ALPHA_KEY, OVERHEAD_KEY}
+        if unknown:
+            raise InputError(f"model {model!r}: unknown keys {', '.join(sorted(unknown))}")
+        alpha_table = entry[ALPHA_KEY]
+        if not isinstance(alpha_table, Mapping) or not alpha_table:
+            raise InputError(f"model {model!r}: {ALPHA_KEY} must be a non-empty object")
+        sizes: list[int] = []
+        for key in alpha_table:
+            if not (isinstance(key, str) and key.isdigit() and str(int(key)) == key):
+                raise InputError(f"model {model!r}: prompt size {key!r} is not an integer")
+            sizes.append(int(key))
+        if sizes != sorted(set(sizes)) or sizes[0] < 1:
+            raise InputError(f"model {model!r}: prompt sizes must be increasing positive integers")
+        alphas = [_number(v, f"model {model!r}: {ALPHA_KEY}[{k}]") for k, v in alpha_table.items()]
+        overhead = entry.get(OVERHEAD_KEY)
+        fits[model] = FittedCostModel(
+            model=model,
+            method=method,
+            alpha_rule="helm_scale_up",
+            prompt_sizes=sizes,
+            prompt_runtimes_s=alphas,
+            beta_s=_number(entry[BETA_KEY], f"model {model!r}: {BETA_KEY}"),
+            overhead_s=None if overhead is None else _number(overhead, f"{model!r}: overhead"),
+        )
+    return fits
+
+
+def helm_form(fit: FittedCostModel) -> tuple[list[int], list[float], float]:
+    """(sizes, alphas, beta) in HELM's form. Exact for HELM-form fits; otherwise a projection:
+    the alpha table is kept (both lookup rules agree at the tabulated sizes) and beta is what
+    HELM's method would fit from this model's own runtimes at those sizes and o = 2..64."""
+    if fit.alpha_rule == "helm_scale_up" and fit.beta_per_context_token_s == 0:
+        return list(fit.prompt_sizes), list(fit.prompt_runtimes_s), fit.beta_s
+    p, o = np.meshgrid(np.asarray(fit.prompt_sizes, float), _PROJECTION_OUTPUT_TOKENS)
+    steps = o.ravel() - 1.0
+    decode_time = predict_runtime(fit, p.ravel(), o.ravel(), include_overhead=False) - (
+        predict_runtime(fit, p.ravel(), np.ones(p.size), include_overhead=False)
+    )
+    beta = float(np.dot(steps, decode_time) / np.dot(steps, steps))
+    return list(fit.prompt_sizes), list(fit.prompt_runtimes_s), beta
+
+
+def export_helm_table(fits: Mapping[str, FittedCostModel]) -> dict[str, Any]:
+    """Fits -> HELM's JSON shape, keyed by the mapping's keys, in its order."""
+    table: dict[str, Any] = {}
+    for model, fit in fits.items():
+        sizes, alphas, beta = helm_form(fit)
+        entry: dict[str, Any] = {
+            BETA_KEY: beta,
+            ALPHA_KEY: {str(size): alpha for size, alpha in zip(sizes, alphas, strict=True)},
+        }
+        if fit.overhead_s is not None:
+            entry[OVERHEAD_KEY] = fit.overhead_s
+        table[model] = entry
+    return table

@@ -1,0 +1,230 @@
+"""The offline demo: the whole path profile -> measurements -> fit -> measure -> store ->
+compare -> report on a tiny model, on this machine's CPU, with the bundled HELM data.
+
+Steps (each resumable; a second run reuses what the first wrote):
+1. profile ``tiny-llama`` with the local runner on the quick grid and fit it (default + helm);
+2. serve it behind its own OpenAI-compatible endpoint (``serve-model`` on 127.0.0.1, a free
+   port), time it as a black box on the quick grid and fit the timings (denoised);
+3. fit the bundled A100 reference profiles (helm + default), import HELM's idealized and
+   denoised tables and its per-scenario accuracies;
+4. store everything in the service database (SQLite file in the work folder by default);
+5. write the leaderboard report from the database.
+Steps 1-2 are a ``bench`` run (results folder ``<workdir>/bench``), the same code path as
+``idealized-runtime bench``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from idealized_runtime.bench import (
+    MANIFEST_NAME,
+    ApiModelSpec,
+    BenchConfig,
+    BenchResult,
+    LocalModelSpec,
+    item_key,
+    read_fits,
+    run_bench,
+)
+from idealized_runtime.catalog import (
+    MEGATRON_A100_STACK,
+    architectures,
+    hardware_catalog,
+    megatron_a100_measurements,
+)
+from idealized_runtime.errors import InputError
+from idealized_runtime.leaderboard import Leaderboard, build_leaderboard
+from idealized_runtime.report.render import ReportFiles, write_report
+
+DEMO_ARCHITECTURE = "tiny-llama"
+DEMO_GRID = "quick"
+PROFILE_REPEATS = 3
+MEASURE_REPEATS = 2
+SERVER_START_TIMEOUT_S = 90.0
+HELM_REFERENCE_SET = "helm-a100-megatron-2022"
+Say = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    workdir: Path
+    database_url: str
+    bench: tuple[BenchResult, ...]
+    board: Leaderboard
+    report: ReportFiles
+    elapsed_s: float
+
+
+def default_database_url(workdir: Path) -> str:
+    return f"sqlite:///{(workdir / 'demo.sqlite3').resolve()}"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def local_endpoint(architecture: str, log_path: Path) -> Iterator[str]:
+    """``serve-model`` in a subprocess on a free loopback port; yields its base URL and stops
+    the process (by its PID) on exit."""
+    port = _free_port()
+    command = [sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", architecture]
+    command += ["--host", "127.0.0.1", "--port", str(port)]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            base_url = f"http://127.0.0.1:{port}/v1"
+            _wait_healthy(process, f"http://127.0.0.1:{port}/health", log_path)
+            yield base_url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path) -> None:
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
+            raise InputError(f"serve-model exited with {process.returncode}: {tail[0]}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=1.0).status_code == 200:
+                return
+        time.sleep(0.2)
+    raise InputError(f"serve-model did not answer {url} within {SERVER_START_TIMEOUT_S:.0f}s")
+
+
+def _item_done(results_dir: Path, key: str) -> bool:
+    manifest = results_dir / MANIFEST_NAME
+    if not manifest.is_file():
+        return False
+    items = json.loads(manifest.read_text(encoding="utf-8")).get("items", [])
+    return any(i["name"] == key and i["status"] == "done" for i in items)
+
+
+def run_local_model(results_dir: Path, *, progress: bool, say: Say) -> list[BenchResult]:
+    """Steps 1-2: profile and fit the demo model, then time it through its own endpoint."""
+    local = LocalModelSpec(architecture=DEMO_ARCHITECTURE, repeats=PROFILE_REPEATS)
+    say(f"profiling {DEMO_ARCHITECTURE} on the local runner ({DEMO_GRID} grid) and fitting it")
+    results = [_checked(run_bench(BenchConfig(models=[local]), results_dir, progress=progress))]
+    api_key = item_key(ApiModelSpec(base_url="http://127.0.0.1/v1", model=DEMO_ARCHITECTURE))
+    if _item_done(results_dir, api_key):
+        say("black-box timings already measured and fitted (resumed)")
+        return results
+    say(f"serving {DEMO_ARCHITECTURE} (serve-model) and timing it as a black box")
+    with local_endpoint(DEMO_ARCHITECTURE, results_dir / "serve-model.log") as base_url:
+        api = ApiModelSpec(
+            base_url=base_url,
+            model=DEMO_ARCHITECTURE,
+            grid=DEMO_GRID,
+            repeats=MEASURE_REPEATS,
+            timeout_s=60.0,
+        )
+        config = BenchConfig(grid=DEMO_GRID, models=[api])
+        results.append(_checked(run_bench(config, results_dir, progress=progress)))
+    return results
+
+
+def _checked(result: BenchResult) -> BenchResult:
+    if result.failed:
+        item = result.failed[0]
+        raise InputError(f"demo step {item.name} failed: {item.error}")
+    return result
+
+
+def store_helm_reference(database_url: str, *, say: Say) -> None:
+    """Step 3-4 for the bundled data: A100 profiles (fitted helm + default), HELM's tables and
+    scenario results, the architectures and hardware catalog."""
+    from idealized_runtime.report import database
+    from idealized_runtime.report.inputs import a100_reference_profiles, helm_reference_models
+    from idealized_runtime.scenarios import helm_scenario_results
+
+    say("fitting the bundled A100 reference profiles (helm, default); loading HELM's tables")
+    profiles = a100_reference_profiles()
+    helm_models = helm_reference_models()
+    imported = [
+        fit for model in helm_models for fit in (model.idealized_fit, model.denoised_fit) if fit
+    ]
+    catalog = list(architectures().values())
+    say("storing the HELM reference data in the service database")
+    with database.write_session(database_url) as session:
+        database.store_catalog(session, catalog, list(hardware_catalog().values()))
+        database.store_measurement_set(
+            session,
+            name=HELM_REFERENCE_SET,
+            source="import",
+            measurements=megatron_a100_measurements(),
+            fits=[fit for profile in profiles for fit in profile.fits],
+            stack=MEGATRON_A100_STACK,
+            metadata={"source": "stanford-crfm/helm-efficiency megatron_a100_runtimes.csv"},
+        )
+        database.store_imported_fits(session, imported)
+        database.store_scenario_results(session, helm_scenario_results())
+
+
+def store_bench_results(database_url: str, results_dir: Path, *, say: Say) -> None:
+    """Step 4 for our own runs: each finished bench item's timings and fits."""
+    from cost_model.measurements_io import read_measurements
+    from idealized_runtime.report import database
+
+    manifest = json.loads((results_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
+    say("storing the demo's profiles, timings and fits in the service database")
+    with database.write_session(database_url) as session:
+        for item in manifest["items"]:
+            if item["status"] != "done":
+                continue
+            item_dir = results_dir / item["dir"]
+            local = item["kind"] == "local"
+            data = item_dir / ("measurements.csv" if local else "timings.jsonl")
+            fits = read_fits(item_dir)
+            database.store_measurement_set(
+                session,
+                name=f"{results_dir.resolve().parent.name}/{item['name']}",
+                source="local_profile" if local else "api_timing",
+                measurements=read_measurements(data),
+                fits=fits,
+                stack=fits[0].stack if fits else None,
+                metadata={"bench_item": item["name"], "results_dir": str(results_dir)},
+            )
+
+
+def run_demo(
+    workdir: str | Path,
+    database_url: str | None = None,
+    *,
+    progress: bool = True,
+    say: Say = print,
+) -> DemoResult:
+    """Run (or resume) the demo in ``workdir`` and write its report to ``workdir/report``."""
+    from idealized_runtime.report.database import database_report_inputs
+
+    started = time.perf_counter()
+    root = Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    url = database_url or default_database_url(root)
+    results_dir = root / "bench"
+    bench = run_local_model(results_dir, progress=progress, say=say)
+    store_helm_reference(url, say=say)
+    store_bench_results(url, results_dir, say=say)
+    say("building the leaderboard from the database and writing the report")
+    board = build_leaderboard(database_report_inputs(url))
+    report = write_report(board, root / "report")
+    return DemoResult(root, url, tuple(bench), board, report, time.perf_counter() - started)

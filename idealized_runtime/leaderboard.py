@@ -1,0 +1,449 @@
+"""Leaderboard: runtimes, cost and accuracy per model and scenario, and the accuracy-vs-runtime
+Pareto frontiers of the paper's main figure.
+
+Pure computation on inputs that are already loaded (``LeaderboardInputs``): loading lives in
+``idealized_runtime.report.inputs`` (bundled HELM data, a results folder, the service database)
+and rendering in ``idealized_runtime.report.render``. The REST service gathers the same inputs
+from its database and calls ``build_leaderboard``.
+
+Two granularities, because they answer different questions:
+
+* **scenario rows**: one per (HELM scenario, model that HELM ran on it). They carry accuracy and
+  the raw (API-measured) runtime, so they feed the efficiency-vs-capability frontiers.
+* **workload rows**: one per (scenario group, model with a fit). Every fitted model is evaluated
+  at the same mean prompt/output tokens, so these are comparable across all models, including
+  ones HELM never ran (a locally profiled architecture).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+
+from cost_model.evaluate import predict_runtime
+from idealized_runtime.scenarios import ScenarioResult, Workload
+from idealized_runtime.types import (
+    Architecture,
+    FittedCostModel,
+    Hardware,
+    Measurement,
+    Stack,
+    utc_now,
+)
+
+FrontierKind = Literal["idealized", "raw"]
+FRONTIER_KINDS: tuple[FrontierKind, ...] = ("idealized", "raw")
+IdealizedSource = Literal["helm-reported", "fit"]
+REQUESTS_PER_COST_UNIT = 1000  # costs are quoted per 1,000 requests
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """One model to rank. ``name`` is the key used in scenario results (a HELM name such as
+    ``openai/davinci``, or an architecture name for a locally profiled model)."""
+
+    name: str
+    architecture: Architecture | None = None  # the profiled shape; gives parameters and GPUs
+    idealized_fit: FittedCostModel | None = None
+    denoised_fit: FittedCostModel | None = None
+    num_gpus: int | None = None  # accelerators needed to serve it; None: derive or unknown
+    hardware: str | None = None  # accelerator the idealized fit (and so the cost) refers to
+
+    @property
+    def num_parameters(self) -> int | None:
+        return self.architecture.num_parameters() if self.architecture else None
+
+
+@dataclass(frozen=True)
+class ProfileInput:
+    """One profiled shape: its timings and the fits of them (several methods may share the
+    timings), for the runtime-vs-output plots and the fit-quality table."""
+
+    name: str
+    fits: tuple[FittedCostModel, ...]
+    measurements: tuple[Measurement, ...] = ()
+
+
+@dataclass(frozen=True)
+class CostRates:
+    """What one accelerator-second costs: the cost-aware metrics multiply by these."""
+
+    hardware: str
+    usd_per_gpu_second: float | None
+    joules_per_gpu_second: float | None  # board power, W
+
+    @classmethod
+    def from_hardware(cls, hardware: Hardware) -> CostRates:
+        return cls(
+            hardware=hardware.name,
+            usd_per_gpu_second=hardware.hourly_price_usd / 3600 or None,
+            joules_per_gpu_second=hardware.board_power_w or None,
+        )
+
+
+@dataclass(frozen=True)
+class LeaderboardInputs:
+    models: tuple[ModelInput, ...]
+    scenario_results: tuple[ScenarioResult, ...] = ()
+    # Request shapes every fitted model is evaluated at (HELM scenario groups by default).
+    workloads: tuple[Workload, ...] = ()
+    profiles: tuple[ProfileInput, ...] = ()
+    # Accelerator name -> rates; a model's cost uses the entry of its ``hardware``.
+    cost_rates: Mapping[str, CostRates] = field(default_factory=dict)
+    source: str = ""  # where the inputs came from, for the methodology section
+    created_at: datetime = field(default_factory=utc_now)
+
+
+# --- outputs -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Cost-aware variants of a runtime, per 1,000 requests (None where a rate is unknown)."""
+
+    gpu_seconds: float | None = None
+    usd: float | None = None
+    kilojoules: float | None = None
+
+
+@dataclass(frozen=True)
+class ScenarioRow:
+    scenario: str
+    group: str
+    model: str
+    prompt_tokens: float | None
+    output_tokens: float | None
+    idealized_runtime_s: float | None
+    idealized_source: IdealizedSource | None
+    denoised_runtime_s: float | None
+    raw_runtime_s: float | None
+    accuracy: float | None
+    on_frontier: Mapping[FrontierKind, bool] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkloadRow:
+    workload: str
+    model: str
+    prompt_tokens: float
+    output_tokens: float
+    idealized_runtime_s: float | None
+    denoised_runtime_s: float | None
+    num_gpus: int | None
+    cost: Cost
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """Per-model summary. Runtimes from fits are means over the common workloads (comparable
+    across models); raw runtime and accuracy are means over the scenarios HELM ran the model on
+    (not comparable across models that ran different scenarios; ``num_scenarios`` says how
+    many)."""
+
+    model: str
+    architecture: str | None
+    num_parameters: int | None
+    num_gpus: int | None
+    hardware: str | None
+    idealized_runtime_s: float | None
+    denoised_runtime_s: float | None
+    raw_runtime_s: float | None
+    accuracy: float | None
+    num_scenarios: int
+    cost: Cost
+    frontier_count: Mapping[FrontierKind, int]
+
+
+@dataclass(frozen=True)
+class FrontierPoint:
+    model: str
+    runtime_s: float
+    accuracy: float
+    on_frontier: bool
+
+
+@dataclass(frozen=True)
+class Leaderboard:
+    models: tuple[ModelRow, ...]
+    scenario_rows: tuple[ScenarioRow, ...]
+    workload_rows: tuple[WorkloadRow, ...]
+    # kind -> scenario -> the scenario's points (all models with accuracy and that runtime)
+    frontier_points: Mapping[FrontierKind, Mapping[str, tuple[FrontierPoint, ...]]]
+    inputs: LeaderboardInputs
+
+    def frontier(self, kind: FrontierKind, scenario: str) -> list[str]:
+        """Models on the accuracy-vs-runtime frontier of a scenario, fastest first."""
+        points = self.frontier_points[kind].get(scenario, ())
+        return [point.model for point in points if point.on_frontier]
+
+    def frontier_scenarios(self) -> list[str]:
+        """Scenarios with at least one point on either runtime axis, sorted."""
+        return sorted({s for points in self.frontier_points.values() for s in points})
+
+
+# --- Pareto frontier ---------------------------------------------------------------------------
+
+
+def pareto_front(points: Mapping[str, tuple[float, float]]) -> set[str]:
+    """Names of the (runtime, accuracy) points that no other point dominates; lower runtime and
+    higher accuracy are better. A point dominates another if it is at least as good in both and
+    strictly better in one, so exact duplicates are all on the front.
+
+    Sweep in order of increasing runtime: a point is on the front iff its accuracy beats every
+    strictly faster point's and it is the most accurate among the points as fast as it.
+    """
+    by_runtime: dict[float, list[tuple[str, float]]] = defaultdict(list)
+    for name, (runtime, accuracy) in points.items():
+        by_runtime[runtime].append((name, accuracy))
+    front: set[str] = set()
+    best_faster = -math.inf
+    for runtime in sorted(by_runtime):
+        tied = by_runtime[runtime]
+        best_here = max(accuracy for _, accuracy in tied)
+        if best_here > best_faster:
+            front.update(name for name, accuracy in tied if accuracy == best_here)
+            best_faster = best_here
+    return front
+
+
+# --- metrics -----------------------------------------------------------------------------------
+
+
+def _runtime(
+    fit: FittedCostModel | None, prompt: float | None, output: float | None
+) -> float | None:
+    if fit is None or prompt is None or output is None:
+        return None
+    # Mean token counts are fractional; the cost model's formulas are defined for any p, o >= 1.
+    return float(predict_runtime(fit, max(prompt, 1.0), max(output, 1.0)))
+
+
+def cost_per_1000(runtime_s: float | None, num_gpus: int | None, rates: CostRates | None) -> Cost:
+    """GPU-seconds, dollars and kilojoules of 1,000 requests of ``runtime_s`` on ``num_gpus``
+    accelerators: the paper's cost-aware variant (runtime x accelerators needed)."""
+    if runtime_s is None or num_gpus is None:
+        return Cost()
+    gpu_seconds = runtime_s * num_gpus * REQUESTS_PER_COST_UNIT
+    usd = joules = None
+    if rates is not None:
+        if rates.usd_per_gpu_second is not None:
+            usd = gpu_seconds * rates.usd_per_gpu_second
+        if rates.joules_per_gpu_second is not None:
+            joules = gpu_seconds * rates.joules_per_gpu_second
+    return Cost(gpu_seconds=gpu_seconds, usd=usd, kilojoules=joules / 1000 if joules else None)
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [value for value in values if value is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _scenario_rows(
+    results: Sequence[ScenarioResult], models: Mapping[str, ModelInput]
+) -> list[ScenarioRow]:
+    rows = []
+    for result in results:
+        model = models.get(result.model)
+        # HELM's reported idealized runtime averages the fit over the scenario's actual requests;
+        # a fit at the mean token counts is the fallback where HELM did not report one.
+        if result.idealized_runtime_s is not None:
+            idealized, source = result.idealized_runtime_s, "helm-reported"
+        else:
+            fit = model.idealized_fit if model else None
+            idealized = _runtime(fit, result.mean_prompt_tokens, result.mean_output_tokens)
+            source = "fit" if idealized is not None else None
+        denoised = _runtime(
+            model.denoised_fit if model else None,
+            result.mean_prompt_tokens,
+            result.mean_output_tokens,
+        )
+        rows.append(
+            ScenarioRow(
+                scenario=result.scenario,
+                group=result.group,
+                model=result.model,
+                prompt_tokens=result.mean_prompt_tokens,
+                output_tokens=result.mean_output_tokens,
+                idealized_runtime_s=idealized,
+                idealized_source=source,
+                denoised_runtime_s=denoised,
+                raw_runtime_s=result.raw_runtime_s,
+                accuracy=result.accuracy,
+            )
+        )
+    return rows
+
+
+def _frontier_points(
+    rows: Sequence[ScenarioRow], kind: FrontierKind
+) -> dict[str, tuple[FrontierPoint, ...]]:
+    """Per scenario, every model with an accuracy and a ``kind`` runtime, marked on/off front.
+
+    A model that appears twice in a scenario (HELM reran some) keeps its first result.
+    """
+    by_scenario: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
+    for row in rows:
+        runtime = row.idealized_runtime_s if kind == "idealized" else row.raw_runtime_s
+        if runtime is None or row.accuracy is None:
+            continue
+        by_scenario[row.scenario].setdefault(row.model, (runtime, row.accuracy))
+    points = {}
+    for scenario, values in by_scenario.items():
+        front = pareto_front(values)
+        points[scenario] = tuple(
+            FrontierPoint(model, runtime, accuracy, model in front)
+            for model, (runtime, accuracy) in sorted(values.items(), key=lambda kv: kv[1])
+        )
+    return points
+
+
+def _workload_rows(
+    workloads: Sequence[Workload],
+    models: Sequence[ModelInput],
+    gpus: Mapping[str, int | None],
+    rates: Mapping[str, CostRates],
+) -> list[WorkloadRow]:
+    rows = []
+    for model in models:
+        if model.idealized_fit is None and model.denoised_fit is None:
+            continue
+        for workload in workloads:
+            p, o = workload.mean_prompt_tokens, workload.mean_output_tokens
+            idealized = _runtime(model.idealized_fit, p, o)
+            rows.append(
+                WorkloadRow(
+                    workload=workload.name,
+                    model=model.name,
+                    prompt_tokens=p,
+                    output_tokens=o,
+                    idealized_runtime_s=idealized,
+                    denoised_runtime_s=_runtime(model.denoised_fit, p, o),
+                    num_gpus=gpus[model.name],
+                    cost=cost_per_1000(
+                        idealized, gpus[model.name], rates.get(model.hardware or "")
+                    ),
+                )
+            )
+    return rows
+
+
+def accelerators_needed(model: ModelInput, rates: Mapping[str, CostRates]) -> int | None:
+    """The model's accelerator count: given, else the serving model's minimum for its shape on
+    its hardware (batch 1, full context), else unknown."""
+    if model.num_gpus is not None:
+        return model.num_gpus
+    if model.architecture is None or model.hardware is None:
+        return None
+    try:
+        from cost_model.serving import min_gpus
+
+        from idealized_runtime.catalog import get_hardware
+
+        hardware = get_hardware(model.hardware)
+    except (ImportError, KeyError):
+        return None  # serving model or hardware entry not available: leave unknown
+    dtype = (
+        model.idealized_fit.stack.dtype
+        if model.idealized_fit and model.idealized_fit.stack
+        else "float16"
+    )
+    try:
+        return int(
+            min_gpus(
+                model.architecture,
+                hardware,
+                context_tokens=model.architecture.max_context,
+                batch_size=1,
+                dtype=dtype,
+            )
+        )
+    except ValueError:
+        return None  # does not fit on any supported count of this accelerator
+
+
+def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
+    """Rows, per-model summaries and frontiers from loaded inputs."""
+    models = {model.name: model for model in inputs.models}
+    scenario_rows = _scenario_rows(inputs.scenario_results, models)
+    frontier_points = {kind: _frontier_points(scenario_rows, kind) for kind in FRONTIER_KINDS}
+    on_front = {
+        kind: {
+            (scenario, point.model)
+            for scenario, points in frontier_points[kind].items()
+            for point in points
+            if point.on_frontier
+        }
+        for kind in FRONTIER_KINDS
+    }
+    scenario_rows = [
+        _with_frontier(
+            row, {kind: (row.scenario, row.model) in on_front[kind] for kind in on_front}
+        )
+        for row in scenario_rows
+    ]
+    gpus = {model.name: accelerators_needed(model, inputs.cost_rates) for model in inputs.models}
+    workload_rows = _workload_rows(inputs.workloads, inputs.models, gpus, inputs.cost_rates)
+
+    rows_by_model: dict[str, list[ScenarioRow]] = defaultdict(list)
+    for row in scenario_rows:
+        rows_by_model[row.model].append(row)
+    workloads_by_model: dict[str, list[WorkloadRow]] = defaultdict(list)
+    for row in workload_rows:
+        workloads_by_model[row.model].append(row)
+    # Models seen only in scenario results (HELM ran them, nobody fitted them) are ranked too.
+    names = list(models) + sorted(set(rows_by_model) - set(models))
+    summaries = []
+    for name in names:
+        model = models.get(name, ModelInput(name=name))
+        scenarios, workloads = rows_by_model.get(name, []), workloads_by_model.get(name, [])
+        idealized = _mean(row.idealized_runtime_s for row in workloads)
+        summaries.append(
+            ModelRow(
+                model=name,
+                architecture=model.architecture.name if model.architecture else None,
+                num_parameters=model.num_parameters,
+                num_gpus=gpus.get(name),
+                hardware=model.hardware,
+                idealized_runtime_s=idealized,
+                denoised_runtime_s=_mean(row.denoised_runtime_s for row in workloads),
+                raw_runtime_s=_mean(row.raw_runtime_s for row in scenarios),
+                accuracy=_mean(row.accuracy for row in scenarios),
+                num_scenarios=len({row.scenario for row in scenarios}),
+                cost=cost_per_1000(
+                    idealized, gpus.get(name), inputs.cost_rates.get(model.hardware or "")
+                ),
+                frontier_count={
+                    kind: sum(1 for scenario, m in on_front[kind] if m == name)
+                    for kind in FRONTIER_KINDS
+                },
+            )
+        )
+    return Leaderboard(
+        models=tuple(summaries),
+        scenario_rows=tuple(scenario_rows),
+        workload_rows=tuple(workload_rows),
+        frontier_points=frontier_points,
+        inputs=inputs,
+    )
+
+
+def _with_frontier(row: ScenarioRow, on_frontier: dict[FrontierKind, bool]) -> ScenarioRow:
+    return replace(row, on_frontier=on_frontier)
+
+
+def stacks(inputs: LeaderboardInputs) -> list[Stack]:
+    """The distinct stacks the inputs' fits were measured on, for the methodology section."""
+    seen: list[Stack] = []
+    fits = [m.idealized_fit for m in inputs.models] + [m.denoised_fit for m in inputs.models]
+    fits += [fit for profile in inputs.profiles for fit in profile.fits]
+    for fit in fits:
+        if fit is not None and fit.stack is not None and fit.stack not in seen:
+            seen.append(fit.stack)
+    return seen

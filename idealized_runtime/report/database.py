@@ -1,0 +1,218 @@
+"""The report's side of the service database: store bench results and the HELM reference data
+(through the service's ``api.crud`` functions), and read leaderboard inputs back (through the
+service's ``api.leaderboard_inputs``, plus the profiles for the runtime-vs-output charts).
+
+Every store is idempotent: measurement sets are found by name, imported fits by (model, method,
+source), capability scores are upserted; storing twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from sqlalchemy import inspect, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session
+
+from idealized_runtime.errors import InputError
+from idealized_runtime.leaderboard import LeaderboardInputs, ProfileInput
+from idealized_runtime.scenarios import ScenarioResult
+from idealized_runtime.types import Architecture, FittedCostModel, Hardware, Measurement, Stack
+
+# Metric names of the HELM scenario results stored as capability scores; they are the names
+# ``idealized_runtime.report.inputs.scenario_results_from_scores`` reads back.
+SCORE_FIELDS = {
+    "exact_match": "accuracy",
+    "raw_runtime_s": "raw_runtime_s",
+    "idealized_runtime_s": "idealized_runtime_s",
+    "mean_prompt_tokens": "mean_prompt_tokens",
+    "mean_output_tokens": "mean_output_tokens",
+}
+PAGE = 1_000_000
+
+
+@dataclass
+class StoreCounts:
+    measurement_sets: int = 0
+    fits: int = 0
+    scores: int = 0
+    architectures: int = 0
+    hardware: int = 0
+
+
+def _database(url: str):
+    from api.db import Database
+    from api.settings import Settings, normalize_database_url
+
+    return Database(Settings(database_url=normalize_database_url(url)))
+
+
+@contextlib.contextmanager
+def write_session(url: str) -> Iterator[Session]:
+    """A write session on ``url``, migrated to the current schema first; commits on success."""
+    from api.migrate import upgrade
+
+    database = _database(url)
+    try:
+        upgrade(database.engine)
+        with database.write_sessions() as session:
+            yield session
+            session.commit()
+    finally:
+        database.dispose()
+
+
+@contextlib.contextmanager
+def read_session(url: str) -> Iterator[Session]:
+    """A read session on an existing database; an absent or empty one is an InputError."""
+    parsed = make_url(url)
+    on_disk = parsed.get_backend_name() == "sqlite" and parsed.database not in ("", ":memory:")
+    if on_disk and parsed.database and not Path(parsed.database).expanduser().is_file():
+        raise InputError(f"no such database file: {parsed.database}")
+    database = _database(url)
+    try:
+        if "fits" not in inspect(database.engine).get_table_names():
+            raise InputError(f"database {redact(url)} is empty (no service tables)")
+        with database.read_sessions() as session:
+            yield session
+    finally:
+        database.dispose()
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and the report."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+# --- storing -----------------------------------------------------------------------------------
+
+
+def store_catalog(
+    session: Session, architectures: list[Architecture], hardware: list[Hardware]
+) -> StoreCounts:
+    from api import crud
+
+    counts = StoreCounts()
+    known_archs, known_hw = crud.all_architectures(session), crud.all_hardware(session)
+    for arch in architectures:
+        if arch.name not in known_archs:
+            crud.add_architecture(session, arch)
+            counts.architectures += 1
+    for item in hardware:
+        if item.name not in known_hw:
+            crud.add_hardware(session, item)
+            counts.hardware += 1
+    return counts
+
+
+def store_measurement_set(
+    session: Session,
+    *,
+    name: str,
+    source: str,
+    measurements: list[Measurement],
+    fits: list[FittedCostModel],
+    stack: Stack | None = None,
+    metadata: dict | None = None,
+) -> bool:
+    """One measurement set and the fits made from it; False if a set of that name exists."""
+    from api import crud
+    from api.models import MeasurementSetRow
+
+    exists = session.execute(
+        select(MeasurementSetRow.id).where(MeasurementSetRow.name == name)
+    ).scalar_one_or_none()
+    if exists is not None:
+        return False
+    row = crud.create_measurement_set(
+        session,
+        name=name,
+        source=source,
+        metadata=metadata or {},
+        stack=stack,
+        measurements=measurements,
+        created_by=None,
+    )
+    for fit in fits:
+        crud.add_fit(session, fit, source="fitted", measurement_set_id=row.id)
+    return True
+
+
+def store_imported_fits(session: Session, fits: list[FittedCostModel]) -> int:
+    """Fits that come from a table rather than our timings (HELM's); skips ones stored."""
+    from api import crud
+    from api.models import FitRow
+
+    stored = 0
+    for fit in fits:
+        exists = session.execute(
+            select(FitRow.id).where(
+                FitRow.model == fit.model, FitRow.method == fit.method, FitRow.source == "import"
+            )
+        ).first()
+        if exists is None:
+            crud.add_fit(session, fit, source="import", measurement_set_id=None)
+            stored += 1
+    return stored
+
+
+def store_scenario_results(session: Session, results: tuple[ScenarioResult, ...]) -> int:
+    """HELM's per-scenario accuracies, runtimes and token counts as capability scores."""
+    from api import crud
+    from api.schemas import CapabilityScore
+
+    scores = [
+        CapabilityScore(model=r.model, scenario=r.scenario, metric=metric, value=value)
+        for r in results
+        for metric, attribute in SCORE_FIELDS.items()
+        if (value := getattr(r, attribute)) is not None
+    ]
+    return crud.upsert_capability_scores(session, scores) if scores else 0
+
+
+# --- reading -----------------------------------------------------------------------------------
+
+
+def _profiles(session: Session) -> list[ProfileInput]:
+    """One profile per (measurement set, model) that has fits: the charts' points and lines."""
+    from api import crud
+
+    sets, _ = crud.list_measurement_sets(session, source=None, model=None, limit=PAGE, offset=0)
+    profiles = []
+    for measurement_set in sets:
+        fit_rows, _ = crud.list_fits(
+            session,
+            model=None,
+            method=None,
+            measurement_set_id=measurement_set.id,
+            limit=PAGE,
+            offset=0,
+        )
+        newest: dict[tuple[str, str], FittedCostModel] = {}
+        for fit_row in fit_rows:  # ascending id: the newest fit of a method wins
+            newest[(fit_row.model, fit_row.method)] = crud.fit_model(fit_row)
+        measurements = crud.set_measurements(session, measurement_set.id)
+        for model in sorted({model for model, _ in newest}):
+            profiles.append(
+                ProfileInput(
+                    name=model if len(sets) == 1 else f"{model} ({measurement_set.source})",
+                    fits=tuple(fit for (m, _), fit in newest.items() if m == model),
+                    measurements=tuple(m for m in measurements if m.model == model),
+                )
+            )
+    return profiles
+
+
+def database_report_inputs(url: str) -> LeaderboardInputs:
+    """Leaderboard inputs stored in the service database at ``url``."""
+    from api.leaderboard_inputs import database_inputs
+
+    with read_session(url) as session:
+        inputs = database_inputs(session)
+        profiles = _profiles(session)
+    if not inputs.models and not inputs.scenario_results:
+        raise InputError(f"database {redact(url)} holds no fits or scores: nothing to report")
+    return replace(inputs, profiles=tuple(profiles), source=f"database {redact(url)}")

@@ -1,0 +1,464 @@
+"""Render a ``Leaderboard`` as a self-contained HTML page (inline CSS, JS and SVG; opens from
+file:// with no network), a Markdown summary and CSV tables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+
+from idealized_runtime import __version__
+from idealized_runtime.files import atomic_writer
+from idealized_runtime.leaderboard import (
+    FRONTIER_KINDS,
+    Cost,
+    Leaderboard,
+    ModelRow,
+    ScenarioRow,
+    WorkloadRow,
+    stacks,
+)
+from idealized_runtime.report.svg import frontier_chart, runtime_vs_output_chart
+
+HTML_NAME, MARKDOWN_NAME = "index.html", "report.md"
+CSV_NAMES = ("models.csv", "scenarios.csv", "workloads.csv", "frontiers.csv", "fits.csv")
+RUNTIME_AXIS = {
+    "idealized": "idealized runtime (s per request)",
+    "raw": "raw runtime (s per request)",
+}
+
+# What each metric means; shown in the methodology section and the Markdown.
+METRIC_DEFINITIONS = (
+    (
+        "Idealized runtime",
+        "Runtime of one request on a uniform, well-optimized stack without contention "
+        "(runtime(p, o) = alpha(p) + beta * (o - 1)), fitted to profiles of the model's "
+        "architecture with random weights. Per scenario: HELM's reported value (the fit "
+        "averaged over the scenario's requests) where available, else the fit at the mean "
+        "prompt/output tokens.",
+    ),
+    (
+        "Denoised runtime",
+        "The same form fitted to timings of the black-box API (plus a fixed overhead): the "
+        "provider's speed with the noise of load and network taken out.",
+    ),
+    (
+        "Raw runtime",
+        "Mean wall-clock time of the scenario's requests as measured through the API.",
+    ),
+    (
+        "Accelerators",
+        "Fewest accelerators whose memory holds the weights and a full-context KV cache "
+        "(batch 1), from the serving model.",
+    ),
+    (
+        "GPU-seconds / $ / kJ per 1,000 requests",
+        "Idealized runtime x accelerators x 1,000; dollars at the accelerator's indicative "
+        "on-demand hourly price, kilojoules at its board power.",
+    ),
+    (
+        "Accuracy",
+        "HELM's exact-match score on the scenario (0-1).",
+    ),
+    (
+        "Pareto frontier",
+        "A model is on a scenario's frontier iff no other model is at least as accurate and "
+        "at least as fast with one of the two strictly better.",
+    ),
+)
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    html: Path
+    markdown: Path
+    csv: tuple[Path, ...]
+
+
+# --- formatting --------------------------------------------------------------------------------
+
+
+def fmt_seconds(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}"
+
+
+def fmt_number(value: float | None, digits: int = 3) -> str:
+    return "–" if value is None else f"{value:.{digits}g}"
+
+
+def fmt_params(value: int | None) -> str:
+    if value is None:
+        return "–"
+    for scale, suffix in ((1e12, "T"), (1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{value / scale:.3g}{suffix}"
+    return str(value)
+
+
+def fmt_accuracy(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3f}"
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "x"
+
+
+# --- HTML --------------------------------------------------------------------------------------
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("idealized_runtime", "templates"),
+        autoescape=jinja2.select_autoescape(["html", "j2"]),
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters.update(
+        seconds=fmt_seconds,
+        number=fmt_number,
+        params=fmt_params,
+        accuracy=fmt_accuracy,
+        slug=slug,
+    )
+    return env
+
+
+def _scenario_charts(board: Leaderboard) -> list[dict[str, object]]:
+    """One entry per scenario with a frontier: the two charts side by side and its fronts."""
+    charts = []
+    for scenario in board.frontier_scenarios():
+        entry: dict[str, object] = {"scenario": scenario, "id": slug(scenario), "charts": []}
+        for kind in FRONTIER_KINDS:
+            points = board.frontier_points[kind].get(scenario, ())
+            entry[f"{kind}_frontier"] = board.frontier(kind, scenario)
+            entry[f"{kind}_count"] = len(points)
+            if points:
+                entry["charts"].append(  # type: ignore[attr-defined]
+                    frontier_chart(
+                        points,
+                        title=f"{scenario} — {kind}",
+                        x_label=RUNTIME_AXIS[kind],
+                        chart_id=f"frontier-{kind}-{slug(scenario)}",
+                    )
+                )
+        charts.append(entry)
+    return charts
+
+
+def _fit_rows(board: Leaderboard) -> list[dict[str, object]]:
+    rows = []
+    for profile in board.inputs.profiles:
+        for fit in profile.fits:
+            quality = fit.quality
+            rows.append(
+                {
+                    "profile": profile.name,
+                    "method": fit.method,
+                    "stack": fit.stack.hardware if fit.stack else "",
+                    "n_points": quality.n_points if quality else None,
+                    "r2": quality.r2 if quality else None,
+                    "mape": quality.mape if quality else None,
+                    "max_error": quality.max_error if quality else None,
+                    "beta_s": fit.beta_s,
+                    "overhead_s": fit.overhead_s,
+                }
+            )
+    return rows
+
+
+def render_html(board: Leaderboard) -> str:
+    profiles = board.inputs.profiles
+    template = _environment().get_template("report.html.j2")
+    groups = sorted({row.group for row in board.scenario_rows})
+    workloads = sorted({row.workload for row in board.workload_rows})
+    default_scenario = _default_scenario(board)
+    return template.render(
+        board=board,
+        version=__version__,
+        generated_at=board.inputs.created_at.strftime("%Y-%m-%d %H:%M UTC"),
+        source=board.inputs.source,
+        scenario_charts=_scenario_charts(board),
+        default_scenario=slug(default_scenario) if default_scenario else "",
+        profile_charts=[
+            runtime_vs_output_chart(profile, chart_id=f"runtime-{slug(profile.name)}")
+            for profile in profiles
+            if profile.fits
+        ],
+        fit_rows=_fit_rows(board),
+        groups=groups,
+        workloads=workloads,
+        stacks=stacks(board.inputs),
+        hardware_rates=sorted(
+            {
+                board.inputs.cost_rates[m.hardware]
+                for m in board.models
+                if m.hardware and m.hardware in board.inputs.cost_rates
+            },
+            key=lambda rate: rate.hardware,
+        ),
+        metrics=METRIC_DEFINITIONS,
+        frontier_kinds=FRONTIER_KINDS,
+    )
+
+
+def _default_scenario(board: Leaderboard) -> str | None:
+    """The scenario shown first: the one with the most models on both axes."""
+    scenarios = board.frontier_scenarios()
+    if not scenarios:
+        return None
+    return max(
+        scenarios,
+        key=lambda s: (
+            sum(len(board.frontier_points[k].get(s, ())) for k in FRONTIER_KINDS),
+            -scenarios.index(s),
+        ),
+    )
+
+
+# --- CSV ---------------------------------------------------------------------------------------
+
+
+def _model_record(row: ModelRow) -> dict[str, object]:
+    return {
+        "model": row.model,
+        "architecture": row.architecture or "",
+        "num_parameters": row.num_parameters,
+        "num_gpus": row.num_gpus,
+        "hardware": row.hardware or "",
+        "idealized_runtime_s": row.idealized_runtime_s,
+        "denoised_runtime_s": row.denoised_runtime_s,
+        "raw_runtime_s": row.raw_runtime_s,
+        "accuracy": row.accuracy,
+        "num_scenarios": row.num_scenarios,
+        "gpu_seconds_per_1000": row.cost.gpu_seconds,
+        "usd_per_1000": row.cost.usd,
+        "kilojoules_per_1000": row.cost.kilojoules,
+        "frontier_count_idealized": row.frontier_count["idealized"],
+        "frontier_count_raw": row.frontier_count["raw"],
+    }
+
+
+def _scenario_record(row: ScenarioRow) -> dict[str, object]:
+    return {
+        "scenario": row.scenario,
+        "group": row.group,
+        "model": row.model,
+        "mean_prompt_tokens": row.prompt_tokens,
+        "mean_output_tokens": row.output_tokens,
+        "idealized_runtime_s": row.idealized_runtime_s,
+        "idealized_source": row.idealized_source or "",
+        "denoised_runtime_s": row.denoised_runtime_s,
+        "raw_runtime_s": row.raw_runtime_s,
+        "accuracy": row.accuracy,
+        "on_idealized_frontier": row.on_frontier.get("idealized", False),
+        "on_raw_frontier": row.on_frontier.get("raw", False),
+    }
+
+
+def _workload_record(row: WorkloadRow) -> dict[str, object]:
+    return {
+        "workload": row.workload,
+        "model": row.model,
+        "mean_prompt_tokens": row.prompt_tokens,
+        "mean_output_tokens": row.output_tokens,
+        "idealized_runtime_s": row.idealized_runtime_s,
+        "denoised_runtime_s": row.denoised_runtime_s,
+        "num_gpus": row.num_gpus,
+        "gpu_seconds_per_1000": row.cost.gpu_seconds,
+        "usd_per_1000": row.cost.usd,
+        "kilojoules_per_1000": row.cost.kilojoules,
+    }
+
+
+def _csv_text(records: Sequence[dict[str, object]], header: Sequence[str]) -> str:
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=list(header), lineterminator="\n")
+    writer.writeheader()
+    for record in records:
+        writer.writerow({k: "" if v is None else v for k, v in record.items()})
+    return buffer.getvalue()
+
+
+def csv_tables(board: Leaderboard) -> dict[str, str]:
+    """File name -> CSV text of each table."""
+    frontier_records = [
+        {
+            "scenario": scenario,
+            "runtime": kind,
+            "model": point.model,
+            "runtime_s": point.runtime_s,
+            "accuracy": point.accuracy,
+            "on_frontier": point.on_frontier,
+        }
+        for kind in FRONTIER_KINDS
+        for scenario, points in sorted(board.frontier_points[kind].items())
+        for point in points
+    ]
+    fit_rows = _fit_rows(board)
+    tables = {
+        "models.csv": [_model_record(row) for row in board.models],
+        "scenarios.csv": [_scenario_record(row) for row in board.scenario_rows],
+        "workloads.csv": [_workload_record(row) for row in board.workload_rows],
+        "frontiers.csv": frontier_records,
+        "fits.csv": fit_rows,
+    }
+    headers = {
+        "models.csv": list(_model_record(_EMPTY_MODEL)),
+        "scenarios.csv": list(_scenario_record(_EMPTY_SCENARIO)),
+        "workloads.csv": list(_workload_record(_EMPTY_WORKLOAD)),
+        "frontiers.csv": ["scenario", "runtime", "model", "runtime_s", "accuracy", "on_frontier"],
+        "fits.csv": [
+            "profile",
+            "method",
+            "stack",
+            "n_points",
+            "r2",
+            "mape",
+            "max_error",
+            "beta_s",
+            "overhead_s",
+        ],
+    }
+    return {name: _csv_text(tables[name], headers[name]) for name in CSV_NAMES}
+
+
+# Header templates (the record functions define the columns once).
+_EMPTY_MODEL = ModelRow(
+    "", None, None, None, None, None, None, None, None, 0, Cost(), {"idealized": 0, "raw": 0}
+)
+_EMPTY_SCENARIO = ScenarioRow("", "", "", None, None, None, None, None, None, None)
+_EMPTY_WORKLOAD = WorkloadRow("", "", 0.0, 0.0, None, None, None, Cost())
+
+
+# --- Markdown ----------------------------------------------------------------------------------
+
+
+def _md_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |"
+
+    return "\n".join([line(header), line(["---"] * len(header)), *(line(r) for r in rows)])
+
+
+def render_markdown(board: Leaderboard) -> str:
+    """The leaderboard, the frontier of each scenario, fit quality and the methodology."""
+    parts = [
+        "# Idealized runtime leaderboard",
+        "",
+        f"Generated {board.inputs.created_at:%Y-%m-%d %H:%M UTC} by idealized-runtime "
+        f"{__version__} from {board.inputs.source}.",
+        "",
+        "## Leaderboard",
+        "",
+        "Idealized and denoised runtimes: mean over the HELM scenario-group workloads; raw "
+        "runtime and accuracy: mean over the scenarios HELM ran the model on. Costs per 1,000 "
+        "requests at the idealized runtime.",
+        "",
+        _md_table(
+            [
+                "model",
+                "parameters",
+                "GPUs",
+                "idealized s",
+                "denoised s",
+                "raw s",
+                "GPU-s/1k",
+                "$/1k",
+                "accuracy",
+                "scenarios",
+                "frontier (ideal./raw)",
+            ],
+            [
+                [
+                    row.model,
+                    fmt_params(row.num_parameters),
+                    fmt_number(row.num_gpus),
+                    fmt_seconds(row.idealized_runtime_s),
+                    fmt_seconds(row.denoised_runtime_s),
+                    fmt_seconds(row.raw_runtime_s),
+                    fmt_number(row.cost.gpu_seconds),
+                    fmt_number(row.cost.usd),
+                    fmt_accuracy(row.accuracy),
+                    str(row.num_scenarios),
+                    f"{row.frontier_count['idealized']}/{row.frontier_count['raw']}",
+                ]
+                for row in board.models
+            ],
+        ),
+        "",
+        "## Pareto frontier per scenario (accuracy vs runtime)",
+        "",
+        _md_table(
+            ["scenario", "models", "on idealized-runtime frontier", "on raw-runtime frontier"],
+            [
+                [
+                    scenario,
+                    str(len(board.frontier_points["idealized"].get(scenario, ()))),
+                    ", ".join(board.frontier("idealized", scenario)) or "–",
+                    ", ".join(board.frontier("raw", scenario)) or "–",
+                ]
+                for scenario in board.frontier_scenarios()
+            ],
+        ),
+        "",
+        "## Fit quality",
+        "",
+        _md_table(
+            ["profile", "method", "points", "R²", "MAPE", "max error"],
+            [
+                [
+                    str(row["profile"]),
+                    str(row["method"]),
+                    fmt_number(row["n_points"]),  # type: ignore[arg-type]
+                    fmt_number(row["r2"], 4),  # type: ignore[arg-type]
+                    _percent(row["mape"]),  # type: ignore[arg-type]
+                    _percent(row["max_error"]),  # type: ignore[arg-type]
+                ]
+                for row in _fit_rows(board)
+            ],
+        ),
+        "",
+        "## Methodology",
+        "",
+        *(f"- **{name}**: {text}" for name, text in METRIC_DEFINITIONS),
+        "",
+        "Stacks:",
+        "",
+        *(
+            f"- {stack.runner} on {stack.hardware} ({stack.device_name or 'n/a'}), "
+            f"{stack.dtype}, tensor parallel {stack.tensor_parallel_size}"
+            + (f": {stack.notes}" if stack.notes else "")
+            for stack in stacks(board.inputs)
+        ),
+        "",
+    ]
+    return "\n".join(parts)
+
+
+def _percent(value: float | None) -> str:
+    return "–" if value is None else f"{100 * value:.2f}%"
+
+
+# --- writing -----------------------------------------------------------------------------------
+
+
+def write_report(board: Leaderboard, out_dir: str | Path) -> ReportFiles:
+    """Write index.html, report.md and the CSV tables into ``out_dir``; each file atomically."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    csv_paths = []
+    for name, text in csv_tables(board).items():
+        with atomic_writer(out / name, newline="") as handle:
+            handle.write(text)
+        csv_paths.append(out / name)
+    with atomic_writer(out / MARKDOWN_NAME) as handle:
+        handle.write(render_markdown(board))
+    # The page last: its presence means the whole report was written.
+    with atomic_writer(out / HTML_NAME) as handle:
+        handle.write(render_html(board))
+    return ReportFiles(out / HTML_NAME, out / MARKDOWN_NAME, tuple(csv_paths))

@@ -1,0 +1,659 @@
+"""Time a black-box OpenAI-compatible API over a grid of prompt and output sizes.
+
+``measure(config, output)`` sends every (grid point, repeat) request that ``output`` does not
+hold yet and appends one JSON line per finished request (the raw JSONL contract below), so a
+killed run resumes where it stopped by running it again. The rows feed the denoised fit.
+
+Raw JSONL row (one object per line):
+    model, endpoint, num_prompt_tokens, num_output_tokens (actual: the server's usage when it
+    reports one, else requested), requested_prompt_tokens, requested_output_tokens, repeat, ok,
+    runtime_s (null when failed), ttft_s (streaming only), inter_token_latencies_s (streaming),
+    status, error, attempts, retry_waits_s, started_at, finished_at (ISO UTC, of the last attempt),
+    usage_mismatch, usage_reported, usage, server_model, system_fingerprint, response_id,
+    finish_reason, stream, num_chunks, prompt_source, dropped_fields, load, client.
+The resume key is (model, endpoint, requested_prompt_tokens, requested_output_tokens, repeat);
+a failed row (after its retries) counts as done.
+
+API keys are read from the environment variable the config names, sent as a bearer token, and
+never written anywhere (server error texts are redacted).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import os
+import queue
+import random
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from idealized_runtime import __version__
+from idealized_runtime.errors import InputError
+from idealized_runtime.files import append_line_durably, atomic_writer
+from idealized_runtime.grids import GridPoint
+from idealized_runtime.load_patterns import run_poisson, run_with_concurrency
+from idealized_runtime.prompts import (
+    LocalTokenizer,
+    PromptBuilder,
+    PromptRecipe,
+    calibrate,
+    load_tokenizer,
+)
+
+Endpoint = Literal["completions", "chat"]
+ENDPOINT_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
+# Fields that pin the output length on servers that know them (vLLM, llama.cpp: ignore_eos /
+# min_tokens; transformers serve: generation_config) and that others may reject with a 400:
+# they are dropped for the rest of the run the first time a server rejects them.
+FIXED_LENGTH_FIELDS = ("ignore_eos", "min_tokens", "generation_config")
+STREAM_USAGE_FIELD = "stream_options"
+OPTIONAL_FIELDS = (*FIXED_LENGTH_FIELDS, STREAM_USAGE_FIELD)
+RETRY_AFTER_CAP_S = 300.0
+ERROR_TEXT_LIMIT = 500
+Key = tuple[str, str, int, int, int]
+
+
+class MeasureConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    base_url: str = Field(description="e.g. http://127.0.0.1:8000/v1 (/v1 added if no path)")
+    model: str = Field(min_length=1, description="model name sent to the server")
+    label: str | None = Field(default=None, description="model name written to rows")
+    api_key_env: str | None = Field(default=None, description="environment variable of the key")
+    endpoint: Endpoint = "completions"
+    grid: list[GridPoint]
+    repeats: int = Field(default=3, ge=1, le=10_000)
+    concurrency: int = Field(default=1, ge=1, le=4096)
+    rate: float | None = Field(default=None, gt=0, description="Poisson arrivals per second")
+    stream: bool = True
+    tokenizer: str | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    max_retries: int = Field(default=5, ge=0, le=100)
+    backoff_base_s: float = Field(default=0.5, ge=0)
+    backoff_max_s: float = Field(default=30.0, ge=0)
+    fixed_length_fields: bool = True
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    shuffle: bool = True  # random order spreads slow periods of the server over the grid
+    seed: int = 0
+    max_in_flight: int = Field(default=256, ge=1)
+
+    @property
+    def recorded_model(self) -> str:
+        return self.label or self.model
+
+    @property
+    def url(self) -> str:
+        parts = urlsplit(self.base_url.rstrip("/"))
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise InputError(
+                f"base URL must be http(s)://host[:port][/path], got {self.base_url!r}"
+            )
+        path = parts.path or "/v1"
+        return (
+            urlunsplit((parts.scheme, parts.netloc, path, "", "")) + ENDPOINT_PATHS[self.endpoint]
+        )
+
+    @property
+    def load(self) -> dict[str, Any]:
+        if self.rate is not None:
+            return {"pattern": "poisson", "rate": self.rate}
+        return {"pattern": "concurrency", "concurrency": self.concurrency}
+
+
+class MeasureSummary(BaseModel):
+    output: str
+    planned: int  # (grid point, repeat) requests in the config
+    already_done: int  # found in the output file when the run started
+    written: int  # rows appended by this run
+    ok: int
+    failed: int
+    usage_mismatches: int
+    interrupted: bool
+    elapsed_s: float
+    dropped_fields: list[str]
+    prompt_source: str
+    prompt_offset: int
+
+
+@dataclass(frozen=True)
+class _Job:
+    point: GridPoint
+    repeat: int
+
+
+@dataclass
+class _Attempt:
+    """What one HTTP attempt gave."""
+
+    ok: bool = False
+    status: int | None = None
+    error: str | None = None
+    retryable: bool = False
+    retry_after_s: float | None = None
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    finished_at: datetime | None = None
+    runtime_s: float | None = None
+    ttft_s: float | None = None
+    inter_token_latencies_s: list[float] = field(default_factory=list)
+    num_chunks: int = 0
+    body: dict[str, Any] = field(default_factory=dict)  # last JSON object (or final chunk)
+    usage: dict[str, Any] | None = None
+    finish_reason: str | None = None
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat(timespec="microseconds").replace("+00:00", "Z") if moment else None
+
+
+def retry_after_seconds(value: str | None) -> float | None:
+    """Seconds from a Retry-After header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    with contextlib.suppress(TypeError, ValueError):
+        moment = email.utils.parsedate_to_datetime(value)
+        return max(0.0, (moment - datetime.now(timezone.utc)).total_seconds())
+    return None
+
+
+def backoff_delay(attempt: int, base_s: float, cap_s: float, rng: random.Random) -> float:
+    """Exponential backoff with full jitter: uniform in [0, min(cap, base * 2^(attempt-1)))."""
+    return rng.uniform(0.0, min(cap_s, base_s * 2 ** (attempt - 1)))
+
+
+def row_key(row: dict[str, Any]) -> Key | None:
+    try:
+        return (
+            str(row["model"]),
+            str(row.get("endpoint", "completions")),
+            int(row.get("requested_prompt_tokens", row["num_prompt_tokens"])),
+            int(row.get("requested_output_tokens", row["num_output_tokens"])),
+            int(row["repeat"]),
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def read_done_keys(path: Path) -> set[Key]:
+    """Keys of the rows already in ``path``. A trailing partial line (a run killed while
+    writing) is cut off so that the next append starts a fresh line."""
+    if not path.exists():
+        return set()
+    with path.open("rb+") as handle:
+        data = handle.read()
+        if data and not data.endswith(b"\n"):
+            handle.truncate(data.rfind(b"\n") + 1)
+            data = data[: data.rfind(b"\n") + 1]
+    keys: set[Key] = set()
+    for line in data.splitlines():
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            continue
+        key = row_key(row) if isinstance(row, dict) else None
+        if key is not None:
+            keys.add(key)
+    return keys
+
+
+class _RowWriter:
+    """Appends rows from a background thread, one fsync per batch (group commit), so the
+    event loop that timestamps responses never waits on the disk."""
+
+    _STOP = object()
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._handle = path.open("a", encoding="utf-8")
+        self._queue: queue.Queue[Any] = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="row-writer", daemon=True)
+        self._thread.start()
+
+    def write(self, row: dict[str, Any]) -> None:
+        self._queue.put(json.dumps(row, separators=(",", ":"), allow_nan=False))
+
+    def _loop(self) -> None:
+        while True:
+            lines = [self._queue.get()]
+            while True:
+                try:
+                    lines.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            stop = lines[-1] is self._STOP
+            lines = [line for line in lines if line is not self._STOP]
+            if lines:
+                self._handle.write("".join(line + "\n" for line in lines[:-1]))
+                append_line_durably(self._handle, lines[-1])
+            if stop:
+                return
+
+    def close(self) -> None:
+        self._queue.put(self._STOP)
+        self._thread.join()
+        self._handle.close()
+
+
+class _Client:
+    """One measurement run: prompts, requests with retries, rows."""
+
+    def __init__(self, config: MeasureConfig, http: httpx.AsyncClient, api_key: str | None):
+        self.config, self.http, self._api_key = config, http, api_key
+        self.url = config.url
+        self.dropped: set[str] = set()
+        self._rng = random.Random(config.seed)
+        self.builder: PromptBuilder | None = None
+
+    # --- requests ----------------------------------------------------------------------------
+
+    def payload(self, text: str, max_tokens: int, *, stream: bool, fixed: bool) -> dict[str, Any]:
+        config = self.config
+        body: dict[str, Any] = {"model": config.model, "max_tokens": max_tokens, "stream": stream}
+        if config.endpoint == "chat":
+            body["messages"] = [{"role": "user", "content": text}]
+        else:
+            body["prompt"] = text
+        if stream:
+            body[STREAM_USAGE_FIELD] = {"include_usage": True}
+        if fixed and config.fixed_length_fields:
+            body["ignore_eos"] = True
+            body["min_tokens"] = max_tokens
+            body["generation_config"] = json.dumps(
+                {"min_new_tokens": max_tokens, "max_new_tokens": max_tokens}
+            )
+        body.update(config.extra_body)
+        for name in self.dropped:
+            body.pop(name, None)
+        return body
+
+    def _redact(self, text: str) -> str:
+        text = text[:ERROR_TEXT_LIMIT]
+        return text.replace(self._api_key, "***") if self._api_key else text
+
+    async def attempt(self, body: dict[str, Any]) -> _Attempt:
+        result = _Attempt()
+        start = time.perf_counter()
+        try:
+            if body.get("stream"):
+                await asyncio.wait_for(self._stream(body, start, result), self.config.timeout_s)
+            else:
+                await asyncio.wait_for(self._plain(body, start, result), self.config.timeout_s)
+        except (asyncio.TimeoutError, httpx.TimeoutException):
+            result.ok, result.retryable = False, True
+            result.error = f"timeout after {self.config.timeout_s:g} s"
+        except httpx.TransportError as error:  # refused, reset, dropped mid-response
+            result.ok, result.retryable = False, True
+            result.error = self._redact(f"{type(error).__name__}: {error}".rstrip(": "))
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            result.ok, result.retryable = False, True
+            result.error = f"malformed response: {error}"
+        result.finished_at = datetime.now(timezone.utc)
+        return result
+
+    def _check_status(self, response: httpx.Response, text: str, result: _Attempt) -> bool:
+        result.status = response.status_code
+        if response.status_code == 200:
+            return True
+        result.error = self._redact(text.strip() or response.reason_phrase)
+        result.retryable = response.status_code in (408, 409, 425, 429) or (
+            response.status_code >= 500
+        )
+        result.retry_after_s = retry_after_seconds(response.headers.get("retry-after"))
+        return False
+
+    async def _plain(self, body: dict[str, Any], start: float, result: _Attempt) -> None:
+        response = await self.http.post(self.url, json=body)
+        end = time.perf_counter()
+        if not self._check_status(response, response.text, result):
+            return
+        data = response.json()
+        if not isinstance(data, dict) or "choices" not in data:
+            result.error, result.retryable = f"unexpected response: {response.text[:200]}", True
+            return
+        result.ok, result.runtime_s, result.body = True, end - start, data
+        result.usage = data.get("usage") or None
+        choices = data.get("choices") or [{}]
+        result.finish_reason = choices[0].get("finish_reason")
+
+    async def _stream(self, body: dict[str, Any], start: float, result: _Attempt) -> None:
+        chat = self.config.endpoint == "chat"
+        async with self.http.stream("POST", self.url, json=body) as response:
+            if response.status_code != 200:
+                text = (await response.aread()).decode("utf-8", errors="replace")
+                self._check_status(response, text, result)
+                return
+            result.status = 200
+            last: float | None = None
+            # Fallback for a stream whose tokens all decode to no text (special tokens): the
+            # first chunk that carries a text field and is not chat's role-only opening.
+            first_field: float | None = None
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if not isinstance(chunk, dict):
+                    continue
+                if chunk.get("error"):
+                    result.error = self._redact(json.dumps(chunk["error"]))
+                    result.retryable = True
+                    return
+                result.num_chunks += 1
+                result.body = chunk
+                if chunk.get("usage"):
+                    result.usage = chunk["usage"]
+                for choice in chunk.get("choices") or []:
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content") if chat else choice.get("text")
+                    if choice.get("finish_reason"):
+                        result.finish_reason = choice["finish_reason"]
+                    elif first_field is None and piece is not None and "role" not in delta:
+                        first_field = time.perf_counter()
+                    if piece:
+                        # Time to first token is the first chunk with text: chat streams open
+                        # with a role-only chunk that says nothing about the model's speed.
+                        now = time.perf_counter()
+                        if last is None:
+                            result.ttft_s = now - start
+                        else:
+                            result.inter_token_latencies_s.append(now - last)
+                        last = now
+        result.ok, result.runtime_s = True, time.perf_counter() - start
+        if result.ttft_s is None and first_field is not None:
+            result.ttft_s = first_field - start
+
+    def drop_rejected_fields(self, body: dict[str, Any], error: str | None) -> bool:
+        """After a 400: drop the optional fields the server names (all of them if it names
+        none) for the rest of the run. False when there was nothing left to drop."""
+        present = [name for name in OPTIONAL_FIELDS if name in body and name not in self.dropped]
+        if not present:
+            return False
+        named = [name for name in present if name in (error or "")]
+        self.dropped.update(named or present)
+        return True
+
+    async def request(self, body: dict[str, Any]) -> tuple[_Attempt, int, list[float]]:
+        """Send with retries; returns the last attempt, the number of attempts and the waits
+        between them."""
+        attempts = retries = 0
+        waits: list[float] = []
+        while True:
+            attempts += 1
+            result = await self.attempt(body)
+            if result.ok:
+                return result, attempts, waits
+            if result.status in (400, 422) and self.drop_rejected_fields(body, result.error):
+                body = {k: v for k, v in body.items() if k not in self.dropped}
+                continue  # bounded: each pass drops at least one of a few fields
+            if not result.retryable or retries >= self.config.max_retries:
+                return result, attempts, waits
+            retries += 1
+            delay = result.retry_after_s
+            if delay is None:
+                delay = backoff_delay(
+                    retries, self.config.backoff_base_s, self.config.backoff_max_s, self._rng
+                )
+            waits.append(min(delay, RETRY_AFTER_CAP_S))
+            await asyncio.sleep(waits[-1])
+
+    # --- prompts -----------------------------------------------------------------------------
+
+    async def probe(self, text: str) -> int | None:
+        result, _, _ = await self.request(self.payload(text, 1, stream=False, fixed=False))
+        if not result.ok:
+            raise InputError(f"probe request to {self.url} failed: {result.error}")
+        usage = result.usage or {}
+        count = usage.get("prompt_tokens")
+        return int(count) if isinstance(count, (int, float)) else None
+
+    async def prepare_prompts(self, cache: Path) -> PromptBuilder:
+        config = self.config
+        tokenizer: LocalTokenizer | None = (
+            load_tokenizer(config.tokenizer) if config.tokenizer else None
+        )
+        identity = {
+            "url": self.url,
+            "model": config.model,
+            "endpoint": config.endpoint,
+            "tokenizer": config.tokenizer,
+        }
+        recipe = None
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            saved = json.loads(cache.read_text(encoding="utf-8"))
+            if saved["server"] == identity:
+                recipe = PromptRecipe(**saved["recipe"])
+        if recipe is None:
+            recipe = await calibrate(
+                self.probe,
+                tokenizer,
+                wanted_units=min(config.repeats, 3),
+                chat=config.endpoint == "chat",
+            )
+            with atomic_writer(cache) as handle:
+                json.dump({"server": identity, "recipe": recipe.to_json()}, handle, indent=1)
+        self.builder = PromptBuilder(recipe, tokenizer)
+        return self.builder
+
+    # --- rows --------------------------------------------------------------------------------
+
+    async def measure_job(self, job: _Job) -> dict[str, Any]:
+        assert self.builder is not None
+        config = self.config
+        p, o = job.point
+        text = self.builder.text(p, job.repeat)
+        result, attempts, waits = await self.request(
+            self.payload(text, o, stream=config.stream, fixed=True)
+        )
+        usage = result.usage if isinstance(result.usage, dict) else None
+        reported_p = usage.get("prompt_tokens") if usage else None
+        reported_o = usage.get("completion_tokens") if usage else None
+        actual_p = int(reported_p) if isinstance(reported_p, (int, float)) else p
+        actual_o = int(reported_o) if isinstance(reported_o, (int, float)) else o
+        body = result.body
+        return {
+            "model": config.recorded_model,
+            "endpoint": config.endpoint,
+            "num_prompt_tokens": actual_p,
+            "num_output_tokens": actual_o,
+            "requested_prompt_tokens": p,
+            "requested_output_tokens": o,
+            "repeat": job.repeat,
+            "ok": result.ok,
+            "runtime_s": result.runtime_s if result.ok else None,
+            "ttft_s": result.ttft_s if result.ok else None,
+            "inter_token_latencies_s": result.inter_token_latencies_s if config.stream else [],
+            "status": result.status,
+            "error": None if result.ok else result.error,
+            "attempts": attempts,
+            "retry_waits_s": [round(wait, 6) for wait in waits],
+            "started_at": _iso(result.started_at),
+            "finished_at": _iso(result.finished_at),
+            "usage_mismatch": bool(result.ok and usage and (actual_p, actual_o) != (p, o)),
+            "usage_reported": usage is not None,
+            "usage": usage,
+            "server_model": body.get("model"),
+            "system_fingerprint": body.get("system_fingerprint"),
+            "response_id": body.get("id"),
+            "finish_reason": result.finish_reason,
+            "stream": config.stream,
+            "num_chunks": result.num_chunks,
+            "prompt_source": self.builder.recipe.source,
+            "dropped_fields": sorted(self.dropped),
+            "load": config.load,
+            "client": f"idealized-runtime {__version__}",
+        }
+
+
+def _plan(config: MeasureConfig, done: set[Key]) -> tuple[list[_Job], int]:
+    jobs = [
+        _Job(point, repeat)
+        for repeat in range(config.repeats)
+        for point in config.grid
+        if (config.recorded_model, config.endpoint, *point, repeat) not in done
+    ]
+    if config.shuffle:
+        random.Random(config.seed).shuffle(jobs)
+    return jobs, config.repeats * len(config.grid) - len(jobs)
+
+
+def calibration_cache_path(output: Path) -> Path:
+    return output.with_name(output.name + ".calibration.json")
+
+
+def _api_key(config: MeasureConfig) -> str | None:
+    if not config.api_key_env:
+        return None
+    value = os.environ.get(config.api_key_env)
+    if not value:
+        raise InputError(f"environment variable {config.api_key_env} (the API key) is not set")
+    return value
+
+
+async def measure(
+    config: MeasureConfig, output: Path, progress: bool = False, *, handle_sigint: bool = True
+) -> MeasureSummary:
+    """Measure every (grid point, repeat) not yet in ``output``; Ctrl-C (SIGINT) cancels the
+    requests in flight and returns with ``interrupted=True`` (rows written so far are kept)."""
+    output = Path(output)
+    started = time.perf_counter()
+    api_key = _api_key(config)
+    done = read_done_keys(output)
+    jobs, already_done = _plan(config, done)
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    limit = config.concurrency if config.rate is None else config.max_in_flight
+    http = httpx.AsyncClient(
+        headers=headers,
+        timeout=httpx.Timeout(config.timeout_s),
+        limits=httpx.Limits(max_connections=limit + 1, max_keepalive_connections=limit + 1),
+    )
+    counts = {"written": 0, "ok": 0, "failed": 0, "mismatch": 0}
+    client = _Client(config, http, api_key)
+    interrupted = False
+    writer: _RowWriter | None = None
+
+    async def work() -> None:
+        nonlocal writer
+        if not jobs:
+            return
+        await client.prepare_prompts(calibration_cache_path(output))
+        writer = _RowWriter(output)
+        with _progress_bar(progress, len(jobs)) as bar:
+
+            async def run(job: _Job) -> None:
+                row = await client.measure_job(job)
+                assert writer is not None
+                writer.write(row)
+                counts["written"] += 1
+                counts["ok" if row["ok"] else "failed"] += 1
+                counts["mismatch"] += row["usage_mismatch"]
+                bar.advance(counts["failed"])
+
+            if config.rate is not None:
+                await run_poisson(
+                    jobs, run, config.rate, seed=config.seed, max_in_flight=config.max_in_flight
+                )
+            else:
+                await run_with_concurrency(jobs, run, config.concurrency)
+
+    task = asyncio.ensure_future(work())
+    loop = asyncio.get_running_loop()
+    sigint_installed = False
+
+    def on_sigint() -> None:
+        nonlocal interrupted
+        interrupted = True
+        task.cancel()
+
+    if handle_sigint and threading.current_thread() is threading.main_thread():
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+            sigint_installed = True
+    try:
+        await task
+    except asyncio.CancelledError:
+        if not interrupted:
+            raise
+    finally:
+        if sigint_installed:
+            loop.remove_signal_handler(signal.SIGINT)
+        if writer is not None:
+            writer.close()
+        await http.aclose()
+    recipe = client.builder.recipe if client.builder else None
+    return MeasureSummary(
+        output=str(output),
+        planned=config.repeats * len(config.grid),
+        already_done=already_done,
+        written=counts["written"],
+        ok=counts["ok"],
+        failed=counts["failed"],
+        usage_mismatches=counts["mismatch"],
+        interrupted=interrupted,
+        elapsed_s=time.perf_counter() - started,
+        dropped_fields=sorted(client.dropped),
+        prompt_source=recipe.source if recipe else "none",
+        prompt_offset=recipe.offset if recipe else 0,
+    )
+
+
+def run_measure(config: MeasureConfig, output: Path, progress: bool = False) -> MeasureSummary:
+    """Synchronous ``measure`` (its own event loop)."""
+    return asyncio.run(measure(config, output, progress))
+
+
+class _progress_bar(contextlib.AbstractContextManager):
+    """A rich progress bar on stderr with a live error count; a no-op when disabled."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self._progress = None
+        if enabled:
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self._progress = Progress(
+                TextColumn("measuring"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("[red]{task.fields[errors]} errors"),
+                TimeElapsedColumn(),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+            )
+            self._task = self._progress.add_task("measure", total=total, errors=0)
+
+    def __enter__(self) -> _progress_bar:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def advance(self, errors: int) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, errors=errors)
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()

@@ -1,0 +1,471 @@
+"""A decoder-only transformer built from an ``Architecture``, with random weights, for timing.
+
+One file, top to bottom: norms, rotary/ALiBi positions, the static KV cache, attention, the
+(dense or mixture-of-experts) MLP, the block, and the model. It covers GPT-2, GPT-J, GPT-NeoX,
+OPT, BLOOM, Llama, Mistral, Mixtral and Qwen2 shapes: MHA/GQA, full or partial rotary, learned
+and ALiBi positions, LayerNorm/RMSNorm, GELU/ReLU/SwiGLU, parallel attention+MLP, top-k MoE.
+
+Choices made for speed, since the point is timing the architecture on a well-optimised stack:
+  * q, k, v are one fused matmul, gate and up another (fewer, larger GEMMs; Megatron layout);
+  * the KV cache is preallocated [batch, kv_heads, max_seq, head_dim] per layer and attention is
+    torch's fused ``scaled_dot_product_attention`` over a prefix of it;
+  * prefill computes logits for the last position only;
+  * every shape in a decode step is static when ``kv_len`` is a bucket, so a step can be captured
+    in a CUDA graph (see generate.py).
+Tensor parallelism is built in, Megatron style (see parallel.py): layers hold their local shard.
+"""
+
+from __future__ import annotations
+
+import math
+import zlib
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from idealized_runtime.types import Architecture
+from local_runner.parallel import (
+    SINGLE,
+    ShardSpec,
+    TensorParallel,
+    all_gather_last_dim,
+    all_reduce,
+    padded_vocab_size,
+    vocab_parallel_embedding,
+)
+
+INIT_STD = 0.02
+
+TORCH_DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+
+def _param(
+    full_shape: tuple[int, ...],
+    tp: TensorParallel,
+    shard: ShardSpec | None,
+    init: str,
+    device: torch.device | str,
+    dtype: torch.dtype,
+) -> nn.Parameter:
+    """An uninitialised parameter holding this rank's shard; ``reset_parameters`` fills it."""
+    local_shape = list(full_shape)
+    if shard is not None and tp.enabled:
+        local_shape[shard.dim] //= tp.size
+    param = nn.Parameter(torch.empty(local_shape, device=device, dtype=dtype), requires_grad=False)
+    param.full_shape = tuple(full_shape)
+    param.shard_spec = shard
+    param.init_kind = init  # "normal", "normal_out" (residual projections), "ones", "zeros"
+    return param
+
+
+def _activation(name: str):
+    if name in ("gelu", "geglu"):
+        return F.gelu
+    if name == "gelu_new":
+        return lambda x: F.gelu(x, approximate="tanh")
+    if name == "relu":
+        return F.relu
+    return F.silu  # silu, swiglu
+
+
+class Norm(nn.Module):
+    def __init__(self, arch: Architecture, tp: TensorParallel, device, dtype) -> None:
+        super().__init__()
+        h = arch.hidden_size
+        self.eps, self.layernorm = arch.norm_eps, arch.norm == "layernorm"
+        self.weight = _param((h,), tp, None, "ones", device, dtype)
+        self.bias = _param((h,), tp, None, "zeros", device, dtype) if self.layernorm else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.layernorm:
+            return F.layer_norm(x, self.weight.shape, self.weight, self.bias, self.eps)
+        return F.rms_norm(x, self.weight.shape, self.weight, self.eps)
+
+
+def rotary_tables(
+    rotary_dim: int, max_seq_len: int, theta: float, device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin of shape [max_seq_len, rotary_dim / 2] (fp32)."""
+    inv_freq = 1.0 / theta ** (
+        torch.arange(0, rotary_dim, 2, device=device, dtype=torch.float32) / rotary_dim
+    )
+    angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first ``2 * cos.shape[-1]`` channels of each head, NeoX/Llama half-split style
+    (GPT-J's interleaved pairs are permuted into this layout when its weights are loaded).
+    x: [batch, heads, T, head_dim]; cos, sin: [T, rotary_dim / 2]."""
+    half = cos.shape[-1]
+    rot, rest = x[..., : 2 * half], x[..., 2 * half :]
+    x1, x2 = rot[..., :half], rot[..., half:]
+    rotated = torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+    return torch.cat((rotated, rest), dim=-1) if rest.shape[-1] else rotated
+
+
+def alibi_slopes(num_heads: int) -> torch.Tensor:
+    """ALiBi head slopes (Press et al.; BLOOM's rule for head counts that are not powers of 2)."""
+    closest = 2 ** math.floor(math.log2(num_heads))
+    base = 2.0 ** (-(2.0 ** -(math.log2(closest) - 3)))
+    slopes = [base ** (i + 1) for i in range(closest)]
+    if closest != num_heads:
+        extra = 2.0 ** (-(2.0 ** -(math.log2(2 * closest) - 3)))
+        slopes += [extra ** (2 * i + 1) for i in range(num_heads - closest)]
+    return torch.tensor(slopes, dtype=torch.float32)
+
+
+@dataclass
+class StepContext:
+    """What every layer of one forward shares: positions, the attention mask, rotary angles."""
+
+    input_pos: torch.Tensor  # [T] int64
+    kv_len: int  # attend to cache positions [0, kv_len)
+    is_causal: bool
+    mask: torch.Tensor | None  # bool [T, kv_len] or float [heads, T, kv_len] (ALiBi)
+    cos: torch.Tensor | None
+    sin: torch.Tensor | None
+
+
+class KVCache(nn.Module):
+    """Preallocated keys and values of one layer: [max_batch, kv_heads, max_seq, head_dim]."""
+
+    def __init__(self, batch: int, kv_heads: int, max_seq_len: int, head_dim: int, device, dtype):
+        super().__init__()
+        shape = (batch, kv_heads, max_seq_len, head_dim)
+        self.register_buffer("k", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+        self.register_buffer("v", torch.zeros(shape, device=device, dtype=dtype), persistent=False)
+
+    def update(
+        self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = k.shape[0]
+        k_all, v_all = self.k[:batch], self.v[:batch]
+        k_all.index_copy_(2, input_pos, k)
+        v_all.index_copy_(2, input_pos, v)
+        return k_all[:, :, :kv_len], v_all[:, :, :kv_len]
+
+
+class Attention(nn.Module):
+    """Column-parallel fused QKV, SDPA over the cache, row-parallel output projection."""
+
+    def __init__(self, arch: Architecture, tp: TensorParallel, device, dtype) -> None:
+        super().__init__()
+        h, d = arch.hidden_size, arch.dim_per_head
+        q_out, kv_out = arch.num_heads * d, arch.kv_heads * d
+        self.tp, self.head_dim = tp, d
+        self.local_heads, self.local_kv_heads = arch.num_heads // tp.size, arch.kv_heads // tp.size
+        qkv_bias = arch.bias if arch.qkv_bias is None else arch.qkv_bias
+        qkv_shard = ShardSpec(0, (q_out, kv_out, kv_out))
+        self.qkv_weight = _param((q_out + 2 * kv_out, h), tp, qkv_shard, "normal", device, dtype)
+        self.qkv_bias = (
+            _param((q_out + 2 * kv_out,), tp, qkv_shard, "zeros", device, dtype)
+            if qkv_bias
+            else None
+        )
+        self.out_weight = _param(
+            (h, q_out), tp, ShardSpec(1, (q_out,)), "normal_out", device, dtype
+        )
+        self.out_bias = _param((h,), tp, None, "zeros", device, dtype) if arch.bias else None
+        self.kv_cache: KVCache | None = None
+
+    def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        batch, seq, _ = x.shape
+        heads, kv_heads, d = self.local_heads, self.local_kv_heads, self.head_dim
+        qkv = F.linear(x, self.qkv_weight, self.qkv_bias)
+        q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
+        q = q.view(batch, seq, heads, d).transpose(1, 2)
+        k = k.view(batch, seq, kv_heads, d).transpose(1, 2)
+        v = v.view(batch, seq, kv_heads, d).transpose(1, 2)
+        if ctx.cos is not None:
+            q, k = apply_rotary(q, ctx.cos, ctx.sin), apply_rotary(k, ctx.cos, ctx.sin)
+        assert self.kv_cache is not None, "call setup_cache() first"
+        k, v = self.kv_cache.update(ctx.input_pos, k, v, ctx.kv_len)
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=ctx.mask, is_causal=ctx.is_causal, enable_gqa=heads != kv_heads
+        )
+        y = y.transpose(1, 2).reshape(batch, seq, heads * d)
+        # Row-parallel: the bias is added once, after the partial sums are reduced.
+        if not self.tp.enabled:
+            return F.linear(y, self.out_weight, self.out_bias)
+        y = all_reduce(F.linear(y, self.out_weight), self.tp)
+        return y + self.out_bias if self.out_bias is not None else y
+
+
+class MLP(nn.Module):
+    """Column-parallel up (fused gate|up when gated), row-parallel down."""
+
+    def __init__(self, arch: Architecture, tp: TensorParallel, device, dtype) -> None:
+        super().__init__()
+        h, f = arch.hidden_size, arch.ffn_hidden_size
+        self.tp, self.gated, self.act = tp, arch.gated_mlp, _activation(arch.activation)
+        parts = (f, f) if self.gated else (f,)
+        shard_in = ShardSpec(0, parts)
+        self.in_weight = _param((sum(parts), h), tp, shard_in, "normal", device, dtype)
+        self.in_bias = (
+            _param((sum(parts),), tp, shard_in, "zeros", device, dtype) if arch.bias else None
+        )
+        self.out_weight = _param((h, f), tp, ShardSpec(1, (f,)), "normal_out", device, dtype)
+        self.out_bias = _param((h,), tp, None, "zeros", device, dtype) if arch.bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = F.linear(x, self.in_weight, self.in_bias)
+        if self.gated:
+            gate, up = y.chunk(2, dim=-1)
+            y = self.act(gate) * up
+        else:
+            y = self.act(y)
+        if not self.tp.enabled:
+            return F.linear(y, self.out_weight, self.out_bias)
+        y = all_reduce(F.linear(y, self.out_weight), self.tp)
+        return y + self.out_bias if self.out_bias is not None else y
+
+
+class MoE(nn.Module):
+    """Top-k routed experts, Mixtral style: softmax over the k chosen router logits.
+
+    Each expert's columns are split across TP ranks like a dense MLP. Two execution paths:
+    few tokens (decode) gather the chosen experts' weights and batch-multiply, with static shapes
+    so the step can be graph-captured; many tokens (prefill) group tokens by expert, which needs
+    the host to know the group sizes.
+    """
+
+    def __init__(self, arch: Architecture, tp: TensorParallel, device, dtype) -> None:
+        super().__init__()
+        h, f, e = arch.hidden_size, arch.ffn_hidden_size, arch.num_experts
+        self.tp, self.gated, self.act = tp, arch.gated_mlp, _activation(arch.activation)
+        self.num_experts, self.top_k = e, arch.experts_per_token
+        parts = (f, f) if self.gated else (f,)
+        self.router = _param((e, h), tp, None, "normal", device, dtype)
+        self.in_weight = _param(
+            (e, sum(parts), h), tp, ShardSpec(1, parts), "normal", device, dtype
+        )
+        self.out_weight = _param((e, h, f), tp, ShardSpec(2, (f,)), "normal_out", device, dtype)
+        self.in_bias = (
+            _param((e, sum(parts)), tp, ShardSpec(1, parts), "zeros", device, dtype)
+            if arch.bias
+            else None
+        )
+        self.out_bias = _param((e, h), tp, None, "zeros", device, dtype) if arch.bias else None
+
+    def _hidden(self, y: torch.Tensor) -> torch.Tensor:
+        if self.gated:
+            gate, up = y.chunk(2, dim=-1)
+            return self.act(gate) * up
+        return self.act(y)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x = x.reshape(-1, shape[-1])
+        tokens = x.shape[0]
+        scores = F.linear(x, self.router)
+        top_scores, top_experts = scores.topk(self.top_k, dim=-1)
+        top_weights = top_scores.float().softmax(dim=-1).to(x.dtype)  # [tokens, k]
+        if tokens * self.top_k <= self.num_experts:
+            out = self._gathered(x, top_experts, top_weights)
+        else:
+            out = self._grouped(x, top_experts, top_weights)
+        out = all_reduce(out, self.tp)
+        if self.out_bias is not None:
+            out = out + (top_weights.unsqueeze(-1) * self.out_bias[top_experts]).sum(dim=1)
+        return out.view(shape)
+
+    def _gathered(self, x, top_experts, top_weights) -> torch.Tensor:
+        chosen = top_experts.reshape(-1)  # [tokens * k]
+        x_rep = x.repeat_interleave(self.top_k, dim=0).unsqueeze(-1)
+        y = torch.bmm(self.in_weight[chosen], x_rep).squeeze(-1)
+        if self.in_bias is not None:
+            y = y + self.in_bias[chosen]
+        y = torch.bmm(self.out_weight[chosen], self._hidden(y).unsqueeze(-1)).squeeze(-1)
+        return (y.view(*top_weights.shape, -1) * top_weights.unsqueeze(-1)).sum(dim=1)
+
+    def _grouped(self, x, top_experts, top_weights) -> torch.Tensor:
+        out = torch.zeros_like(x)
+        flat_experts = top_experts.reshape(-1)
+        order = torch.argsort(flat_experts, stable=True)
+        counts = torch.bincount(flat_experts, minlength=self.num_experts).tolist()
+        flat_weights = top_weights.reshape(-1)
+        start = 0
+        for expert, count in enumerate(counts):
+            if count == 0:
+                continue
+            slots = order[start : start + count]
+            start += count
+            token_ids = slots // self.top_k
+            bias = None if self.in_bias is None else self.in_bias[expert]
+            y = self._hidden(F.linear(x[token_ids], self.in_weight[expert], bias))
+            y = F.linear(y, self.out_weight[expert]) * flat_weights[slots].unsqueeze(-1)
+            out.index_add_(0, token_ids, y)
+        return out
+
+
+class Block(nn.Module):
+    def __init__(self, arch: Architecture, tp: TensorParallel, device, dtype) -> None:
+        super().__init__()
+        self.parallel = arch.parallel_attn_mlp
+        self.attn_norm = Norm(arch, tp, device, dtype)
+        self.attn = Attention(arch, tp, device, dtype)
+        shared_norm = arch.parallel_attn_mlp and not arch.parallel_mlp_norm
+        self.mlp_norm = None if shared_norm else Norm(arch, tp, device, dtype)
+        self.mlp = (MoE if arch.num_experts > 1 else MLP)(arch, tp, device, dtype)
+
+    def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
+        if self.parallel:  # GPT-J (one shared norm), GPT-NeoX (two norms)
+            h = self.attn_norm(x)
+            mlp_in = h if self.mlp_norm is None else self.mlp_norm(x)
+            return x + self.attn(h, ctx) + self.mlp(mlp_in)
+        x = x + self.attn(self.attn_norm(x), ctx)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    """The whole decoder. ``num_layers`` < arch.num_layers builds a layer-sampled model (same
+    per-layer shapes, fewer layers) for models that do not fit."""
+
+    def __init__(
+        self,
+        arch: Architecture,
+        *,
+        num_layers: int | None = None,
+        tp: TensorParallel = SINGLE,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        super().__init__()
+        self.arch, self.tp, self.dtype = arch, tp, dtype
+        self.num_layers = num_layers or arch.num_layers
+        h, vocab = arch.hidden_size, arch.vocab_size
+        self.padded_vocab = padded_vocab_size(vocab, tp.size)
+        vocab_shard = ShardSpec(0, (self.padded_vocab,))
+        self.embed = _param((self.padded_vocab, h), tp, vocab_shard, "normal", device, dtype)
+        self.pos_embed = (
+            _param((arch.max_context, h), tp, None, "normal", device, dtype)
+            if arch.position == "learned"
+            else None
+        )
+        self.embed_norm = Norm(arch, tp, device, dtype) if arch.embedding_norm else None
+        self.layers = nn.ModuleList(Block(arch, tp, device, dtype) for _ in range(self.num_layers))
+        self.final_norm = Norm(arch, tp, device, dtype)
+        self.lm_head = (
+            None
+            if arch.tie_embeddings
+            else _param((self.padded_vocab, h), tp, vocab_shard, "normal", device, dtype)
+        )
+        self.rotary_dim = arch.rotary_dim or arch.dim_per_head
+        if arch.position == "alibi":
+            local = arch.num_heads // tp.size
+            slopes = alibi_slopes(arch.num_heads)[tp.rank * local : (tp.rank + 1) * local]
+            self.register_buffer("alibi", slopes.to(device).view(-1, 1, 1), persistent=False)
+        else:
+            self.alibi = None
+        self.max_batch_size = self.max_seq_len = 0
+        # Layer sampling times the first k layers of a built model (see profile.py).
+        self.active_layers = self.num_layers
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.device
+
+    @torch.no_grad()
+    def reset_parameters(self, seed: int = 0) -> None:
+        """Seeded scaled-normal init (GPT-2 style: residual projections scaled by 1/sqrt(2L)).
+        Each tensor is drawn whole from a generator seeded by (seed, name) and then sharded, so
+        every TP size and every layer count gets the same weights for the same name."""
+        out_std = INIT_STD / math.sqrt(2 * self.arch.num_layers)
+        for name, param in self.named_parameters():
+            kind = param.init_kind
+            if kind in ("ones", "zeros"):
+                param.fill_(1.0 if kind == "ones" else 0.0)
+                continue
+            generator = torch.Generator(device=param.device)
+            generator.manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            full = torch.empty(param.full_shape, device=param.device, dtype=torch.float32)
+            full.normal_(0.0, out_std if kind == "normal_out" else INIT_STD, generator=generator)
+            spec = param.shard_spec
+            param.copy_(spec.shard(full, self.tp) if spec is not None else full)
+
+    def setup_cache(self, max_batch_size: int, max_seq_len: int) -> None:
+        """Allocate the static KV cache (and rotary tables) for up to this batch and length."""
+        arch = self.arch
+        if arch.position == "learned" and max_seq_len > arch.max_context:
+            raise ValueError(
+                f"max_seq_len {max_seq_len} exceeds the {arch.max_context} learned positions"
+            )
+        self.max_batch_size, self.max_seq_len = max_batch_size, max_seq_len
+        kv_heads = arch.kv_heads // self.tp.size
+        for layer in self.layers:
+            layer.attn.kv_cache = KVCache(
+                max_batch_size, kv_heads, max_seq_len, arch.dim_per_head, self.device, self.dtype
+            )
+        if arch.position == "rotary":
+            cos, sin = rotary_tables(self.rotary_dim, max_seq_len, arch.rope_theta, self.device)
+            self.register_buffer("rope_cos", cos, persistent=False)
+            self.register_buffer("rope_sin", sin, persistent=False)
+
+    def _context(self, input_pos: torch.Tensor, seq: int, kv_len: int, exact: bool) -> StepContext:
+        cos = sin = None
+        if self.arch.position == "rotary":
+            cos = self.rope_cos[input_pos].to(self.dtype)
+            sin = self.rope_sin[input_pos].to(self.dtype)
+        # exact: the positions are the last `seq` of [0, kv_len), so a full prefill is plain
+        # causal attention and a single decode token sees everything: no mask to build.
+        is_causal = exact and seq == kv_len and seq > 1
+        mask = None
+        if self.alibi is not None or not (exact and (seq == 1 or is_causal)):
+            key_pos = torch.arange(kv_len, device=input_pos.device)
+            allowed = key_pos.unsqueeze(0) <= input_pos.unsqueeze(1)  # [seq, kv_len]
+            mask = allowed
+            if self.alibi is not None:
+                distance = (key_pos.unsqueeze(0) - input_pos.unsqueeze(1)).to(torch.float32)
+                bias = (self.alibi * distance).masked_fill(~allowed, float("-inf"))
+                mask, is_causal = bias.to(self.dtype), False
+        return StepContext(input_pos, kv_len, is_causal, mask, cos, sin)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        input_pos: torch.Tensor,
+        kv_len: int,
+        *,
+        exact: bool = True,
+        last_only: bool = False,
+    ) -> torch.Tensor:
+        """tokens [batch, T] at positions ``input_pos`` [T]; attend to cache positions
+        [0, kv_len). ``exact``: kv_len == input_pos[-1] + 1 (else a mask hides the padding, as in
+        graph-captured decode buckets). Returns logits [batch, T or 1, vocab]."""
+        ctx = self._context(input_pos, tokens.shape[1], kv_len, exact)
+        x = vocab_parallel_embedding(tokens, self.embed, self.tp)
+        if self.pos_embed is not None:
+            x = x + self.pos_embed[input_pos]
+        if self.embed_norm is not None:
+            x = self.embed_norm(x)
+        for layer in self.layers[: self.active_layers]:
+            x = layer(x, ctx)
+        if last_only:
+            x = x[:, -1:]
+        x = self.final_norm(x)
+        head = self.embed if self.lm_head is None else self.lm_head
+        logits = all_gather_last_dim(F.linear(x, head), self.tp)
+        return logits[..., : self.arch.vocab_size]
+
+
+def build_model(
+    arch: Architecture,
+    *,
+    device: str = "cpu",
+    dtype: str | torch.dtype = "float32",
+    num_layers: int | None = None,
+    tp: TensorParallel = SINGLE,
+    seed: int = 0,
+) -> Transformer:
+    """A randomly initialised model in inference mode (no gradients)."""
+    torch_dtype = TORCH_DTYPES[dtype] if isinstance(dtype, str) else dtype
+    model = Transformer(arch, num_layers=num_layers, tp=tp, device=device, dtype=torch_dtype)
+    model.reset_parameters(seed)
+    return model.eval()

@@ -1,0 +1,318 @@
+"""The local runner behind an OpenAI-compatible API, to measure one's own stack as a black box.
+
+Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (non-streaming, and
+streaming as server-sent events ending with ``data: [DONE]``; ``usage`` always filled, in the
+last chunk when streaming), ``GET /v1/models``, ``GET /health``.
+
+Prompts are text, tokenized one token per UTF-8 byte (``ByteTokenizer``: a client can write a
+prompt of exactly n tokens as n ASCII letters) or by a ``tokenizer.json``; or token ids (the
+completions API allows ``prompt`` as a list of ints). The runner never stops early, so every
+request produces exactly ``max_tokens`` tokens; ``min_tokens``/``ignore_eos`` are accepted and
+need nothing more. Unknown request fields are accepted and ignored, as vLLM does.
+
+The model serves one request at a time (an asyncio lock; generation runs in one worker thread
+so the event loop keeps streaming): concurrent requests queue, which is the contention a denoised
+fit has to see through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from idealized_runtime.prompts import ByteTokenizer
+from idealized_runtime.types import Architecture
+
+DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
+
+
+class ApiError(Exception):
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+        super().__init__(message)
+        self.status, self.message, self.kind = status, message, kind
+
+
+class _Cancelled(Exception):
+    """Raised from the token callback to stop a generation whose client went away."""
+
+
+class CompletionRequest(BaseModel):
+    model_config = ConfigDict(extra="allow")  # vLLM-style: unknown fields are ignored
+
+    model: str | None = None
+    prompt: str | list[int] | list[str] | list[list[int]] | None = None
+    messages: list[dict[str, Any]] | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    stream: bool = False
+    n: int = 1
+
+
+class TextTokenizer:
+    """Text to ids (and ids back to text pieces) for the served model."""
+
+    def __init__(self, vocab_size: int, tokenizer_json: str | None = None) -> None:
+        self.vocab_size = vocab_size
+        self._bytes = ByteTokenizer()
+        self._hf = None
+        if tokenizer_json:
+            from tokenizers import Tokenizer
+
+            self._hf = Tokenizer.from_file(tokenizer_json)
+
+    def encode(self, text: str) -> list[int]:
+        if self._hf is not None:
+            return [i % self.vocab_size for i in self._hf.encode(text).ids]
+        return self._bytes.encode(text, self.vocab_size)
+
+    def decode_token(self, token_id: int) -> str:
+        if self._hf is not None:
+            return self._hf.decode([token_id])
+        return self._bytes.decode_token(token_id)
+
+
+class ModelService:
+    """A ``Generator`` used by one request at a time."""
+
+    def __init__(
+        self,
+        arch: Architecture,
+        *,
+        device: str = "cpu",
+        dtype: str = "float32",
+        max_batch_size: int = 1,
+        seed: int = 0,
+        tokenizer: str | None = None,
+        generator_factory: Callable[..., Any] | None = None,
+    ) -> None:
+        if generator_factory is None:
+            from local_runner.generate import Generator as generator_factory
+        self.arch = arch
+        self.generator = generator_factory(
+            arch, device=device, dtype=dtype, max_batch_size=max_batch_size, seed=seed
+        )
+        self.max_seq_len: int = getattr(self.generator, "max_seq_len", arch.max_context)
+        self.tokenizer = TextTokenizer(arch.vocab_size, tokenizer)
+        self.fingerprint = f"idealized-runtime:{arch.name}:{device}:{dtype}"
+        self._lock = asyncio.Lock()
+        # One thread: the model is used by one request at a time anyway.
+        self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="generate")
+
+    def prompt_ids(self, request: CompletionRequest) -> list[int]:
+        prompt = request.prompt
+        if request.messages is not None:
+            prompt = "".join(
+                f"{message.get('role', 'user')}: {message.get('content') or ''}\n"
+                for message in request.messages
+            )
+        if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
+            prompt = prompt[0]  # a batch of one
+        if prompt is None or prompt == "" or prompt == []:
+            raise ApiError(400, "prompt must not be empty")
+        if isinstance(prompt, str):
+            return self.tokenizer.encode(prompt)
+        if all(isinstance(token, int) for token in prompt):
+            bad = [t for t in prompt if not 0 <= t < self.arch.vocab_size]  # type: ignore[operator]
+            if bad:
+                raise ApiError(
+                    400, f"token id {bad[0]} outside the vocabulary [0, {self.arch.vocab_size})"
+                )
+            return list(prompt)  # type: ignore[arg-type]
+        raise ApiError(400, "only one prompt per request is supported")
+
+    def output_length(self, request: CompletionRequest, prompt_len: int) -> int:
+        if request.n != 1:
+            raise ApiError(400, "only n=1 is supported")
+        length = request.max_tokens or request.max_completion_tokens or DEFAULT_MAX_TOKENS
+        if prompt_len + length - 1 > self.max_seq_len:
+            raise ApiError(
+                400,
+                f"{prompt_len} prompt tokens + {length} output tokens exceed the context of "
+                f"{self.max_seq_len} tokens",
+            )
+        return length
+
+    async def tokens(self, prompt: list[int], length: int) -> AsyncIterator[int]:
+        """Generated token ids as they are produced; waits its turn for the model."""
+        async with self._lock:
+            loop = asyncio.get_running_loop()
+            produced: asyncio.Queue[int | None] = asyncio.Queue()
+            stop = threading.Event()
+
+            def on_token(token: Any) -> None:
+                if stop.is_set():
+                    raise _Cancelled
+                loop.call_soon_threadsafe(produced.put_nowait, int(token[0]))
+
+            def run() -> None:
+                import torch
+
+                ids = torch.tensor([prompt], dtype=torch.long)
+                try:
+                    self.generator.generate(ids, length, on_token=on_token)
+                except _Cancelled:
+                    pass
+                finally:
+                    loop.call_soon_threadsafe(produced.put_nowait, None)
+
+            job = loop.run_in_executor(self._executor, run)
+            try:
+                while (token := await produced.get()) is not None:
+                    yield token
+                await job  # re-raise a failure of the generator
+            finally:
+                # Client gone (or failure): stop the generation, and keep the lock until the
+                # thread is done with the model.
+                stop.set()
+                with contextlib.suppress(BaseException):
+                    await asyncio.shield(job)
+
+
+def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+    return JSONResponse(
+        {"error": {"message": message, "type": kind, "param": None, "code": None}}, status
+    )
+
+
+def create_app(service: ModelService) -> FastAPI:
+    app = FastAPI(title="idealized-runtime local runner (OpenAI-compatible)")
+    name = service.arch.name
+
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, error: ApiError) -> JSONResponse:
+        return _error(error.status, error.message, error.kind)
+
+    @app.get("/health")
+    async def health() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/v1/models")
+    async def models() -> dict[str, Any]:
+        return {
+            "object": "list",
+            "data": [
+                {"id": name, "object": "model", "created": 0, "owned_by": "idealized-runtime"}
+            ],
+        }
+
+    async def parse(request: Request) -> CompletionRequest:
+        try:
+            body = await request.json()
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise ApiError(400, "request body is not valid JSON") from None
+        try:
+            parsed = CompletionRequest.model_validate(body)
+        except ValidationError as error:
+            raise ApiError(400, str(error).replace("\n", " ")) from None
+        if parsed.model not in (None, "", name):
+            raise ApiError(404, f"model {parsed.model!r} not found; serving {name!r}", "not_found")
+        return parsed
+
+    def usage(prompt_len: int, length: int) -> dict[str, int]:
+        return {
+            "prompt_tokens": prompt_len,
+            "completion_tokens": length,
+            "total_tokens": prompt_len + length,
+        }
+
+    async def complete(request: Request, chat: bool) -> Any:
+        parsed = await parse(request)
+        if chat and not parsed.messages:
+            raise ApiError(400, "messages must not be empty")
+        prompt = service.prompt_ids(parsed)
+        length = service.output_length(parsed, len(prompt))
+        ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"
+        head = {
+            "id": ident,
+            "object": "chat.completion" if chat else "text_completion",
+            "created": int(time.time()),
+            "model": name,
+            "system_fingerprint": service.fingerprint,
+        }
+        decode = service.tokenizer.decode_token
+        if not parsed.stream:
+            text = "".join([decode(t) async for t in service.tokens(prompt, length)])
+            choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
+            if chat:
+                choice["message"] = {"role": "assistant", "content": text}
+            else:
+                choice["text"] = text
+            return {**head, "choices": [choice], "usage": usage(len(prompt), length)}
+
+        if chat:
+            head["object"] = "chat.completion.chunk"
+
+        def chunk(piece: str | None, finish: str | None = None, role: bool = False) -> str:
+            if chat:
+                delta: dict[str, Any] = {"role": "assistant"} if role else {}
+                if piece is not None:
+                    delta["content"] = piece
+                choice = {"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}
+            else:
+                choice = {
+                    "index": 0,
+                    "text": piece or "",
+                    "finish_reason": finish,
+                    "logprobs": None,
+                }
+            body = {**head, "choices": [choice]}
+            if finish is not None:
+                body["usage"] = usage(len(prompt), length)
+            return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
+
+        async def events() -> AsyncIterator[str]:
+            if chat:
+                yield chunk(None, role=True)  # as OpenAI: a role-only first chunk
+            async for token in service.tokens(prompt, length):
+                yield chunk(decode(token))
+            yield chunk("" if not chat else None, finish="length")
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(events(), media_type="text/event-stream")
+
+    @app.post("/v1/completions")
+    async def completions(request: Request) -> Any:
+        return await complete(request, chat=False)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request) -> Any:
+        return await complete(request, chat=True)
+
+    return app
+
+
+def serve(
+    arch: Architecture,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8000,
+    device: str = "cpu",
+    dtype: str = "float32",
+    max_batch_size: int = 1,
+    tokenizer: str | None = None,
+    seed: int = 0,
+) -> None:
+    """Build the model and serve it until interrupted."""
+    import uvicorn
+
+    service = ModelService(
+        arch,
+        device=device,
+        dtype=dtype,
+        max_batch_size=max_batch_size,
+        seed=seed,
+        tokenizer=tokenizer,
+    )
+    print(f"serving {arch.name} ({device}, {dtype}) at http://{host}:{port}/v1", flush=True)
+    uvicorn.run(create_app(service), host=host, port=port, log_level="warning", access_log=False)

@@ -1,0 +1,572 @@
+"""Profile a grid of (prompt tokens, output tokens, batch) requests on the local runner.
+
+Each point is timed ``repeats`` times after ``warmup`` runs (CUDA events on GPU, perf_counter
+after a synchronize on CPU); the CSV row holds the median, the standard deviation and the median
+time to first token (prefill + first token). Rows are appended and fsynced one by one, so a run
+that is killed and restarted with the same arguments skips what is done and duplicates nothing.
+The sidecar ``<output>.meta.json`` records the stack (an ``idealized_runtime.types.Stack``) and
+the settings; resuming into a file written with other settings is refused.
+
+Layer sampling (models that do not fit): build ``k`` of the ``L`` layers, time every point with
+the first ``k1 = k // 2`` and with all ``k`` layers, and extrapolate linearly in the layer count:
+    t(L) = t(k) + (t(k) - t(k1)) / (k - k1) * (L - k)
+The intercept keeps the embedding, LM head and per-request overheads fixed, where HELM's plain
+``t(k) * L / k`` scales them up too. With k = 1 only the plain rule is possible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from idealized_runtime.errors import InputError
+from idealized_runtime.files import append_line_durably, atomic_writer
+from idealized_runtime.types import Architecture, Stack
+from local_runner.generate import Generator
+from local_runner.parallel import SINGLE, TensorParallel, check_divisible
+
+CSV_COLUMNS = (
+    "model",
+    "num_prompt_tokens",
+    "num_output_tokens",
+    "batch_size",
+    "runtime_s",
+    "std_s",
+    "ttft_s",
+    "repeats",
+)
+# HELM's 27 prompt sizes (Narayanan et al. 2023), plus 2048.
+HELM_PROMPT_SIZES = (
+    1,
+    16,
+    32,
+    64,
+    128,
+    192,
+    256,
+    320,
+    384,
+    428,
+    472,
+    512,
+    576,
+    640,
+    704,
+    768,
+    832,
+    896,
+    960,
+    1024,
+    1152,
+    1280,
+    1408,
+    1536,
+    1664,
+    1792,
+    1920,
+    2048,
+)
+HELM_OUTPUT_SIZES = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)
+LONG_CONTEXT_OUTPUT_SIZES = (1, 8, 32)
+QUICK_PROMPT_SIZES = (1, 16, 64, 128)
+QUICK_OUTPUT_SIZES = (1, 4, 16)
+GRIDS = ("helm", "quick")
+
+
+@dataclass(frozen=True, order=True)
+class GridPoint:
+    num_prompt_tokens: int
+    num_output_tokens: int
+    batch_size: int = 1
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.num_prompt_tokens + self.num_output_tokens - 1
+
+
+def make_grid(
+    name: str,
+    arch: Architecture,
+    *,
+    max_prompt_tokens: int | None = None,
+    batch_sizes: Sequence[int] = (1,),
+) -> list[GridPoint]:
+    """The ``helm`` or ``quick`` grid, cut to the model's context (and ``max_prompt_tokens``).
+
+    ``helm``: HELM's prompt sizes x outputs 1..64, plus long-context prompts 4096, 8192, ... up
+    to the context length with fewer outputs. A point whose prompt plus outputs exceed the
+    context is left out."""
+    if name not in GRIDS:
+        raise InputError(f"unknown grid {name!r}; known: {', '.join(GRIDS)}")
+    if max_prompt_tokens is not None and max_prompt_tokens > arch.max_context:
+        raise InputError(
+            f"--max-prompt-tokens {max_prompt_tokens} exceeds the context length "
+            f"{arch.max_context} of {arch.name!r}"
+        )
+    limit = min(arch.max_context, max_prompt_tokens or arch.max_context)
+    if name == "quick":
+        sizes = [(p, QUICK_OUTPUT_SIZES) for p in QUICK_PROMPT_SIZES]
+    else:
+        sizes = [(p, HELM_OUTPUT_SIZES) for p in HELM_PROMPT_SIZES]
+        long_prompt = 4096
+        while long_prompt <= limit:
+            sizes.append((long_prompt, LONG_CONTEXT_OUTPUT_SIZES))
+            long_prompt *= 2
+    points = [
+        GridPoint(p, o, b)
+        for b in batch_sizes
+        for p, outputs in sizes
+        if p <= limit
+        for o in outputs
+        if p + o - 1 <= arch.max_context
+    ]
+    if not points:
+        raise InputError(f"grid {name!r} has no point within {limit} tokens")
+    return points
+
+
+# --- timing ----------------------------------------------------------------------------------
+
+
+class _Timer:
+    """Wall time of the device work: CUDA events on GPU, perf_counter after a sync on CPU."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+
+    def mark(self) -> Any:
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    def seconds(self, start: Any, end: Any) -> float:
+        if self.cuda:
+            end.synchronize()
+            return start.elapsed_time(end) / 1000.0
+        return end - start
+
+
+@dataclass(frozen=True)
+class Timing:
+    runtime_s: float
+    std_s: float
+    ttft_s: float
+    repeats: int
+
+
+def time_point(generator: Generator, point: GridPoint, *, repeats: int, warmup: int) -> Timing:
+    """Median runtime and TTFT of one request shape over ``repeats`` runs."""
+    timer = _Timer(generator.device)
+    prompt = torch.randint(
+        0,
+        generator.arch.vocab_size,
+        (point.batch_size, point.num_prompt_tokens),
+        generator=torch.Generator().manual_seed(point.num_prompt_tokens),
+    ).to(generator.device)
+    runtimes, ttfts = [], []
+    for run in range(warmup + repeats):
+        marks: list[Any] = []
+
+        def first_token(_tokens: torch.Tensor, marks: list[Any] = marks) -> None:
+            if not marks:
+                marks.append(timer.mark())
+
+        _sync(generator.device)
+        start = timer.mark()
+        generator.generate(prompt, point.num_output_tokens, on_token=first_token)
+        end = timer.mark()
+        _sync(generator.device)
+        if run >= warmup:
+            runtimes.append(timer.seconds(start, end))
+            ttfts.append(timer.seconds(start, marks[0]))
+    std = statistics.stdev(runtimes) if len(runtimes) > 1 else 0.0
+    return Timing(statistics.median(runtimes), std, statistics.median(ttfts), repeats)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def extrapolate_layers(
+    shallow: Timing, deep: Timing, k1: int, k2: int, total_layers: int
+) -> Timing:
+    """Linear extrapolation in layer count from depths k1 < k2 to ``total_layers``."""
+    if k1 == k2:  # one depth only: HELM's proportional rule
+        scale = total_layers / k2
+        return Timing(deep.runtime_s * scale, deep.std_s * scale, deep.ttft_s * scale, deep.repeats)
+    w_deep = (total_layers - k1) / (k2 - k1)  # t(L) = w_deep * t(k2) - w_shallow * t(k1)
+    w_shallow = (total_layers - k2) / (k2 - k1)
+
+    def combine(a: float, b: float) -> float:
+        return w_deep * b - w_shallow * a
+
+    std = math.hypot(w_deep * deep.std_s, w_shallow * shallow.std_s)
+    return Timing(
+        combine(shallow.runtime_s, deep.runtime_s),
+        std,
+        combine(shallow.ttft_s, deep.ttft_s),
+        deep.repeats,
+    )
+
+
+# --- files -----------------------------------------------------------------------------------
+
+
+def meta_path(output: Path) -> Path:
+    return output.with_name(output.name + ".meta.json")
+
+
+def stack_for(device: torch.device, dtype: str, tp_size: int) -> Stack:
+    versions = {"torch": torch.__version__, "python": platform.python_version()}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        name = props.name
+        versions["cuda"] = str(torch.version.cuda)
+        versions["gpu_memory_gb"] = f"{props.total_memory / 1e9:.1f}"
+        with contextlib.suppress(AttributeError, RuntimeError):
+            versions["driver"] = str(torch.cuda.driver_version())  # type: ignore[attr-defined]
+        hardware = name
+    else:
+        name = platform.processor() or platform.machine()
+        hardware = "cpu"
+        versions["cpu_threads"] = str(torch.get_num_threads())
+    return Stack(
+        runner="idealized-runtime",
+        hardware=hardware,
+        device_name=name,
+        num_devices=tp_size,
+        tensor_parallel_size=tp_size,
+        dtype=dtype,  # type: ignore[arg-type]
+        versions=versions,
+    )
+
+
+def _settings(
+    arch: Architecture,
+    points: Sequence[GridPoint],
+    *,
+    device: str,
+    dtype: str,
+    tp_size: int,
+    layers: int | None,
+    repeats: int,
+    warmup: int,
+) -> dict[str, Any]:
+    """What must match for a run to resume into an existing file."""
+    return {
+        "architecture": arch.model_dump(mode="json"),
+        "device": torch.device(device).type,
+        "dtype": dtype,
+        "tensor_parallel_size": tp_size,
+        "layers": layers,
+        "repeats": repeats,
+        "warmup": warmup,
+        "grid": [asdict(point) for point in points],
+    }
+
+
+def _read_done(output: Path) -> set[GridPoint]:
+    """Points already in the CSV; a trailing partial line (killed mid-write) is ignored."""
+    done: set[GridPoint] = set()
+    if not output.exists():
+        return done
+    text = output.read_text(encoding="utf-8")
+    lines = text.splitlines(keepends=True)
+    complete = [line for line in lines if line.endswith("\n")]
+    if not complete:
+        return done
+    header = next(csv.reader([complete[0]]))
+    if tuple(header) != CSV_COLUMNS:
+        raise InputError(f"not a profile CSV (header {','.join(header)})", path=str(output))
+    for row in csv.DictReader(complete):
+        try:
+            done.add(
+                GridPoint(
+                    int(row["num_prompt_tokens"]),
+                    int(row["num_output_tokens"]),
+                    int(row["batch_size"]),
+                )
+            )
+        except (TypeError, ValueError):
+            continue  # a damaged row is re-measured
+    return done
+
+
+def _truncate_partial_line(output: Path) -> None:
+    """Drop bytes after the last newline, so the next append starts a clean line."""
+    if not output.exists():
+        return
+    data = output.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    if keep != len(data):
+        with output.open("r+b") as handle:
+            handle.truncate(keep)
+
+
+def _check_resume(output: Path, settings: dict[str, Any]) -> None:
+    meta_file = meta_path(output)
+    if not output.exists():
+        return
+    if not meta_file.exists():
+        raise InputError(
+            "exists without its .meta.json; refusing to append to it (use a new output path)",
+            path=str(output),
+        )
+    try:
+        previous = json.loads(meta_file.read_text(encoding="utf-8")).get("settings", {})
+    except (OSError, json.JSONDecodeError) as error:
+        raise InputError(f"unreadable metadata: {error}", path=str(meta_file)) from None
+    changed = sorted(key for key in settings if previous.get(key) != settings[key])
+    if changed:
+        raise InputError(
+            f"was written with different settings ({', '.join(changed)}); refusing to resume "
+            "into it: rerun with the same arguments or choose a new output path",
+            path=str(output),
+        )
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+def profile_grid(
+    arch: Architecture,
+    grid_points: Iterable[GridPoint],
+    output_path: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    tp_size: int = 1,
+    layers: int | None = None,
+    repeats: int = 3,
+    warmup: int = 1,
+    progress: bool = True,
+    seed: int = 0,
+    command: str | None = None,
+) -> Path:
+    """Time every grid point not already in ``output_path`` and append it there. Returns the
+    CSV path. With ``tp_size`` > 1 this must run under torchrun (one process per rank); rank 0
+    writes the files."""
+    output = Path(output_path)
+    points = sorted(dict.fromkeys(grid_points))
+    if not points:
+        raise InputError("empty grid")
+    if repeats < 1 or warmup < 0:
+        raise InputError("repeats must be >= 1 and warmup >= 0")
+    check_divisible(arch, tp_size)
+    if layers is not None and not 1 <= layers <= arch.num_layers:
+        raise InputError(f"--layers must be in [1, {arch.num_layers}] for {arch.name!r}")
+    max_seq_len = max(point.max_seq_len for point in points)
+    if max_seq_len > arch.max_context:
+        raise InputError(
+            f"grid needs {max_seq_len} tokens, beyond the context length {arch.max_context} "
+            f"of {arch.name!r}"
+        )
+    settings = _settings(
+        arch,
+        points,
+        device=device,
+        dtype=dtype,
+        tp_size=tp_size,
+        layers=layers,
+        repeats=repeats,
+        warmup=warmup,
+    )
+    _check_resume(output, settings)
+    done = _read_done(output)
+    todo = [point for point in points if point not in done]
+
+    tp, device = _join_group(device, tp_size)
+    writer = tp.rank == 0
+    sampled = layers is not None and layers < arch.num_layers
+    depth = layers if sampled else arch.num_layers
+    shallow = max(1, depth // 2) if sampled else depth
+
+    if writer:
+        _write_meta(
+            output, arch, settings, device, dtype, tp_size, depth, shallow, sampled, command
+        )
+        _truncate_partial_line(output)
+        if not output.exists() or output.stat().st_size == 0:
+            with output.open("a", encoding="utf-8") as handle:
+                append_line_durably(handle, ",".join(CSV_COLUMNS))
+    if not todo:
+        return output
+
+    generator = Generator(
+        arch,
+        device=device,
+        dtype=dtype,
+        max_batch_size=max(point.batch_size for point in points),
+        max_seq_len=max_seq_len,
+        seed=seed,
+        num_layers=depth,
+        tensor_parallel=tp,
+    )
+    with _progress(progress and writer, len(todo), arch.name) as advance:
+        handle = output.open("a", encoding="utf-8") if writer else None
+        try:
+            for point in todo:
+                timing = _time_sampled(generator, point, repeats, warmup, shallow, depth, sampled)
+                if handle is not None:
+                    append_line_durably(handle, _csv_line(arch.name, point, timing))
+                advance(point)
+        finally:
+            if handle is not None:
+                handle.close()
+    return output
+
+
+def _time_sampled(
+    generator: Generator,
+    point: GridPoint,
+    repeats: int,
+    warmup: int,
+    shallow: int,
+    depth: int,
+    sampled: bool,
+) -> Timing:
+    if not sampled:
+        return time_point(generator, point, repeats=repeats, warmup=warmup)
+    generator.set_active_layers(depth)
+    deep = time_point(generator, point, repeats=repeats, warmup=warmup)
+    if shallow == depth:
+        return extrapolate_layers(deep, deep, depth, depth, generator.arch.num_layers)
+    generator.set_active_layers(shallow)
+    low = time_point(generator, point, repeats=repeats, warmup=warmup)
+    generator.set_active_layers(depth)
+    return extrapolate_layers(low, deep, shallow, depth, generator.arch.num_layers)
+
+
+def _csv_line(model: str, point: GridPoint, timing: Timing) -> str:
+    values = (
+        model,
+        point.num_prompt_tokens,
+        point.num_output_tokens,
+        point.batch_size,
+        f"{timing.runtime_s:.9g}",
+        f"{timing.std_s:.6g}",
+        f"{timing.ttft_s:.9g}",
+        timing.repeats,
+    )
+    buffer = _LineBuffer()
+    csv.writer(buffer, lineterminator="\n").writerow(values)
+    return buffer.line
+
+
+class _LineBuffer:
+    line = ""
+
+    def write(self, text: str) -> None:
+        self.line += text
+
+
+def _join_group(device: str, tp_size: int) -> tuple[TensorParallel, str]:
+    if tp_size == 1:
+        return SINGLE, device
+    from local_runner.parallel import init_from_env
+
+    tp, device = init_from_env(device)
+    if tp.size != tp_size:
+        raise InputError(
+            f"tensor-parallel size {tp_size} needs {tp_size} processes (run under "
+            f"torchrun --nproc-per-node {tp_size}); this run has {tp.size}"
+        )
+    return tp, device
+
+
+def _write_meta(
+    output: Path,
+    arch: Architecture,
+    settings: dict[str, Any],
+    device: str,
+    dtype: str,
+    tp_size: int,
+    depth: int,
+    shallow: int,
+    sampled: bool,
+    command: str | None,
+) -> None:
+    meta_file = meta_path(output)
+    previous: dict[str, Any] = {}
+    if meta_file.exists():
+        previous = json.loads(meta_file.read_text(encoding="utf-8"))
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    meta = {
+        "model": arch.name,
+        "stack": stack_for(torch.device(device), dtype, tp_size).model_dump(mode="json"),
+        "settings": settings,
+        "layer_sampling": {
+            "total_layers": arch.num_layers,
+            "profiled_layers": [shallow, depth] if sampled else [arch.num_layers],
+            "rule": (
+                "none"
+                if not sampled
+                else "proportional (t * L / k)"
+                if shallow == depth
+                else "linear in layer count from two depths"
+            ),
+        },
+        "started_at": previous.get("started_at", now),
+        "resumed_at": [*previous.get("resumed_at", []), now] if previous else [],
+        "command": command or " ".join(sys.argv),
+        "columns": list(CSV_COLUMNS),
+    }
+    with atomic_writer(meta_file) as handle:
+        json.dump(meta, handle, indent=2)
+        handle.write("\n")
+
+
+class _progress:
+    """A rich progress bar on stderr, or nothing."""
+
+    def __init__(self, enabled: bool, total: int, label: str) -> None:
+        self.enabled, self.total, self.label = enabled, total, label
+        self._bar = None
+
+    def __enter__(self):
+        if not self.enabled:
+            return lambda point: None
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+        )
+
+        self._bar = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[point]}"),
+            transient=False,
+        )
+        self._bar.start()
+        task = self._bar.add_task(f"profile {self.label}", total=self.total, point="")
+
+        def advance(point: GridPoint) -> None:
+            label = f"p={point.num_prompt_tokens} o={point.num_output_tokens}"
+            self._bar.update(task, advance=1, point=label)
+
+        return advance
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()

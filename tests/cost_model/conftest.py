@@ -1,0 +1,13 @@
+"""Shared data for the cost-model tests: the paper's A100 grid."""
+
+from __future__ import annotations
+
+import pytest
+
+from idealized_runtime import catalog
+from idealized_runtime.types import Measurement
+
+
+@pytest.fixture(scope="session")
+def a100_grid() -> list[Measurement]:
+    return catalog.megatron_a100_measurements()

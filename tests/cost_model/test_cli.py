@@ -1,0 +1,160 @@
+"""`idealized-runtime fit` and `convert` as a user runs them (subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from idealized_runtime import catalog
+from tests.servers import cli_command
+
+HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s\n"
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cli_command(*args), cwd=cwd, capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("cli")
+    shutil.copy(catalog.data_path("reference", "megatron_a100_runtimes.csv"), path / "grid.csv")
+    return path
+
+
+def assert_input_error(result: subprocess.CompletedProcess[str], *parts: str) -> None:
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    for part in parts:
+        assert part in lines[0], lines[0]
+
+
+def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
+    fitted = run("fit", "grid.csv", "-o", "fit.json", cwd=workdir)
+    assert fitted.returncode == 0, fitted.stderr
+    assert "gptj_6b" in fitted.stdout and "default" in fitted.stdout
+    fits = json.loads((workdir / "fit.json").read_text())
+    assert fits["format"] == "idealized-runtime/fit" and len(fits["fits"]) == 13
+
+    helm = run(
+        "fit", "grid.csv", "-o", "helm.json", "--method", "helm", "--format", "helm", cwd=workdir
+    )
+    assert helm.returncode == 0, helm.stderr
+    assert json.loads((workdir / "helm.json").read_text())["gptj_6b"]["runtime_per_output_token"]
+
+    (workdir / "req.csv").write_text(HEADER + "gptj_6b,100,10,0.5\nbloom,2000,3,\n")
+    converted = run("convert", "req.csv", "--fit", "fit.json", "-o", "out.csv", cwd=workdir)
+    assert converted.returncode == 0, converted.stderr
+    lines = (workdir / "out.csv").read_text().splitlines()
+    assert lines[0].endswith("runtime_s,idealized_runtime_s,runtime_discrepancy_s")
+    assert len(lines) == 3
+
+    requests = [
+        {"model": "gptj_6b", "num_prompt_tokens": 100, "num_output_tokens": 10, "id": 1},
+        {"model": "bloom", "ok": False},
+        {"model": "openai/davinci", "num_prompt_tokens": 50, "num_output_tokens": 2, "id": 3},
+    ]
+    (workdir / "req.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
+    denoised = str(catalog.data_path("reference", "inference_denoised_runtimes.json"))
+    converted = run(
+        "convert",
+        "req.jsonl",
+        "--fit",
+        "fit.json",
+        "--fit",
+        denoised,
+        "-o",
+        "out.jsonl",
+        cwd=workdir,
+    )
+    assert converted.returncode == 0, converted.stderr
+    assert "skipped 1 failed" in converted.stderr
+    out = [json.loads(line) for line in (workdir / "out.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in out] == [1, 3]
+    assert out[0]["idealized_runtime_s"] > 0 and out[0]["denoised_runtime_s"] is None
+    assert out[1]["denoised_runtime_s"] > 0 and out[1]["idealized_runtime_s"] is None
+
+
+@pytest.mark.parametrize(
+    "body, parts",
+    [
+        ("a,1,1\n", ["bad.csv", "column 'runtime_s'", "missing required column"]),
+        (HEADER, ["bad.csv", "no data rows"]),
+        ("", ["bad.csv", "empty file"]),
+        (HEADER + "a,1,1,0.1\na,x,2,0.2\n", ["bad.csv", "row 2", "'num_prompt_tokens'"]),
+        (HEADER + "a,1,1.5,0.1\n", ["bad.csv", "row 1", "'num_output_tokens'"]),
+        (HEADER + "a,-4,1,0.1\n", ["bad.csv", "row 1", "'num_prompt_tokens'"]),
+        (HEADER + "a,1,1,NaN\n", ["bad.csv", "row 1", "'runtime_s'"]),
+        (HEADER + "a,1,1,-0.1\n", ["bad.csv", "row 1", "'runtime_s'"]),
+    ],
+)
+def test_fit_bad_input_exits_2_without_output(workdir: Path, body: str, parts) -> None:
+    text = (
+        body
+        if body.startswith(HEADER) or not body
+        else "model,num_prompt_tokens,num_output_tokens\n" + body
+    )
+    (workdir / "bad.csv").write_text(text)
+    out = workdir / "never.json"
+    assert_input_error(run("fit", "bad.csv", "-o", str(out), cwd=workdir), *parts)
+    assert not out.exists()
+
+
+def test_fit_bad_method_and_model_data(workdir: Path) -> None:
+    out = workdir / "never.json"
+    assert_input_error(
+        run("fit", "grid.csv", "-o", str(out), "--method", "magic", cwd=workdir),
+        "unknown method 'magic'",
+    )
+    (workdir / "one.jsonl").write_text(
+        json.dumps({"model": "m", "num_prompt_tokens": 4, "num_output_tokens": 3, "runtime_s": 1})
+        + "\n"
+    )
+    assert_input_error(
+        run("fit", "one.jsonl", "-o", str(out), "--method", "helm", cwd=workdir),
+        "one.jsonl",
+        "num_output_tokens = 1",
+    )
+    assert not out.exists()
+
+
+def test_convert_errors_exit_2_without_output(workdir: Path) -> None:
+    run("fit", "grid.csv", "-o", "fit.json", cwd=workdir)
+    out = workdir / "never.csv"
+    (workdir / "unknown.csv").write_text(HEADER + "gptj_6b,1,1,\nmystery,1,1,\n")
+    assert_input_error(
+        run("convert", "unknown.csv", "--fit", "fit.json", "-o", str(out), cwd=workdir),
+        "unknown.csv",
+        "mystery",
+        "column 'model'",
+    )
+    (workdir / "zero.jsonl").write_text(
+        json.dumps({"model": "gptj_6b", "num_prompt_tokens": 0, "num_output_tokens": 1}) + "\n"
+    )
+    assert_input_error(
+        run("convert", "zero.jsonl", "--fit", "fit.json", "-o", str(out), cwd=workdir),
+        "zero.jsonl",
+        "row 1",
+        "num_prompt_tokens",
+    )
+    (workdir / "notfit.json").write_text('{"hello": 1}')
+    assert_input_error(
+        run("convert", "unknown.csv", "--fit", "notfit.json", "-o", str(out), cwd=workdir),
+        "notfit.json",
+        "not a fit file",
+    )
+    assert not out.exists()
+    skipped = run(
+        "convert", "unknown.csv", "--fit", "fit.json", "-o", str(out), "--skip-unknown", cwd=workdir
+    )
+    assert skipped.returncode == 0, skipped.stderr
+    assert "dropped 1 rows" in skipped.stderr
+    assert len(out.read_text().splitlines()) == 2

@@ -1,0 +1,84 @@
+"""Conversion: vectorized results equal per-row evaluation; unknown models; output files."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from cost_model.convert import convert_requests, write_conversion
+from cost_model.evaluate import predict_runtime
+from cost_model.fitting import fit_measurements
+from cost_model.helm_format import import_helm_table
+from cost_model.measurements_io import RequestTable, read_requests
+from idealized_runtime import catalog
+from idealized_runtime.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def fits(a100_grid):
+    return fit_measurements(a100_grid, "default")
+
+
+def test_vectorized_conversion_equals_per_row_evaluation(fits) -> None:
+    rng = np.random.default_rng(0)
+    models = sorted(fits)
+    n = 5000
+    names = rng.choice(models, n)
+    p, o = rng.integers(1, 4000, n), rng.integers(1, 500, n)
+    runtime = rng.random(n) + 0.1
+    result = convert_requests(RequestTable.from_columns(names, p, o, runtime), fits)
+    expected = np.array(
+        [predict_runtime(fits[m], a, b) for m, a, b in zip(names, p, o, strict=True)]
+    )
+    np.testing.assert_allclose(result.columns["idealized_runtime_s"], expected, rtol=1e-12)
+    np.testing.assert_allclose(result.columns["runtime_discrepancy_s"], runtime - expected)
+    assert "denoised_runtime_s" not in result.columns
+
+
+def test_unknown_models_are_named_or_skipped(fits) -> None:
+    table = RequestTable.from_columns(["zeta", "megatron-gptj-6b", "alpha"], [1, 2, 3], [1, 1, 1])
+    with pytest.raises(InputError, match=r"no fit for model\(s\) alpha, zeta \(2 rows\)"):
+        convert_requests(table, fits)
+    result = convert_requests(table, fits, skip_unknown=True)
+    assert result.kept.tolist() == [False, True, False]
+    assert result.dropped_unknown_rows == 2 and result.unknown_models == ["alpha", "zeta"]
+    assert len(result) == 1
+
+
+def test_idealized_and_denoised_columns(fits) -> None:
+    denoised = import_helm_table(catalog.helm_table("denoised"), method="denoised")
+    table = RequestTable.from_columns(["openai/davinci", "megatron-gptj-6b"], [100, 100], [5, 5])
+    result = convert_requests(table, [fits, denoised])
+    ideal, noisy = result.columns["idealized_runtime_s"], result.columns["denoised_runtime_s"]
+    assert np.isnan(ideal[0]) and np.isfinite(ideal[1])
+    assert np.isfinite(noisy[0]) and np.isnan(noisy[1])
+
+
+def test_write_jsonl_and_csv_keep_input_columns(tmp_path, fits) -> None:
+    source = tmp_path / "r.jsonl"
+    rows = [
+        {
+            "model": "megatron-gptj-6b",
+            "num_prompt_tokens": 10,
+            "num_output_tokens": 3,
+            "runtime_s": 1.0,
+            "id": "q1",
+        },
+        {"model": "megatron-bloom", "num_prompt_tokens": 20, "num_output_tokens": 1, "id": "q2"},
+    ]
+    source.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    table = read_requests(source)
+    result = convert_requests(table, fits)
+    write_conversion(table, result, tmp_path / "out.jsonl")
+    out = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert [r["id"] for r in out] == ["q1", "q2"]
+    assert out[1]["runtime_discrepancy_s"] is None and out[1]["idealized_runtime_s"] > 0
+    write_conversion(table, result, tmp_path / "out.csv")
+    lines = (tmp_path / "out.csv").read_text().splitlines()
+    assert lines[0] == (
+        "model,num_prompt_tokens,num_output_tokens,runtime_s,id,idealized_runtime_s,"
+        "runtime_discrepancy_s"
+    )
+    assert lines[2].startswith("megatron-bloom,20,1,,q2,") and lines[2].endswith(",")

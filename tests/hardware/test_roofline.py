@@ -1,0 +1,198 @@
+"""FLOP/byte counts against hand arithmetic, and monotonicity of the hardware model."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cost_model.calibration import shipped_calibration
+from cost_model.roofline import (
+    IDEAL,
+    Efficiency,
+    expected_experts_touched,
+    forward_costs,
+    predict_alpha,
+    predict_beta,
+    predict_runtime,
+    request_costs,
+    to_fitted_cost_model,
+)
+from idealized_runtime.catalog import get_architecture, get_hardware
+from idealized_runtime.errors import InputError
+from idealized_runtime.types import Architecture
+
+# A small GPT: 2 layers, h = 64, 4 heads of 16, MLP 256, vocab 512, biases, tied embeddings.
+GPT = Architecture(
+    name="hand-gpt",
+    num_layers=2,
+    hidden_size=64,
+    num_heads=4,
+    ffn_hidden_size=256,
+    vocab_size=512,
+)
+# A small GQA + MoE llama: 1 layer, h = 32, 4 query heads / 2 KV heads of 8, SwiGLU MLP 64,
+# 4 experts with 2 per token, vocab 100, no biases.
+MOE = Architecture(
+    name="hand-moe",
+    family="mixtral",
+    num_layers=1,
+    hidden_size=32,
+    num_heads=4,
+    num_kv_heads=2,
+    head_dim=8,
+    ffn_hidden_size=64,
+    vocab_size=100,
+    activation="swiglu",
+    norm="rmsnorm",
+    position="rotary",
+    bias=False,
+    num_experts=4,
+    experts_per_token=2,
+)
+
+
+def test_gpt_prompt_pass_by_hand() -> None:
+    costs = forward_costs(GPT, 10, 0, dtype="float16")
+    # Matmul weights per layer: attention 4 x 64 x 64 = 16384, MLP 64 x 256 + 256 x 64 = 32768.
+    # 2 FLOPs x 49152 x 10 tokens x 2 layers = 1,966,080.
+    # Causal attention: token i attends to i positions, sum 1..10 = 55;
+    # QK^T + PV = 4 x 4 heads x 16 dims x 55 x 2 layers = 28,160.
+    # LM head on the last token only: 2 x 512 x 64 = 65,536.
+    assert float(costs.flops) == 1_966_080 + 28_160 + 65_536
+    # Weights: per layer attention 16384 + biases 3 x 64 + 64, MLP 32768 + 256 + 64,
+    # two layernorms 2 x 128: 49,984; x 2 layers + LM head 32,768 + final norm 128 = 132,864
+    # parameters x 2 bytes (the embedding table is gathered, not read).
+    assert float(costs.weight_bytes) == 132_864 * 2
+    # KV: 2 (K, V) x 4 heads x 16 dims x 2 bytes = 256 per token-layer, 10 written + 10 read,
+    # 2 layers.
+    assert float(costs.kv_bytes) == 256 * 20 * 2
+    assert float(costs.num_allreduces) == 0
+
+
+def test_moe_gqa_decode_step_by_hand() -> None:
+    costs = forward_costs(MOE, 1, 9, dtype="bfloat16")
+    # Attention matmuls: q 32x32 + k,v 2 x 32x16 + out 32x32 = 3072; one expert 2 x 32x64 +
+    # 64x32 = 6144, two active; router 32 x 4 = 128: 2 x (3072 + 12288 + 128) = 30,976.
+    # Attention over 9 cached + itself = 10 positions: 4 x 4 heads x 8 x 10 = 1,280.
+    # LM head 2 x 100 x 32 = 6,400.
+    assert float(costs.flops) == 30_976 + 1_280 + 6_400
+    # One token touches 4 x (1 - (1 - 2/4)^1) = 2 experts: dense part (attention 3072, router
+    # 128, norms 64) 3,264 + 2 x 6,144 + head 3,200 + final norm 32 = 18,784 parameters.
+    assert float(costs.weight_bytes) == 18_784 * 2
+    # KV: 2 x 2 KV heads x 8 x 2 bytes = 64 per token; read 10 (9 + itself), write 1.
+    assert float(costs.kv_bytes) == 64 * 11
+    # Tensor-parallel 2: one KV head per GPU, 2 all-reduces of 32 x 2 bytes.
+    split = forward_costs(MOE, 1, 9, dtype="bfloat16", tp=2)
+    assert float(split.kv_bytes) == 32 * 11
+    assert float(split.flops) == float(costs.flops) / 2
+    assert float(split.num_allreduces) == 2 and float(split.allreduce_bytes) == 64
+
+
+def test_moe_touches_all_experts_at_large_batch() -> None:
+    assert expected_experts_touched(MOE, 1) == pytest.approx(2)
+    assert expected_experts_touched(MOE, 512) == pytest.approx(4)
+
+
+def test_request_costs_sum_decode_steps() -> None:
+    costs = request_costs(GPT, 10, 5, dtype="float16")
+    steps = [forward_costs(GPT, 1, 10 + i - 1, dtype="float16") for i in range(1, 5)]
+    assert float(costs.decode.flops) == pytest.approx(sum(float(s.flops) for s in steps))
+    assert float(costs.decode.kv_bytes) == pytest.approx(sum(float(s.kv_bytes) for s in steps))
+
+
+def test_ideal_decode_is_weights_over_bandwidth() -> None:
+    arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
+    beta = float(predict_beta(arch, hw, 1))
+    weights = float(forward_costs(arch, 1, 1).weight_bytes)
+    assert weights / (hw.memory_bandwidth_gbps * 1e9) == pytest.approx(beta, rel=0.02)
+
+
+def test_runtime_is_alpha_plus_decode_steps() -> None:
+    arch, hw = get_architecture("mistral-7b"), get_hardware("a100-80gb")
+    p, o = 300, 40
+    steps = sum(float(predict_beta(arch, hw, p + i - 1)) for i in range(1, o))
+    expected = float(predict_alpha(arch, hw, p)) + steps
+    assert float(predict_runtime(arch, hw, p, o)) == pytest.approx(expected, rel=1e-9)
+
+
+def test_bad_tensor_parallel_size() -> None:
+    with pytest.raises(InputError):
+        forward_costs(get_architecture("gpt2-124m"), 1, 0, tp=8)
+    with pytest.raises(InputError):
+        Efficiency(compute=1.5)
+
+
+def test_fitted_cost_model_matches_roofline() -> None:
+    from cost_model.evaluate import predict_runtime as evaluate
+
+    arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
+    fit = to_fitted_cost_model(arch, hw)
+    assert fit.method == "analytic"
+    for p, o in [(128, 1), (512, 64), (1920, 200)]:
+        direct = float(predict_runtime(arch, hw, p, o))
+        assert float(evaluate(fit, p, o)) == pytest.approx(direct, rel=0.02)
+
+
+CALIBRATED = shipped_calibration().efficiency
+EFFICIENCIES = st.sampled_from([IDEAL, CALIBRATED])
+ARCHS = st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "megatron-gptj-6b", "qwen2.5-7b"])
+HARDWARE = st.sampled_from(["a100-80gb", "h100-sxm", "l4", "mi300x"])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    arch=ARCHS,
+    hw=HARDWARE,
+    eff=EFFICIENCIES,
+    p=st.integers(1, 8000),
+    o=st.integers(1, 2000),
+    dp=st.integers(1, 500),
+    do=st.integers(1, 500),
+)
+def test_runtime_monotone_in_tokens(arch, hw, eff, p, o, dp, do) -> None:
+    a, h = get_architecture(arch), get_hardware(hw)
+    base = float(predict_runtime(a, h, p, o, efficiency=eff))
+    assert float(predict_runtime(a, h, p + dp, o, efficiency=eff)) > base
+    assert float(predict_runtime(a, h, p, o + do, efficiency=eff)) > base
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    eff=EFFICIENCIES,
+    hw=HARDWARE,
+    layers=st.integers(1, 80),
+    extra_layers=st.integers(1, 40),
+    width=st.sampled_from([512, 1024, 2048, 4096]),
+    p=st.integers(1, 4000),
+    o=st.integers(1, 500),
+)
+def test_runtime_monotone_in_model_size(eff, hw, layers, extra_layers, width, p, o) -> None:
+    def arch(num_layers: int, hidden: int) -> Architecture:
+        return Architecture(
+            name="probe",
+            num_layers=num_layers,
+            hidden_size=hidden,
+            num_heads=hidden // 64,
+            ffn_hidden_size=4 * hidden,
+            vocab_size=32000,
+        )
+
+    h = get_hardware(hw)
+    base = float(predict_runtime(arch(layers, width), h, p, o, efficiency=eff))
+    deeper = float(predict_runtime(arch(layers + extra_layers, width), h, p, o, efficiency=eff))
+    wider = float(predict_runtime(arch(layers, 2 * width), h, p, o, efficiency=eff))
+    assert deeper > base and wider > base
+
+
+def test_vectorized_runtime_matches_scalar() -> None:
+    arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
+    p = np.array([1, 100, 1000])
+    o = np.array([1, 10, 100])
+    many = predict_runtime(arch, hw, p, o, efficiency=CALIBRATED)
+    one = [
+        float(predict_runtime(arch, hw, a, b, efficiency=CALIBRATED))
+        for a, b in zip(p, o, strict=True)
+    ]
+    np.testing.assert_allclose(many, one)

@@ -1,0 +1,160 @@
+"""profile: grids, layer-sampling arithmetic, resumability after SIGKILL, CLI errors, and the CSV
+is readable by the cost model's reader."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from idealized_runtime.catalog import get_architecture
+from idealized_runtime.errors import InputError
+from local_runner.profile import (
+    CSV_COLUMNS,
+    GridPoint,
+    Timing,
+    extrapolate_layers,
+    make_grid,
+    profile_grid,
+)
+from tests.servers import cli_command
+
+
+def _rows(path: Path) -> list[dict[str, str]]:
+    with path.open(encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_helm_grid_has_papers_prompt_sizes_and_long_context() -> None:
+    llama = get_architecture("llama-3.1-8b")
+    points = make_grid("helm", llama, max_prompt_tokens=16384)
+    prompts = sorted({p.num_prompt_tokens for p in points})
+    assert prompts[:3] == [1, 16, 32] and 1920 in prompts and 2048 in prompts
+    assert prompts[-3:] == [4096, 8192, 16384]
+    assert len([p for p in points if p.num_prompt_tokens == 512]) == 10
+    gpt2 = make_grid("helm", get_architecture("gpt2-124m"))  # 1024 context
+    assert max(p.num_prompt_tokens + p.num_output_tokens - 1 for p in gpt2) <= 1024
+
+
+def test_grid_beyond_context_is_an_input_error() -> None:
+    with pytest.raises(InputError, match="exceeds the context length"):
+        make_grid("helm", get_architecture("tiny-gpt2"), max_prompt_tokens=4096)
+    with pytest.raises(InputError, match="unknown grid"):
+        make_grid("huge", get_architecture("tiny-gpt2"))
+
+
+def test_two_depth_extrapolation_is_exact_for_linear_costs() -> None:
+    # t(k) = 0.5 (embedding/head) + 0.1 k: depths 2 and 4 must give exactly t(32) = 3.7.
+    shallow, deep = Timing(0.7, 0.0, 0.07, 3), Timing(0.9, 0.0, 0.09, 3)
+    result = extrapolate_layers(shallow, deep, 2, 4, 32)
+    assert result.runtime_s == pytest.approx(3.7)
+    assert result.ttft_s == pytest.approx(0.37)
+    # HELM's proportional rule would have said 0.9 * 8 = 7.2.
+    assert extrapolate_layers(deep, deep, 4, 4, 32).runtime_s == pytest.approx(7.2)
+
+
+def test_profile_writes_csv_meta_and_sampled_layers(tmp_path: Path) -> None:
+    arch = get_architecture("tiny-llama").model_copy(update={"num_layers": 6})
+    out = tmp_path / "m.csv"
+    points = [GridPoint(8, 2), GridPoint(1, 1), GridPoint(8, 2)]
+    profile_grid(arch, points, out, layers=4, repeats=1, warmup=0, progress=False)
+    rows = _rows(out)
+    assert tuple(rows[0]) == CSV_COLUMNS
+    assert [(r["num_prompt_tokens"], r["num_output_tokens"]) for r in rows] == [
+        ("1", "1"),
+        ("8", "2"),
+    ]
+    meta = json.loads((tmp_path / "m.csv.meta.json").read_text())
+    assert meta["stack"]["dtype"] == "float32" and meta["stack"]["hardware"] == "cpu"
+    assert meta["layer_sampling"]["profiled_layers"] == [2, 4]
+    # Readable by the cost model's measurement reader (what `idealized-runtime fit` uses).
+    reader = pytest.importorskip("cost_model.measurements_io")
+    measurements = reader.read_measurements(out)
+    assert len(measurements) == 2 and all(m.runtime_s > 0 for m in measurements)
+
+
+def test_killed_profile_resumes_without_duplicates(tmp_path: Path) -> None:
+    out = tmp_path / "m.csv"
+    args = cli_command(
+        "profile", "--arch", "tiny-llama", "--grid", "quick", "--repeats", "4",
+        "--warmup", "1", "--no-progress", "-o", str(out),
+    )  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and process.poll() is None:
+            if out.exists() and out.read_text().count("\n") >= 4:  # header + 3 points
+                break
+            time.sleep(0.005)
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.wait()
+    first_run = _rows(out)
+    assert len(first_run) >= 3
+    with out.open("a") as handle:  # as if killed in the middle of writing a row
+        handle.write("tiny-llama,128,16,1,0.0")
+    rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=240)
+    assert rerun.returncode == 0, rerun.stderr
+    rows = _rows(out)
+    keys = [(r["num_prompt_tokens"], r["num_output_tokens"], r["batch_size"]) for r in rows]
+    assert len(keys) == len(set(keys)) == 12
+    assert rows[: len(first_run)] == first_run  # finished rows untouched
+    assert all(float(r["runtime_s"]) > 0 for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--arch", "no-such-model"], "unknown architecture 'no-such-model'"),
+        (["--arch", "tiny-llama", "--tp", "3"], "does not divide num_heads=4"),
+        (["--arch", "tiny-gpt2", "--max-prompt-tokens", "9000"], "exceeds the context length"),
+        (["--arch", "tiny-gpt2", "--layers", "5"], "--layers must be in [1, 2]"),
+        (["--arch", "tiny-gpt2", "--grid", "enormous"], "unknown grid"),
+        (["--arch", "tiny-gpt2", "--dtype", "int8"], "--dtype must be"),
+    ],
+)
+def test_cli_errors_are_one_line_exit_2_nothing_written(
+    tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = tmp_path / "m.csv"
+    result = subprocess.run(
+        cli_command("profile", *args, "-o", str(out)), capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cli_unmappable_hf_config(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "t5", "d_model": 512}))
+    result = subprocess.run(
+        cli_command("profile", "--arch", str(config), "-o", str(tmp_path / "m.csv")),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "config.json" in result.stderr and "unsupported model_type 't5'" in result.stderr
+    assert not (tmp_path / "m.csv").exists()
+
+
+def test_cli_refuses_to_resume_with_other_settings(tmp_path: Path) -> None:
+    out = tmp_path / "m.csv"
+    base = ["profile", "--arch", "tiny-gpt2", "--max-prompt-tokens", "16", "--repeats", "1"]
+    first = subprocess.run(cli_command(*base, "--no-progress", "-o", str(out)), capture_output=True)
+    assert first.returncode == 0
+    before = out.read_text()
+    second = subprocess.run(
+        cli_command(*base, "--dtype", "bfloat16", "-o", str(out)), capture_output=True, text=True
+    )
+    assert second.returncode == 2 and "different settings (dtype)" in second.stderr
+    assert out.read_text() == before

@@ -1,0 +1,149 @@
+"""Leaderboard metrics and Pareto frontiers, checked against brute force."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from cost_model.evaluate import predict_runtime
+from cost_model.helm_format import import_helm_table
+from idealized_runtime.catalog import helm_table
+from idealized_runtime.leaderboard import (
+    CostRates,
+    LeaderboardInputs,
+    ModelInput,
+    build_leaderboard,
+    cost_per_1000,
+    pareto_front,
+)
+from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
+from idealized_runtime.report.render import render_markdown
+from idealized_runtime.scenarios import ScenarioResult, helm_scenario_results
+from idealized_runtime.types import FittedCostModel
+
+
+def brute_force_front(points: dict[str, tuple[float, float]]) -> set[str]:
+    """On the front iff no other point is at least as good in both and better in one."""
+
+    def dominates(a: tuple[float, float], b: tuple[float, float]) -> bool:
+        return a[0] <= b[0] and a[1] >= b[1] and (a[0] < b[0] or a[1] > b[1])
+
+    return {
+        name
+        for name, point in points.items()
+        if not any(dominates(other, point) for o, other in points.items() if o != name)
+    }
+
+
+# Few distinct values so that ties in runtime, in accuracy and exact duplicates are common.
+_value = st.sampled_from([0.1, 0.2, 0.3, 0.5, 1.0])
+_points = st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), st.tuples(_value, _value))
+
+
+@given(_points)
+def test_pareto_front_matches_brute_force(points: dict[str, tuple[float, float]]) -> None:
+    assert pareto_front(points) == brute_force_front(points)
+
+
+@pytest.fixture(scope="module")
+def helm_board():
+    return build_leaderboard(bundled_helm_inputs())
+
+
+def test_bundled_helm_frontiers_match_brute_force(helm_board) -> None:
+    """Computed straight from the shipped CSV, independent of the leaderboard's rows: HELM's
+    reported idealized runtime, or (where HELM left it blank: ai21/j1-grande) HELM's idealized
+    table evaluated at the model's mean tokens. A model HELM ran twice keeps its first run."""
+    table = import_helm_table(helm_table("idealized"))
+    by_scenario: dict[str, dict[str, tuple[float, float]]] = {}
+    raw_by_scenario: dict[str, dict[str, tuple[float, float]]] = {}
+    for r in helm_scenario_results():
+        if r.accuracy is None:
+            continue
+        idealized = r.idealized_runtime_s
+        if idealized is None and r.model in table:
+            idealized = float(
+                predict_runtime(table[r.model], r.mean_prompt_tokens, r.mean_output_tokens)
+            )
+        if idealized is not None:
+            by_scenario.setdefault(r.scenario, {}).setdefault(r.model, (idealized, r.accuracy))
+        if r.raw_runtime_s is not None:
+            raw_by_scenario.setdefault(r.scenario, {}).setdefault(
+                r.model, (r.raw_runtime_s, r.accuracy)
+            )
+    assert len(by_scenario) >= 70  # HELM has accuracies for 80 scenarios
+    assert set(helm_board.frontier_points["idealized"]) == set(by_scenario)
+    for scenario, points in by_scenario.items():
+        assert set(helm_board.frontier("idealized", scenario)) == brute_force_front(points)
+    for scenario, points in raw_by_scenario.items():
+        assert set(helm_board.frontier("raw", scenario)) == brute_force_front(points)
+
+
+def test_report_states_each_scenarios_frontier(helm_board) -> None:
+    markdown = render_markdown(helm_board)
+    for scenario in helm_board.frontier_scenarios():
+        line = next(line for line in markdown.splitlines() if line.startswith(f"| {scenario} |"))
+        idealized_cell = line.split(" | ")[2]
+        assert set(idealized_cell.split(", ")) == set(helm_board.frontier("idealized", scenario))
+
+
+def test_scenario_rows_prefer_helm_reported_idealized_runtime(helm_board) -> None:
+    row = next(r for r in helm_board.scenario_rows if r.model == "openai/davinci")
+    source = next(
+        r for r in helm_scenario_results() if r.model == row.model and r.scenario == row.scenario
+    )
+    assert row.idealized_source == "helm-reported"
+    assert row.idealized_runtime_s == source.idealized_runtime_s
+    assert row.raw_runtime_s == source.raw_runtime_s
+    assert row.denoised_runtime_s is not None  # davinci is in HELM's denoised table
+
+
+def _fit(model: str, alpha: float, beta: float) -> FittedCostModel:
+    return FittedCostModel(
+        model=model,
+        method="default",
+        alpha_rule="interpolate",
+        prompt_sizes=[1, 1000],
+        prompt_runtimes_s=[alpha, alpha],
+        beta_s=beta,
+    )
+
+
+def test_workload_rows_evaluate_fits_and_costs() -> None:
+    rates = {"gpu": CostRates("gpu", usd_per_gpu_second=3.6 / 3600, joules_per_gpu_second=400)}
+    model = ModelInput("m", idealized_fit=_fit("m", 0.5, 0.01), num_gpus=2, hardware="gpu")
+    inputs = LeaderboardInputs(models=(model,), workloads=helm_workloads(), cost_rates=rates)
+    board = build_leaderboard(inputs)
+    row = board.workload_rows[0]
+    expected = 0.5 + 0.01 * (max(row.output_tokens, 1.0) - 1)  # o < 1 is clamped
+    assert row.idealized_runtime_s == pytest.approx(expected)
+    assert row.cost.gpu_seconds == pytest.approx(expected * 2 * 1000)
+    assert row.cost.usd == pytest.approx(expected * 2 * 1000 * 0.001)
+    assert row.cost.kilojoules == pytest.approx(expected * 2 * 1000 * 400 / 1000)
+    summary = board.models[0]
+    assert summary.num_gpus == 2
+    assert summary.idealized_runtime_s == pytest.approx(
+        sum(r.idealized_runtime_s for r in board.workload_rows) / len(board.workload_rows)
+    )
+
+
+def test_cost_unknown_without_gpu_count() -> None:
+    assert cost_per_1000(1.0, None, None).gpu_seconds is None
+    assert cost_per_1000(1.0, 1, None).usd is None
+
+
+def test_scenario_frontier_ignores_models_without_accuracy() -> None:
+    results = tuple(
+        ScenarioResult("s", "s", name, raw, ideal, 10.0, 2.0, acc)
+        for name, raw, ideal, acc in [
+            ("a", 1.0, 0.5, 0.9),
+            ("b", 0.5, 0.2, 0.5),
+            ("c", 0.1, 0.1, None),  # fastest, but no accuracy: not a point at all
+            ("d", 2.0, 0.6, 0.4),  # dominated by a
+        ]
+    )
+    board = build_leaderboard(LeaderboardInputs(models=(), scenario_results=results))
+    assert board.frontier("idealized", "s") == ["b", "a"]
+    assert {p.model for p in board.frontier_points["idealized"]["s"]} == {"a", "b", "d"}
+    assert {m.model for m in board.models} == {"a", "b", "c", "d"}

@@ -1,0 +1,126 @@
+"""``report`` and ``bench`` commands: outputs, and one clear line for bad inputs."""
+
+from __future__ import annotations
+
+import csv
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.servers import cli_command
+
+
+def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        cli_command(*args), capture_output=True, text=True, timeout=300, cwd=cwd, check=False
+    )
+
+
+def test_report_from_bundled_data_writes_html_markdown_csv(tmp_path: Path) -> None:
+    result = run_cli("report", "-o", str(tmp_path / "out"))
+    assert result.returncode == 0, result.stderr
+    out = tmp_path / "out"
+    html = (out / "index.html").read_text(encoding="utf-8")
+    # Self-contained: no external scripts, styles or images.
+    assert not re.search(r"""(src|href)=["']?(https?:)?//""", html)
+    assert "<svg" in html and 'id="leaderboard-table"' in html
+    assert "Methodology" in html and "a100-80gb" in html
+    with (out / "models.csv").open(encoding="utf-8") as handle:
+        models = {row["model"]: row for row in csv.DictReader(handle)}
+    assert float(models["openai/davinci"]["idealized_runtime_s"]) > 0
+    assert float(models["openai/davinci"]["accuracy"]) > 0
+    assert "## Pareto frontier per scenario" in (out / "report.md").read_text(encoding="utf-8")
+
+
+def test_report_from_empty_database_is_one_line_error(tmp_path: Path) -> None:
+    from api.db import make_engine
+    from api.migrate import upgrade
+
+    url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+    engine = make_engine(url)
+    upgrade(engine)
+    engine.dispose()
+    result = run_cli("report", "--from", url, "-o", str(tmp_path / "out"))
+    assert result.returncode != 0
+    assert result.stderr.strip().count("\n") == 0
+    assert result.stderr.startswith("error:") and "nothing to report" in result.stderr
+    assert not (tmp_path / "out" / "index.html").exists()
+
+
+@pytest.mark.parametrize("source", ["sqlite:///{tmp}/missing.sqlite3", "{tmp}/not-a-folder-or-url"])
+def test_report_from_missing_source_is_one_line_error(tmp_path: Path, source: str) -> None:
+    result = run_cli("report", "--from", source.format(tmp=tmp_path), "-o", str(tmp_path / "o"))
+    assert result.returncode == 2
+    assert result.stderr.startswith("error:") and result.stderr.strip().count("\n") == 0
+
+
+BAD_CONFIGS = {
+    "malformed": ("models: [unclosed\n", "not valid YAML"),
+    "no-models": ("hardware: cpu\n", "models"),
+    "unknown-arch": ("models:\n  - architecture: no-such-model\n", "unknown architecture"),
+    "unknown-field": ("models:\n  - architecture: tiny-llama\n    colour: red\n", "colour"),
+    "bad-url": ("models:\n  - base_url: ftp://x\n    model: m\n", "http"),
+    "bad-hardware": ("hardware: abacus\nmodels:\n  - architecture: tiny-llama\n", "abacus"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_CONFIGS))
+def test_bench_rejects_bad_config_with_one_line(tmp_path: Path, case: str) -> None:
+    text, expected = BAD_CONFIGS[case]
+    config = tmp_path / f"{case}.yaml"
+    config.write_text(text, encoding="utf-8")
+    result = run_cli("bench", str(config), "-o", str(tmp_path / "results"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error:") and expected in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "results").exists()
+
+
+def test_bench_missing_config(tmp_path: Path) -> None:
+    result = run_cli("bench", str(tmp_path / "nope.yaml"))
+    assert result.returncode == 2 and "no such benchmark file" in result.stderr
+
+
+def test_bench_unreachable_endpoint_keeps_partial_results_and_resumes(tmp_path: Path) -> None:
+    from tests.servers import free_port
+
+    config = tmp_path / "bench.yaml"
+    config.write_text(
+        "grid: quick\nrepeats: 1\nwarmup: 0\nmodels:\n"
+        "  - architecture: tiny-llama\n"
+        f"  - base_url: http://127.0.0.1:{free_port()}/v1\n    model: tiny-llama\n"
+        "    name: gone\n",
+        encoding="utf-8",
+    )
+    results = tmp_path / "results"
+    first = run_cli("bench", str(config), "-o", str(results), "--no-progress")
+    assert first.returncode == 1
+    last_line = first.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("error:") and "unreachable" in last_line
+    manifest = json.loads((results / "manifest.json").read_text(encoding="utf-8"))
+    status = {item["name"]: item["status"] for item in manifest["items"]}
+    assert status == {"local-tiny-llama": "done", "api-gone": "failed"}
+    assert manifest["versions"]["idealized-runtime"] and manifest["host"]["cpu_count"]
+    assert (results / "items/local-tiny-llama/fits-default.json").is_file()
+
+    second = run_cli("bench", str(config), "-o", str(results), "--no-progress")
+    assert second.returncode == 1
+    assert "done (earlier run)" in second.stdout
+    manifest = json.loads((results / "manifest.json").read_text(encoding="utf-8"))
+    assert len(manifest["runs"]) == 2
+
+    # The results folder feeds the report (beside the HELM reference data).
+    report = run_cli("report", "--from", str(results), "-o", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    models = (tmp_path / "report" / "models.csv").read_text(encoding="utf-8")
+    assert "tiny-llama" in models and "openai/davinci" in models
+
+
+def test_example_bench_config_validates() -> None:
+    from idealized_runtime.bench import load_config
+
+    config = load_config(Path(__file__).resolve().parents[2] / "examples" / "bench.yaml")
+    assert {spec.kind for spec in config.models} == {"local", "api"}

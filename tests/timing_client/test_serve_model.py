@@ -1,0 +1,114 @@
+"""`serve-model` (the local runner behind an OpenAI-compatible API) measured as a black box by
+`measure`, then fitted (`fit --method denoised`) and used (`convert`), all through the CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.servers import cli_command, free_port, running_server
+from tests.timing_client.conftest import ENV, keys, read_rows, run_cli
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve-model.log"
+    command = cli_command("serve-model", "--arch", "tiny-llama", "--port", str(port))
+    with running_server(
+        command, f"http://127.0.0.1:{port}/health", env=ENV, timeout_s=90, log_path=log
+    ):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+def test_measure_fit_convert_end_to_end(served: str, tmp_path: Path) -> None:
+    raw = tmp_path / "raw.jsonl"
+    result = run_cli(
+        cli_command("measure", "--base-url", served, "--model", "tiny-llama", "--grid", "quick",
+                    "--repeats", "3", "--concurrency", "2", "-o", str(raw), "--no-progress")
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = read_rows(raw)
+    assert len(rows) == 27 and len(set(keys(rows))) == 27
+    for row in rows:
+        assert row["ok"], row
+        # Calibrated against the byte-level tokenizer: the server counts what was asked for.
+        assert not row["usage_mismatch"]
+        assert row["num_prompt_tokens"] == row["requested_prompt_tokens"]
+        assert row["num_output_tokens"] == row["requested_output_tokens"]
+        assert 0 < row["ttft_s"] <= row["runtime_s"]
+        assert len(row["inter_token_latencies_s"]) == row["num_output_tokens"] - 1
+        assert row["server_model"] == "tiny-llama"
+        assert row["system_fingerprint"].startswith("idealized-runtime:tiny-llama")
+    assert rows[0]["dropped_fields"] == []  # our server accepts ignore_eos/min_tokens
+
+    fit = tmp_path / "fit.json"
+    fitted = run_cli(cli_command("fit", str(raw), "--method", "denoised", "-o", str(fit)))
+    if fitted.returncode != 0 and "No such command" in fitted.stderr:
+        pytest.skip("the cost-model engineer's `fit` command is not there yet")
+    assert fitted.returncode == 0, fitted.stderr
+    model_fit = json.loads(fit.read_text())["fits"]["tiny-llama"]
+    assert model_fit["method"] == "denoised" and model_fit["beta_s"] > 0
+
+    requests = tmp_path / "requests.csv"
+    requests.write_text("model,num_prompt_tokens,num_output_tokens\ntiny-llama,100,10\n")
+    converted = tmp_path / "converted.csv"
+    result = run_cli(cli_command("convert", str(requests), "--fit", str(fit), "-o", str(converted)))
+    assert result.returncode == 0, result.stderr
+    (row,) = csv.DictReader(converted.open())
+    assert float(row["denoised_runtime_s"]) > 0
+
+
+def test_token_id_prompts_usage_and_errors(served: str) -> None:
+    answer = httpx.post(
+        f"{served}/completions", json={"model": "tiny-llama", "prompt": [5, 6, 7], "max_tokens": 4}
+    ).json()
+    assert answer["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert len(answer["choices"][0]["text"]) == 4  # one printable character per token
+    models = httpx.get(f"{served}/models").json()
+    assert [model["id"] for model in models["data"]] == ["tiny-llama"]
+    for body, status in (
+        ({"model": "other", "prompt": "x"}, 404),
+        ({"prompt": ""}, 400),
+        ({"prompt": [600]}, 400),  # vocabulary of tiny-llama: 512
+        ({"prompt": "x", "max_tokens": 5000}, 400),  # beyond the context
+        ({"prompt": "x", "n": 2}, 400),
+    ):
+        response = httpx.post(f"{served}/completions", json=body)
+        assert response.status_code == status, response.text
+        assert response.json()["error"]["message"]
+
+
+def test_stream_format_and_one_request_at_a_time(served: str) -> None:
+    body = {"prompt": "abc", "max_tokens": 64, "stream": True, "ignore_eos": True}
+    with httpx.stream("POST", f"{served}/completions", json=body) as response:
+        lines = [line for line in response.iter_lines() if line.startswith("data:")]
+    assert lines[-1] == "data: [DONE]"
+    chunks = [json.loads(line[5:]) for line in lines[:-1]]
+    assert sum(bool(c["choices"][0]["text"]) for c in chunks) == 64
+    assert chunks[-1]["usage"]["completion_tokens"] == 64
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+    async def timed_pair() -> list[tuple[float, float]]:
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def one() -> tuple[float, float]:
+                loop = asyncio.get_running_loop()
+                start = loop.time()
+                await client.post(
+                    f"{served}/completions", json={"prompt": "a" * 256, "max_tokens": 128}
+                )
+                return start, loop.time()
+
+            return await asyncio.gather(one(), one())
+
+    (s1, e1), (s2, e2) = asyncio.run(timed_pair())
+    # Sent together, served one after the other: the later one waited for the earlier one.
+    first, second = sorted([e1 - s1, e2 - s2])
+    assert second > 1.6 * first
