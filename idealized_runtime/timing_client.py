@@ -339,8 +339,9 @@ class _Client:
                 return
             result.status = 200
             last: float | None = None
-            # Fallback for a stream whose tokens all decode to no text (special tokens): the
-            # first chunk that carries a text field and is not chat's role-only opening.
+            # Fallback for a stream whose tokens all decode to no text (special tokens, part of
+            # a character; transformers serve then sends only its final chunk): the first chunk
+            # that carries a completion, other than chat's role-only opening.
             first_field: float | None = None
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
@@ -362,9 +363,14 @@ class _Client:
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
                     piece = delta.get("content") if chat else choice.get("text")
-                    if choice.get("finish_reason"):
-                        result.finish_reason = choice["finish_reason"]
-                    elif first_field is None and piece is not None and "role" not in delta:
+                    finish = choice.get("finish_reason")
+                    if finish:
+                        result.finish_reason = finish
+                    if (
+                        first_field is None
+                        and "role" not in delta
+                        and (piece is not None or finish)
+                    ):
                         first_field = time.perf_counter()
                     if piece:
                         # Time to first token is the first chunk with text: chat streams open

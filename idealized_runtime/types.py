@@ -136,6 +136,9 @@ class Hardware(_Frozen):
     memory_gb: float = Field(gt=0)
     memory_bandwidth_gbps: float = Field(gt=0, description="HBM/GDDR bandwidth, GB/s")
     peak_dense_tflops: float = Field(gt=0, description="dense bf16/fp16 tensor-core TFLOP/s")
+    unaligned_matmul_tflops: float | None = Field(
+        default=None, gt=0, description="fp16 TFLOP/s of GEMMs off 16-byte alignment; None: peak"
+    )
     interconnect_gbps: float = Field(default=0, ge=0, description="per-GPU in-node, GB/s, one way")
     board_power_w: float = Field(default=0, ge=0)
     hourly_price_usd: float = Field(default=0, ge=0)

@@ -13,7 +13,7 @@ from cost_model.fit_files import read_fit_file, write_fit_file
 from cost_model.fitting import FIT_METHODS, check_method, fit_measurements
 from cost_model.measurements_io import file_format, read_measurements, read_requests
 from idealized_runtime.cli import app
-from idealized_runtime.cli.common import console, fail
+from idealized_runtime.cli.common import fail
 from idealized_runtime.errors import InputError
 from idealized_runtime.types import FittedCostModel
 
@@ -60,7 +60,7 @@ def fit(
     if not out.is_terminal:  # piped or captured: do not squeeze the table to 80 columns
         out = Console(width=160)
     out.print(_summary(fits))
-    console.print(f"wrote {len(fits)} fit(s) to {output}")
+    typer.echo(f"wrote {len(fits)} fit(s) to {output}", err=True)
 
 
 @app.command("convert")
@@ -85,4 +85,4 @@ def convert(
         notes.append(f"dropped {conversion.dropped_unknown_rows} rows of unfitted models {shown}")
     if table.skipped_failed:
         notes.append(f"skipped {table.skipped_failed} failed requests")
-    console.print("; ".join(notes))
+    typer.echo("; ".join(notes), err=True)

@@ -1,0 +1,77 @@
+"""The HTML report in headless Chromium: no console errors, table and every chart drawn."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from idealized_runtime.leaderboard import build_leaderboard
+from idealized_runtime.report.inputs import bundled_helm_inputs
+from idealized_runtime.report.render import write_report
+from tests.report.browser import chromium_missing_reason, headless_chromium
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(
+        chromium_missing_reason() is not None, reason=str(chromium_missing_reason())
+    ),
+]
+
+# Per chart: its id, how many data marks it has, and whether it has axis labels.
+CHART_SUMMARY_JS = """
+return Array.from(document.querySelectorAll('svg.chart')).map(function (svg) {
+  return [svg.id, svg.querySelectorAll('.mark').length, svg.querySelectorAll('text.label').length];
+});
+"""
+
+
+def test_report_renders_in_chromium(tmp_path: Path) -> None:
+    board = build_leaderboard(bundled_helm_inputs())
+    files = write_report(board, tmp_path / "report")
+    with headless_chromium() as driver:
+        driver.get(files.html.resolve().as_uri())
+        assert driver.title == "Idealized runtime leaderboard"
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert errors == []
+
+        rows = driver.execute_script(
+            "return document.querySelectorAll('#leaderboard-table tbody tr').length"
+        )
+        assert rows == len(board.models) > 0
+        charts = driver.execute_script(CHART_SUMMARY_JS)
+        expected = 2 * len(board.frontier_scenarios()) + len(board.inputs.profiles)
+        assert len(charts) == expected
+        empty = [chart_id for chart_id, marks, _ in charts if marks == 0]
+        assert empty == []
+        assert all(labels == 2 for _, _, labels in charts)  # x and y axis titles
+
+        # Sorting by a numeric column puts the fastest model first (missing values last).
+        driver.execute_script("document.querySelectorAll('#leaderboard-table thead th')[4].click()")
+        first = driver.execute_script(
+            "return document.querySelector('#leaderboard-table tbody tr td').textContent"
+        )
+        fastest = min(
+            (m for m in board.models if m.idealized_runtime_s is not None),
+            key=lambda m: m.idealized_runtime_s,
+        )
+        assert first.startswith(fastest.model)
+
+        # Choosing a scenario shows its pair of charts.
+        scenario = board.frontier_scenarios()[0]
+        visible = driver.execute_script(
+            """
+            var select = document.getElementById('scenario-select');
+            select.selectedIndex = 0; select.dispatchEvent(new Event('change'));
+            return Array.from(document.querySelectorAll('.chart-pair'))
+              .filter(function (pair) { return pair.offsetParent !== null; })
+              .map(function (pair) { return pair.querySelectorAll('svg').length; });
+            """
+        )
+        assert visible == [2], scenario
+
+        driver.save_screenshot(str(tmp_path / "top.png"))
+        driver.execute_script("document.getElementById('frontier').scrollIntoView()")
+        driver.save_screenshot(str(tmp_path / "frontier.png"))
+        assert (tmp_path / "frontier.png").stat().st_size > 10_000
+        assert driver.get_log("browser") == []

@@ -1,0 +1,51 @@
+"""The README's first command ends with ``idealized-runtime demo``: run it as CI would, on a
+fresh work folder, then again (resumable / idempotent)."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.servers import cli_command
+
+DEMO_LIMIT_S = 170  # the demo must stay under 3 minutes on 2 cores
+
+
+@pytest.mark.demo
+@pytest.mark.slow
+def test_demo_end_to_end_writes_report_and_reruns(tmp_path: Path) -> None:
+    workdir = tmp_path / "demo"
+    started = time.monotonic()
+    first = subprocess.run(
+        cli_command("demo", "--workdir", str(workdir), "--no-progress"),
+        capture_output=True,
+        text=True,
+        timeout=DEMO_LIMIT_S,
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert first.returncode == 0, first.stderr[-3000:]
+    report = workdir / "report" / "index.html"
+    assert report.is_file() and report.stat().st_size > 100_000
+    assert f"report: {report.resolve()}" in first.stdout
+    assert "tiny-llama" in first.stdout  # the Rich summary table
+    assert elapsed < DEMO_LIMIT_S
+    html = report.read_text(encoding="utf-8")
+    assert "runtime-tiny-llama" in html  # its runtime-vs-output chart (profile and timings)
+    models_csv = (workdir / "report" / "models.csv").read_text(encoding="utf-8")
+    tiny = next(line for line in models_csv.splitlines() if line.startswith("tiny-llama,"))
+    assert tiny.count(",") > 5
+
+    second = subprocess.run(
+        cli_command("demo", "--workdir", str(workdir), "--no-progress"),
+        capture_output=True,
+        text=True,
+        timeout=DEMO_LIMIT_S,
+        check=False,
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "resumed" in second.stderr
+    assert (workdir / "report" / "index.html").is_file()
