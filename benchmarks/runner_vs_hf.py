@@ -186,7 +186,15 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--compile", action="store_true", help="torch.compile our decode step")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="CPU threads (default 1: on a shared machine, multi-threaded elementwise ops stall "
+        "for a scheduler time slice each; both runners get the same setting)",
+    )
     args = parser.parse_args()
+    torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     cuda = device.type == "cuda"
     args.dtype = args.dtype or ("bfloat16" if cuda else "float32")

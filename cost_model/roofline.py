@@ -60,8 +60,11 @@ HELM_PROMPT_SIZES: tuple[int, ...] = (
     1, 16, 32, 64, 128, 192, 256, 320, 384, 428, 472, 512, 576, 640, 704, 768, 832, 896, 960,
     1024, 1152, 1280, 1408, 1536, 1664, 1792, 1920,
 )  # fmt: skip
-# Tensor cores need matrix dimensions in multiples of 16 bytes (8 fp16/bf16 elements) for their
-# fast kernels; cuBLAS falls back to slower ones otherwise.
+# Tensor cores need the GEMM dimensions cuBLAS sees (M/N/K, leading dimensions) in multiples of
+# 16 bytes (8 fp16/bf16 elements) for their fast kernels; cuBLAS falls back to slower ones
+# otherwise (NVIDIA, "Matrix Multiplication Background User's Guide", section "Tensor Core
+# Requirements", and the cuBLAS documentation, "Tensor Core Usage"). How much slower is a property
+# of the GPU, not of the stack: ``Hardware.unaligned_matmul_tflops`` (see ``unaligned_factor``).
 GEMM_ALIGNMENT_BYTES = 16
 # Decode steps of a request are summed in this many equal chunks (exact when the step time is
 # linear in the context, within a fraction of a percent at the roofline's kinks).
@@ -80,10 +83,9 @@ class Efficiency:
     fixed_overhead_s: float = 0.0  # per forward pass (embedding, sampling, synchronisation)
     attention_score_passes: float = 0.0  # times an unfused stack moves the score matrix
     host_overlap: float = 1.0  # k in (gpu^k + host^k)^(1/k): 1 adds, large k overlaps
-    unaligned_matmul: float = 1.0  # efficiency multiplier of GEMMs with unaligned dimensions
 
     def __post_init__(self) -> None:
-        for name in ("compute", "bandwidth", "interconnect", "unaligned_matmul"):
+        for name in ("compute", "bandwidth", "interconnect"):
             value = getattr(self, name)
             if not (0 < value <= 1):
                 raise InputError(f"efficiency {name} must be in (0, 1], got {value}")
@@ -240,16 +242,24 @@ def forward_costs(
     head_flops = 2.0 * head * batch  # last position of each sequence only
     flops = (matmul_flops + attention_flops + head_flops) / tp
 
-    # GEMMs whose per-GPU shapes break tensor-core alignment (e.g. ffn 27308 / tp 4 = 6827).
+    # GEMMs whose per-GPU shapes break tensor-core alignment (e.g. ffn 27308 / tp 4 = 6827):
+    # each GEMM with the (N, K) it has on one rank; the token dimension is M, the one dimension
+    # that is no leading dimension of a row-major activation, so it does not count.
+    per_token_gemms = (  # (weights a token multiplies through per layer, dims per rank)
+        (h * (q_dim + 2 * kv_dim), (h, q_dim / tp, kv_dim / tp)),  # QKV projection
+        (q_dim * h, (q_dim / tp, h)),  # attention output projection
+        (k_active * mlp_in * h * f, (h, f / tp)),  # MLP in (and gate)
+        (k_active * f * h, (f / tp, h)),  # MLP out
+        (router, (h, arch.num_experts)),  # MoE router (replicated: not split by tp)
+    )
     unaligned = 0.0 * n
-    if _unaligned(h, dtype):
-        unaligned = matmul_flops + head_flops
-    else:
-        if _unaligned(q_dim / tp, dtype) or _unaligned(kv_dim / tp, dtype):
-            unaligned = unaligned + 2.0 * attn_matmul * tokens * layers
-        if _unaligned(f / tp, dtype):
-            unaligned = unaligned + 2.0 * k_active * expert_matmul * tokens * layers
-        # (The LM head multiplies one token per sequence: too little work to matter.)
+    for weights, dims in per_token_gemms:
+        if weights and any(_unaligned(x, dtype) for x in dims):
+            unaligned = unaligned + 2.0 * weights * tokens * layers
+    if _unaligned(d, dtype):  # QK^T and PV multiply through the head dimension
+        unaligned = unaligned + attention_flops
+    if _unaligned(h, dtype) or _unaligned(arch.vocab_size / tp, dtype):
+        unaligned = unaligned + head_flops
     unaligned_flops = unaligned / tp
 
     # Weights: dense part of each layer + the experts this pass touches, + the LM head.
@@ -327,6 +337,19 @@ def _check_hardware(hardware: Hardware, tp: int) -> None:
         raise InputError(f"hardware {hardware.name} has no interconnect bandwidth for tp = {tp}")
 
 
+def unaligned_factor(hardware: Hardware) -> float:
+    """Throughput of unaligned fp16/bf16 GEMMs as a fraction of aligned ones, from the datasheet.
+
+    ``Hardware.unaligned_matmul_tflops`` is the GPU's peak fp16 rate without tensor cores (e.g.
+    A100: 78 of 312 TFLOP/s, NVIDIA A100 Tensor Core GPU Architecture whitepaper, table 1): the
+    rate of the kernels cuBLAS falls back to when a dimension breaks alignment, an a-priori
+    figure, not a fitted one. Unknown (None): no penalty.
+    """
+    if hardware.unaligned_matmul_tflops is None:
+        return 1.0
+    return min(1.0, hardware.unaligned_matmul_tflops / hardware.peak_dense_tflops)
+
+
 def pass_time(
     costs: PhaseCosts,
     hardware: Hardware,
@@ -338,8 +361,11 @@ def pass_time(
     """Seconds of one forward pass whose per-GPU work is ``costs`` (see the module docstring)."""
     _check_hardware(hardware, tp)
     eff = efficiency
-    slow_flops = costs.unaligned_flops * (1.0 / eff.unaligned_matmul - 1.0)
-    compute = (costs.flops + slow_flops) / (hardware.peak_dense_tflops * 1e12 * eff.compute)
+    # Per GEMM: aligned FLOPs at the stack's compute efficiency, unaligned ones at that times
+    # the GPU's a-priori unaligned factor.
+    aligned_flops = costs.flops - costs.unaligned_flops
+    rate = hardware.peak_dense_tflops * 1e12 * eff.compute
+    compute = aligned_flops / rate + costs.unaligned_flops / (rate * unaligned_factor(hardware))
     traffic = costs.bytes + eff.attention_score_passes * costs.score_bytes
     memory = traffic / (hardware.memory_bandwidth_gbps * 1e9 * eff.bandwidth)
     if tp > 1:

@@ -102,7 +102,7 @@ def rotary_tables(
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Rotate the first ``2 * cos.shape[-1]`` channels of each head, NeoX/Llama half-split style
     (GPT-J's interleaved pairs are permuted into this layout when its weights are loaded).
-    x: [batch, heads, T, head_dim]; cos, sin: [T, rotary_dim / 2]."""
+    x: [batch, T, heads, head_dim]; cos, sin: [T, 1, rotary_dim / 2]."""
     half = cos.shape[-1]
     rot, rest = x[..., : 2 * half], x[..., 2 * half :]
     x1, x2 = rot[..., :half], rot[..., half:]
@@ -179,12 +179,15 @@ class Attention(nn.Module):
         batch, seq, _ = x.shape
         heads, kv_heads, d = self.local_heads, self.local_kv_heads, self.head_dim
         qkv = F.linear(x, self.qkv_weight, self.qkv_bias)
-        q, k, v = qkv.split([heads * d, kv_heads * d, kv_heads * d], dim=-1)
-        q = q.view(batch, seq, heads, d).transpose(1, 2)
-        k = k.view(batch, seq, kv_heads, d).transpose(1, 2)
-        v = v.view(batch, seq, kv_heads, d).transpose(1, 2)
+        qk, v = qkv.split([(heads + kv_heads) * d, kv_heads * d], dim=-1)
+        qk = qk.view(batch, seq, heads + kv_heads, d)
         if ctx.cos is not None:
-            q, k = apply_rotary(q, ctx.cos, ctx.sin), apply_rotary(k, ctx.cos, ctx.sin)
+            # Rotate q and k in one pass, in the [batch, T, heads, d] layout: elementwise ops
+            # on the transposed [batch, heads, T, d] views are many times slower on CPU.
+            qk = apply_rotary(qk, ctx.cos, ctx.sin)
+        q, k = qk.split([heads, kv_heads], dim=2)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = v.view(batch, seq, kv_heads, d).transpose(1, 2)
         assert self.kv_cache is not None, "call setup_cache() first"
         k, v = self.kv_cache.update(ctx.input_pos, k, v, ctx.kv_len)
         y = F.scaled_dot_product_attention(
@@ -411,8 +414,8 @@ class Transformer(nn.Module):
     def _context(self, input_pos: torch.Tensor, seq: int, kv_len: int, exact: bool) -> StepContext:
         cos = sin = None
         if self.arch.position == "rotary":
-            cos = self.rope_cos[input_pos].to(self.dtype)
-            sin = self.rope_sin[input_pos].to(self.dtype)
+            cos = self.rope_cos[input_pos].to(self.dtype).unsqueeze(1)
+            sin = self.rope_sin[input_pos].to(self.dtype).unsqueeze(1)
         # exact: the positions are the last `seq` of [0, kv_len), so a full prefill is plain
         # causal attention and a single decode token sees everything: no mask to build.
         is_causal = exact and seq == kv_len and seq > 1

@@ -10,6 +10,11 @@ import sys
 
 import typer
 
+try:  # recent typer vendors its own click
+    from typer._click import exceptions as click_exceptions
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click import exceptions as click_exceptions
+
 from idealized_runtime.catalog import UnknownNameError
 from idealized_runtime.errors import InputError
 
@@ -46,7 +51,22 @@ def _register_commands() -> None:
 def main() -> None:
     _register_commands()
     try:
-        app()
+        # standalone_mode=False: we, not click, turn usage errors into one readable line.
+        exit_code = app(standalone_mode=False)
+    except click_exceptions.NoArgsIsHelpError as error:
+        typer.echo(error.format_message())
+        sys.exit(0)
+    except click_exceptions.UsageError as error:
+        hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
+        typer.echo(f"error: {error.format_message()}{hint}", err=True)
+        sys.exit(2)
     except (InputError, UnknownNameError) as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
+    except click_exceptions.Abort:  # Ctrl-C at a prompt, or a command that chose to abort
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+    except click_exceptions.ClickException as error:
+        typer.echo(f"error: {error.format_message()}", err=True)
+        sys.exit(error.exit_code)
+    sys.exit(exit_code if isinstance(exit_code, int) else 0)

@@ -164,9 +164,13 @@ def store_scenario_results(session: Session, results: tuple[ScenarioResult, ...]
     from api import crud
     from api.schemas import CapabilityScore
 
+    # A (model, scenario) HELM ran twice keeps its first run, as the leaderboard does.
+    first: dict[tuple[str, str], ScenarioResult] = {}
+    for result in results:
+        first.setdefault((result.model, result.scenario), result)
     scores = [
         CapabilityScore(model=r.model, scenario=r.scenario, metric=metric, value=value)
-        for r in results
+        for r in first.values()
         for metric, attribute in SCORE_FIELDS.items()
         if (value := getattr(r, attribute)) is not None
     ]

@@ -13,11 +13,13 @@ from cost_model.roofline import (
     Efficiency,
     expected_experts_touched,
     forward_costs,
+    pass_time,
     predict_alpha,
     predict_beta,
     predict_runtime,
     request_costs,
     to_fitted_cost_model,
+    unaligned_factor,
 )
 from idealized_runtime.catalog import get_architecture, get_hardware
 from idealized_runtime.errors import InputError
@@ -196,3 +198,63 @@ def test_vectorized_runtime_matches_scalar() -> None:
         for a, b in zip(p, o, strict=True)
     ]
     np.testing.assert_allclose(many, one)
+
+
+def _mlp_probe(ffn: int, activation: str) -> Architecture:
+    return Architecture(
+        name="probe",
+        num_layers=4,
+        hidden_size=1024,
+        num_heads=16,
+        ffn_hidden_size=ffn,
+        vocab_size=32000,
+        activation=activation,
+    )
+
+
+def test_unaligned_ffn_width_slows_the_prompt_at_equal_flops() -> None:
+    # A gated MLP of width 4104 (a multiple of 8) and a plain one of width 6156 (not: 12312
+    # bytes in fp16, off 16-byte alignment) multiply through the same 3 x 1024 x 4104 weights.
+    aligned, unaligned = _mlp_probe(4104, "swiglu"), _mlp_probe(6156, "gelu")
+    a100 = get_hardware("a100-80gb")
+    p = np.array([512.0, 2048.0])
+    cost_a = forward_costs(aligned, p, dtype="float16")
+    cost_u = forward_costs(unaligned, p, dtype="float16")
+    np.testing.assert_allclose(cost_a.flops, cost_u.flops)
+    assert np.all(cost_a.unaligned_flops == 0)
+    mlp_flops = 2.0 * 3 * 1024 * 4104 * p * 4
+    np.testing.assert_allclose(cost_u.unaligned_flops, mlp_flops)
+    slow = predict_alpha(unaligned, a100, p, dtype="float16")
+    fast = predict_alpha(aligned, a100, p, dtype="float16")
+    assert np.all(slow > 1.5 * fast)  # compute-bound: the MLP's FLOPs run 4x slower
+    # Only the unaligned GEMMs slow down, at the datasheet ratio 78 / 312 TFLOP/s.
+    rate = a100.peak_dense_tflops * 1e12
+    expected = (cost_u.flops - mlp_flops) / rate + mlp_flops / (rate * 0.25)
+    compute = pass_time(cost_u, a100, num_layers=unaligned.num_layers).compute_s
+    np.testing.assert_allclose(compute, expected)
+
+
+def test_unaligned_factor_is_one_when_aligned() -> None:
+    a100 = get_hardware("a100-80gb")
+    assert unaligned_factor(a100) == pytest.approx(78 / 312)
+    assert unaligned_factor(get_hardware("mi300x")) == 1.0  # figure not listed: no penalty
+    # Aligned shapes: no unaligned FLOPs, so the factor changes nothing.
+    arch = get_architecture("megatron-gptj-6b")
+    costs = forward_costs(arch, np.array([1.0, 128.0, 1920.0]), dtype="float16")
+    assert np.all(costs.unaligned_flops == 0)
+    no_penalty = a100.model_copy(update={"unaligned_matmul_tflops": None})
+    for eff in (IDEAL, CALIBRATED):
+        np.testing.assert_allclose(
+            predict_alpha(arch, a100, [1, 512, 1920], dtype="float16", efficiency=eff),
+            predict_alpha(arch, no_penalty, [1, 512, 1920], dtype="float16", efficiency=eff),
+        )
+
+
+def test_yalm_ffn_is_the_unaligned_gemm() -> None:
+    yalm = get_architecture("megatron-yalm")  # ffn 27308 / tp 4 = 6827 per GPU
+    costs = forward_costs(yalm, 1024.0, dtype="float16", tp=4)
+    h, f = yalm.hidden_size, yalm.ffn_hidden_size
+    mlp = 2.0 * 2 * h * f * 1024 * yalm.num_layers / 4
+    assert float(costs.unaligned_flops) == pytest.approx(mlp)
+    # At tp 1 the whole width (27308 x 2 = 54616 bytes) is off alignment too.
+    assert float(forward_costs(yalm, 1024.0, dtype="float16", tp=1).unaligned_flops) > 0
