@@ -22,7 +22,13 @@ from idealized_runtime.catalog import get_architecture
 from local_runner.generate import Generator
 from local_runner.profile import GridPoint, extrapolate_layers, time_point
 
-POINTS = [GridPoint(16, 1), GridPoint(16, 8), GridPoint(128, 1), GridPoint(128, 8), GridPoint(256, 8)]
+POINTS = [
+    GridPoint(16, 1),
+    GridPoint(16, 8),
+    GridPoint(128, 1),
+    GridPoint(128, 8),
+    GridPoint(256, 8),
+]
 
 
 def main() -> None:

@@ -152,6 +152,21 @@ class KVCache(nn.Module):
         return k_all[:, :, :kv_len], v_all[:, :, :kv_len]
 
 
+def _grouped_decode_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """GQA for one new token without repeating the cache: the query heads that share a key/value
+    head become that head's query rows, so any SDPA kernel (with or without a mask) reads each
+    cached key once. q: [batch, heads, 1, d]; k, v: [batch, kv_heads, S, d]."""
+    batch, heads, _, d = q.shape
+    kv_heads = k.shape[1]
+    q = q.reshape(batch, kv_heads, heads // kv_heads, d)
+    if mask is not None and mask.dim() == 3:  # ALiBi bias [heads, 1, S]
+        mask = mask.reshape(kv_heads, heads // kv_heads, mask.shape[-1])
+    y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return y.reshape(batch, heads, 1, d)
+
+
 class Attention(nn.Module):
     """Column-parallel fused QKV, SDPA over the cache, row-parallel output projection."""
 
@@ -190,9 +205,12 @@ class Attention(nn.Module):
         v = v.view(batch, seq, kv_heads, d).transpose(1, 2)
         assert self.kv_cache is not None, "call setup_cache() first"
         k, v = self.kv_cache.update(ctx.input_pos, k, v, ctx.kv_len)
-        y = F.scaled_dot_product_attention(
-            q, k, v, attn_mask=ctx.mask, is_causal=ctx.is_causal, enable_gqa=heads != kv_heads
-        )
+        if seq == 1 and heads != kv_heads:
+            y = _grouped_decode_attention(q, k, v, ctx.mask)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=ctx.mask, is_causal=ctx.is_causal, enable_gqa=heads != kv_heads
+            )
         y = y.transpose(1, 2).reshape(batch, seq, heads * d)
         # Row-parallel: the bias is added once, after the partial sums are reduced.
         if not self.tp.enabled:
