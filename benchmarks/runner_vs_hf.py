@@ -25,12 +25,12 @@ from collections.abc import Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
+import torch
 
-from idealized_runtime.catalog import get_architecture  # noqa: E402
-from idealized_runtime.types import DTYPE_BYTES, Architecture  # noqa: E402
-from local_runner.generate import Generator  # noqa: E402
-from local_runner.model import TORCH_DTYPES  # noqa: E402
+from idealized_runtime.catalog import get_architecture
+from idealized_runtime.types import DTYPE_BYTES, Architecture
+from local_runner.generate import Generator
+from local_runner.model import TORCH_DTYPES
 
 
 def sync(device: torch.device) -> None:
