@@ -20,7 +20,7 @@ import torch
 
 from idealized_runtime.catalog import get_architecture
 from local_runner.generate import Generator
-from local_runner.profile import GridPoint, extrapolate_layers, time_point
+from local_runner.profile import GridPoint, Timing, extrapolate_layers, time_point
 
 POINTS = [
     GridPoint(16, 1),
@@ -37,7 +37,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=4, help="k, the sampled depth")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default=None)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -48,9 +48,27 @@ def main() -> None:
         arch, device=args.device, dtype=dtype, max_seq_len=max(p.max_seq_len for p in POINTS)
     )
 
-    def measure(layers: int, point: GridPoint):
-        generator.set_active_layers(layers)
-        return time_point(generator, point, repeats=args.repeats, warmup=1)
+    def measure(point: GridPoint) -> dict[int, Timing]:
+        """Median per depth, the depths taking turns run by run so that a burst of load on a
+        shared machine does not land on one of them only."""
+        runs: dict[int, list[float]] = {depth: [] for depth in (total, shallow, deep)}
+        ttfts: dict[int, list[float]] = {depth: [] for depth in runs}
+        for run in range(args.repeats + 1):
+            for depth in runs:
+                generator.set_active_layers(depth)
+                timing = time_point(generator, point, repeats=1, warmup=0)
+                if run:  # the first round is warm-up
+                    runs[depth].append(timing.runtime_s)
+                    ttfts[depth].append(timing.ttft_s)
+        return {
+            depth: Timing(
+                statistics.median(runs[depth]),
+                statistics.stdev(runs[depth]),
+                statistics.median(ttfts[depth]),
+                args.repeats,
+            )
+            for depth in runs
+        }
 
     print(
         f"\n{arch.name}: {total} layers, sampled {deep} (two-depth also {shallow}), {dtype}, "
@@ -64,8 +82,8 @@ def main() -> None:
     print("-" * len(header))
     errors_two, errors_prop = [], []
     for point in POINTS:
-        truth = measure(total, point)
-        low, high = measure(shallow, point), measure(deep, point)
+        timings = measure(point)
+        truth, low, high = timings[total], timings[shallow], timings[deep]
         two = extrapolate_layers(low, high, shallow, deep, total)
         prop = extrapolate_layers(high, high, deep, deep, total)
         e_two = two.runtime_s / truth.runtime_s - 1
