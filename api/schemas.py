@@ -30,6 +30,8 @@ MAX_PAGE = 1000
 MAX_COMPARE_MODELS = 50
 # Batch lists are bounded by the server setting max_batch_rows (422); this is the schema's cap.
 SCHEMA_MAX_ROWS = 10_000_000
+# Row ids are 32-bit integers on every backend.
+MAX_ID = 2**31 - 1
 
 T = TypeVar("T")
 
@@ -119,7 +121,7 @@ class MeasurementOut(Measurement):
 
 
 class FitCreate(_Body):
-    measurement_set_id: int = Field(ge=1)
+    measurement_set_id: int = Field(ge=1, le=MAX_ID)
     method: FitMethod = "default"
     models: list[Name] | None = Field(
         default=None, max_length=1000, description="Fit only these models of the set"
@@ -171,7 +173,7 @@ class BatchEstimateIn(_Body):
     prompt_tokens: Tokens
     output_tokens: Tokens
     metric: Metric = "idealized"
-    fit_id: int | None = Field(default=None, ge=1)
+    fit_id: int | None = Field(default=None, ge=1, le=MAX_ID)
     hardware: Name | None = None
     num_gpus: int | None = Field(default=None, ge=1, le=100_000)
     include_rows: bool = Field(default=True, description="False: totals only")

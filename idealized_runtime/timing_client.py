@@ -607,7 +607,7 @@ async def measure(
             return
         await client.prepare_prompts(calibration_cache_path(output))
         writer = _RowWriter(output)
-        with _progress_bar(progress, len(jobs)) as bar:
+        with _ProgressBar(progress, len(jobs)) as bar:
 
             async def run(job: _Job) -> None:
                 row = await client.measure_job(job)
@@ -671,7 +671,7 @@ def run_measure(config: MeasureConfig, output: Path, progress: bool = False) -> 
     return asyncio.run(measure(config, output, progress))
 
 
-class _progress_bar(contextlib.AbstractContextManager):
+class _ProgressBar(contextlib.AbstractContextManager):
     """A rich progress bar on stderr with a live error count; a no-op when disabled."""
 
     def __init__(self, enabled: bool, total: int) -> None:
@@ -698,7 +698,7 @@ class _progress_bar(contextlib.AbstractContextManager):
             )
             self._task = self._progress.add_task("measure", total=total, errors=0)
 
-    def __enter__(self) -> _progress_bar:
+    def __enter__(self) -> _ProgressBar:
         if self._progress is not None:
             self._progress.start()
         return self

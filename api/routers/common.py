@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import Query
+from fastapi import Path, Query
 
-from api.schemas import MAX_PAGE, ErrorOut
+from api.schemas import MAX_ID, MAX_PAGE, ErrorOut
+
+# A path id: out-of-range values are a 422, not a database overflow.
+RowId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 ERRORS: dict[int, dict[str, Any]] = {
     401: {"model": ErrorOut, "description": "Missing or invalid API key"},

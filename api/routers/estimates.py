@@ -22,6 +22,7 @@ from api.estimation import (
 )
 from api.routers.common import ERRORS, READ_ERRORS
 from api.schemas import (
+    MAX_ID,
     BatchEstimateIn,
     BatchEstimateOut,
     CompareIn,
@@ -147,7 +148,7 @@ async def estimate(
     prompt_tokens: int = Query(ge=1, le=MAX_TOKENS, examples=[512]),
     output_tokens: int = Query(ge=1, le=MAX_TOKENS, examples=[64]),
     metric: Metric = Query(default="idealized"),
-    fit_id: int | None = Query(default=None, ge=1),
+    fit_id: int | None = Query(default=None, ge=1, le=MAX_ID),
     hardware: str | None = Query(default=None, min_length=1, max_length=200),
     num_gpus: int | None = Query(default=None, ge=1, le=100_000),
     _: Principal = Depends(reader),

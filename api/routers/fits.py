@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Query
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from api import crud
 from api.db import read_session, write_session
 from api.estimation import not_found
 from api.idempotency import WriteContext, run_write, write_context
-from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
-from api.schemas import FitCreate, FitOut, Metric, Page
+from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, RowId, page_params
+from api.schemas import MAX_ID, FitCreate, FitOut, Metric, Page
 from api.security import Principal, reader
 from api.state import invalidate_caches
 from cost_model.fitting import fit_measurements
@@ -103,7 +103,7 @@ def import_helm(
 def list_fits(
     model: str | None = Query(default=None, max_length=200),
     method: FitMethod | None = Query(default=None),
-    measurement_set_id: int | None = Query(default=None, ge=1),
+    measurement_set_id: int | None = Query(default=None, ge=1, le=MAX_ID),
     page: tuple[int, int] = Depends(page_params),
     _: Principal = Depends(reader),
     session: Session = Depends(read_session),
@@ -133,7 +133,9 @@ def list_fits(
 def export_helm(
     metric: Metric = Query(default="idealized"),
     model: list[str] | None = Query(default=None, max_length=1000),
-    fit_id: list[int] | None = Query(default=None, max_length=1000),
+    fit_id: list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None = Query(
+        default=None, max_length=1000
+    ),
     _: Principal = Depends(reader),
     session: Session = Depends(read_session),
 ) -> dict[str, Any]:
@@ -155,7 +157,7 @@ def export_helm(
 
 @router.get("/{fit_id}", response_model=FitOut, responses={**READ_ERRORS, 404: ERRORS[404]})
 def get_fit(
-    fit_id: int, _: Principal = Depends(reader), session: Session = Depends(read_session)
+    fit_id: RowId, _: Principal = Depends(reader), session: Session = Depends(read_session)
 ) -> FitOut:
     row = crud.get_fit(session, fit_id)
     if row is None:

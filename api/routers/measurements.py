@@ -12,7 +12,7 @@ from api import crud
 from api.db import read_session, write_session
 from api.estimation import not_found
 from api.idempotency import WriteContext, run_write, write_context
-from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
+from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, RowId, page_params
 from api.schemas import (
     MeasurementOut,
     MeasurementSetCreate,
@@ -190,7 +190,7 @@ def list_sets(
     "/{set_id}", response_model=MeasurementSetOut, responses={**READ_ERRORS, 404: ERRORS[404]}
 )
 def get_set(
-    set_id: int, _: Principal = Depends(reader), session: Session = Depends(read_session)
+    set_id: RowId, _: Principal = Depends(reader), session: Session = Depends(read_session)
 ) -> MeasurementSetOut:
     row = crud.get_measurement_set(session, set_id)
     if row is None:
@@ -204,7 +204,7 @@ def get_set(
     responses={**READ_ERRORS, 404: ERRORS[404]},
 )
 def list_set_measurements(
-    set_id: int,
+    set_id: RowId,
     model: str | None = Query(default=None, max_length=200),
     page: tuple[int, int] = Depends(page_params),
     _: Principal = Depends(reader),
@@ -226,7 +226,7 @@ def list_set_measurements(
     summary="Delete a set and its measurements (fits made from it are kept)",
 )
 def delete_set(
-    set_id: int,
+    set_id: RowId,
     context: WriteContext = Depends(write_context),
     session: Session = Depends(write_session),
 ) -> Response:

@@ -217,7 +217,9 @@ def test_chat_stream_times_first_text_not_role_chunk(start_fake, tmp_path: Path)
         assert row["ok"] and row["endpoint"] == "chat"
         assert row["ttft_s"] >= 0.018  # the role-only chunk comes at once; text after a delay
         assert len(row["inter_token_latencies_s"]) == 3
-        assert all(gap >= 0.015 for gap in row["inter_token_latencies_s"])
+        # The last text chunk leaves the server after 4 delays (single gaps may shrink when a
+        # loaded machine delays one chunk and not the next).
+        assert row["ttft_s"] + sum(row["inter_token_latencies_s"]) >= 4 * 0.02 - 0.002
         assert row["num_prompt_tokens"] == 8  # the chat template's 3 tokens were calibrated out
 
 
