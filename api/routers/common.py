@@ -20,7 +20,9 @@ ERRORS: dict[int, dict[str, Any]] = {
     503: {"model": ErrorOut, "description": "Database busy; retry"},
 }
 READ_ERRORS = {code: ERRORS[code] for code in (401, 422)}
-WRITE_ERRORS = {code: ERRORS[code] for code in (401, 413, 422, 503)}
+# Reads with a body (batch estimate, compare) can also be too large, or name unknown objects.
+READ_BODY_ERRORS = {code: ERRORS[code] for code in (401, 404, 413, 422)}
+WRITE_ERRORS = {code: ERRORS[code] for code in (401, 409, 413, 422, 503)}
 
 
 def page_params(

@@ -20,7 +20,7 @@ from api.estimation import (
     default_hardware_name,
     runtimes,
 )
-from api.routers.common import ERRORS, READ_ERRORS
+from api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
 from api.schemas import (
     MAX_ID,
     BatchEstimateIn,
@@ -202,7 +202,7 @@ def _token_arrays(prompt: list[int], output: list[int]) -> tuple[np.ndarray, np.
 @router.post(
     "/estimate/batch",
     response_model=BatchEstimateOut,
-    responses=ESTIMATE_ERRORS,
+    responses=READ_BODY_ERRORS,
     summary="Runtimes of many requests of one model (columnar)",
     description=(
         "Up to the server's max_batch_rows (default 1,000,000) rows. The `Server-Timing` header "
@@ -276,7 +276,7 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
 @router.post(
     "/compare",
     response_model=CompareOut,
-    responses=ESTIMATE_ERRORS,
+    responses=READ_BODY_ERRORS,
     summary="Compare models over a workload: totals, means, ratios to the best",
     description=(
         "`workload` is a HELM scenario group (GET /v1/workloads): each of its scenarios counts "

@@ -123,7 +123,7 @@ def list_fits(
 @router.get(
     "/export/helm",
     response_model=dict[str, Any],
-    responses=READ_ERRORS,
+    responses={**READ_ERRORS, 404: ERRORS[404]},
     summary="The current fits in HELM's JSON format (inference_*_runtimes.json)",
     description=(
         "One entry per model: its newest fit of the metric (or the fits listed in `fit_id`). "

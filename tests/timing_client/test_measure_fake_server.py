@@ -137,7 +137,7 @@ def _popen(args: list[str]) -> subprocess.Popen:
 
 
 def test_sigkill_then_resume_gives_every_key_exactly_once(start_fake, tmp_path: Path) -> None:
-    url = start_fake("--token-delay", "0.01")
+    url = start_fake("--token-delay", "0.02")
     out = tmp_path / "raw.jsonl"
     args = measure_args(url, out, "--grid", "quick", "--repeats", "3", "--concurrency", "2")
     process = _popen(args)
