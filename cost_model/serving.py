@@ -66,7 +66,7 @@ def valid_tensor_parallel_sizes(arch: Architecture, max_tp: int = GPUS_PER_NODE)
     return sizes
 
 
-def _memory_per_gpu(
+def memory_per_gpu(
     arch: Architecture, tp: int, pp: int, context_tokens: int, batch_size: int, dtype: Dtype
 ) -> tuple[float, float]:
     """(weight bytes, KV bytes) on the fullest GPU of a tp x pp layout."""
@@ -121,7 +121,7 @@ def plan_gpus(
         sizes = [tp]
 
     def plan(tp: int, pp: int) -> GpuPlan | None:
-        weights, kv = _memory_per_gpu(arch, tp, pp, context_tokens, batch_size, dtype)
+        weights, kv = memory_per_gpu(arch, tp, pp, context_tokens, batch_size, dtype)
         if weights + kv > usable:
             return None
         return GpuPlan(tp * pp, tp, pp, weights, kv, usable)
@@ -133,7 +133,7 @@ def plan_gpus(
     for pp in range(2, min(arch.num_layers, MAX_GPUS // widest) + 1):
         if found := plan(widest, pp):
             return found
-    weights, kv = _memory_per_gpu(arch, widest, arch.num_layers, context_tokens, batch_size, dtype)
+    weights, kv = memory_per_gpu(arch, widest, arch.num_layers, context_tokens, batch_size, dtype)
     raise InputError(
         f"{arch.name} ({dtype}, {batch_size} x {context_tokens} tokens of context) does not fit "
         f"on {memory_gb:g} GB GPUs: even one layer per pipeline stage at tensor-parallel size "
@@ -231,7 +231,7 @@ def decode_throughput(
         seconds = float(step.total_s)
         tokens_per_s = batch / seconds
         cost = cost_variants(seconds, tp, hardware)
-        weights, kv = _memory_per_gpu(arch, tp, 1, context_tokens, batch, dtype)
+        weights, kv = memory_per_gpu(arch, tp, 1, context_tokens, batch, dtype)
         usable = hardware.memory_gb * GB * (1.0 - DEFAULT_RESERVE_FRACTION)
         points.append(
             ThroughputPoint(

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from idealized_runtime.types import DTYPE_BYTES, Architecture
+from cost_model.serving import memory_per_gpu
+from idealized_runtime.types import Architecture
 
 # Activations, CUDA graph pools, cuBLAS workspaces: kept free beyond weights and KV cache.
 HEADROOM_FRACTION = 0.10
@@ -19,12 +20,11 @@ HEADROOM_FRACTION = 0.10
 def bytes_needed(
     arch: Architecture, dtype: str, tp: int, layers: int | None, batch: int, seq_len: int
 ) -> int:
-    """Per-GPU bytes for the weights and KV cache of a (possibly layer-sampled) profile."""
-    depth = layers or arch.num_layers
-    sampled = arch.model_copy(update={"num_layers": depth})
-    weights = sampled.num_parameters() * DTYPE_BYTES[dtype]
-    cache = sampled.kv_cache_bytes_per_token(dtype) * batch * seq_len  # type: ignore[arg-type]
-    return (weights + cache) // tp
+    """Per-GPU bytes for the weights and KV cache of a (possibly layer-sampled) profile: the
+    serving planner's count for one pipeline stage of ``tp`` GPUs."""
+    sampled = arch.model_copy(update={"num_layers": layers or arch.num_layers})
+    weights, cache = memory_per_gpu(sampled, tp, 1, seq_len, batch, dtype)  # type: ignore[arg-type]
+    return int(weights + cache)
 
 
 def check_fits(
