@@ -31,6 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from idealized_runtime.grids import GridPoint  # noqa: E402
+from idealized_runtime.processes import free_port, stop_process, wait_until_healthy  # noqa: E402
 from idealized_runtime.timing_client import MeasureConfig, measure  # noqa: E402
 
 PROMPT, OUTPUT = 4, 1
@@ -143,19 +144,6 @@ def raw_socket_round_trips(port: int, requests: int) -> list[float]:
     return times
 
 
-def _wait_healthy(port: int, process: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError("instant server exited")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise TimeoutError("instant server did not start")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=3000, help="per throughput run")
@@ -166,13 +154,11 @@ def main() -> None:
         asyncio.run(_serve(args.serve))
         return
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     url = f"http://127.0.0.1:{port}/v1"
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
     try:
-        _wait_healthy(port, server)
+        wait_until_healthy(server, f"http://127.0.0.1:{port}/health", timeout_s=20)
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             asyncio.run(bare_httpx(url, 200, 8))  # warm-up: imports, connections
@@ -184,8 +170,7 @@ def main() -> None:
             wall_s, recorded = asyncio.run(ours(url, n, 1, folder))
             bare1_s = asyncio.run(bare_httpx(url, n, 1))
     finally:
-        server.terminate()
-        server.wait(timeout=10)
+        stop_process(server)
 
     ours_rps, bare_rps = args.requests / ours_s, args.requests / bare_s
     sharded_rps = args.requests / sharded_s

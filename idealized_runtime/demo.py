@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import httpx
 
 from idealized_runtime.bench import (
     MANIFEST_NAME,
@@ -45,6 +41,7 @@ from idealized_runtime.catalog import (
 )
 from idealized_runtime.errors import InputError
 from idealized_runtime.leaderboard import Leaderboard, build_leaderboard
+from idealized_runtime.processes import LOOPBACK, ServerStartError, free_port, running_server
 from idealized_runtime.report.render import ReportFiles, write_report
 
 DEMO_ARCHITECTURE = "tiny-llama"
@@ -70,46 +67,21 @@ def default_database_url(workdir: Path) -> str:
     return f"sqlite:///{(workdir / 'demo.sqlite3').resolve()}"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
 def local_endpoint(architecture: str, log_path: Path) -> Iterator[str]:
     """``serve-model`` in a subprocess on a free loopback port; yields its base URL and stops
     the process (by its PID) on exit."""
-    port = _free_port()
+    port = free_port()
     command = [sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", architecture]
-    command += ["--host", "127.0.0.1", "--port", str(port)]
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            base_url = f"http://127.0.0.1:{port}/v1"
-            _wait_healthy(process, f"http://127.0.0.1:{port}/health", log_path)
-            yield base_url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _wait_healthy(process: subprocess.Popen, url: str, log_path: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            tail = log_path.read_text(errors="replace").strip().splitlines()[-1:] or ["no output"]
-            raise InputError(f"serve-model exited with {process.returncode}: {tail[0]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=1.0).status_code == 200:
-                return
-        time.sleep(0.2)
-    raise InputError(f"serve-model did not answer {url} within {SERVER_START_TIMEOUT_S:.0f}s")
+    command += ["--host", LOOPBACK, "--port", str(port)]
+    health_url = f"http://{LOOPBACK}:{port}/health"
+    try:
+        with running_server(
+            command, health_url, timeout_s=SERVER_START_TIMEOUT_S, log_path=log_path
+        ):
+            yield f"http://{LOOPBACK}:{port}/v1"
+    except ServerStartError as error:
+        raise InputError(f"serve-model: {error}") from None
 
 
 def _item_done(results_dir: Path, key: str) -> bool:

@@ -86,11 +86,9 @@ def _check_cuda(architecture, dtype: str, tp: int, layers: int | None, points) -
 
 def _relaunch_under_torchrun(tp: int) -> int:
     """Run this same command as ``tp`` ranks on this machine (loopback rendezvous)."""
-    import socket
+    from idealized_runtime.processes import free_port
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     command = [
         sys.executable,
         "-m",
