@@ -152,6 +152,20 @@ class CostOut(BaseModel):
     dollars: float | None
 
 
+class EstimateQuery(BaseModel):
+    """Query parameters of GET /v1/estimate."""
+
+    model: Name = Field(examples=["openai/davinci"])
+    prompt_tokens: TokenCount = Field(examples=[512])
+    output_tokens: TokenCount = Field(examples=[64])
+    metric: Metric = "idealized"
+    fit_id: int | None = Field(default=None, ge=1, le=MAX_ID, description="Default: newest")
+    hardware: Name | None = Field(default=None, description="Default: the fit's stack")
+    num_gpus: int | None = Field(
+        default=None, ge=1, le=100_000, description="Default: the serving model's minimum"
+    )
+
+
 class EstimateOut(BaseModel):
     model: str
     metric: Metric

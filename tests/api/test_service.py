@@ -328,6 +328,9 @@ def test_fit_from_stored_measurements(client: httpx.Client, service: Service, me
     ).json()
     assert estimate["fit_id"] == fit["id"]
     assert estimate["runtime_s"] == pytest.approx(0.02 + 1e-4 * 300 + 0.01 * 19, rel=0.1)
+    # Deleting the set keeps the fit, without its provenance link.
+    assert client.delete(f"/v1/measurement-sets/{set_id}", headers=service.auth).status_code == 204
+    assert client.get(f"/v1/fits/{fit['id']}").json()["measurement_set_id"] is None
 
 
 def test_fit_errors(client: httpx.Client, service: Service) -> None:
