@@ -6,7 +6,12 @@ from cost_model.evaluate import predict_alpha, predict_runtime
 from cost_model.fit_files import read_fit_file, write_fit_file
 from cost_model.fitting import FIT_METHODS, fit_measurements
 from cost_model.helm_format import export_helm_table, import_helm_table
-from cost_model.measurements_io import RequestTable, read_measurements, read_requests
+from cost_model.measurements_io import (
+    RequestTable,
+    parse_measurements,
+    read_measurements,
+    read_requests,
+)
 from cost_model.quality import fit_quality
 
 __all__ = [
@@ -18,6 +23,7 @@ __all__ = [
     "fit_measurements",
     "fit_quality",
     "import_helm_table",
+    "parse_measurements",
     "predict_alpha",
     "predict_runtime",
     "read_fit_file",

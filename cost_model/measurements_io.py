@@ -11,6 +11,7 @@ requests; it keeps the raw rows so that a conversion can write them back with ad
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
@@ -119,9 +120,8 @@ class _Rows:
         return [record.get(name) for record in self.records]  # type: ignore[union-attr]
 
 
-def _read_csv(path: Path, required: Sequence[str]) -> _Rows:
-    name = str(path)
-    with path.open(encoding="utf-8-sig", newline="") as handle:
+def _read_csv(text: str, name: str, required: Sequence[str]) -> _Rows:
+    with io.StringIO(text, newline="") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         if header is None or not any(cell.strip() for cell in header):
@@ -153,9 +153,7 @@ def _read_csv(path: Path, required: Sequence[str]) -> _Rows:
     return _Rows(name, "csv", header, records, numbers)
 
 
-def _read_jsonl(path: Path, required: Sequence[str]) -> _Rows:
-    name = str(path)
-    text = path.read_text(encoding="utf-8-sig")
+def _read_jsonl(text: str, name: str, required: Sequence[str]) -> _Rows:
     lines = text.split("\n")
     # A line still being appended (the durable writers fsync whole lines) has no newline yet:
     # ignore a trailing partial line that does not parse.
@@ -191,19 +189,25 @@ def _read_jsonl(path: Path, required: Sequence[str]) -> _Rows:
     return _Rows(name, "jsonl", list(columns), records, numbers, skipped_failed)
 
 
+def _rows_from_text(text: str, name: str, kind: str, required: Sequence[str]) -> _Rows:
+    try:
+        if kind == "csv":
+            return _read_csv(text, name, required)
+        return _read_jsonl(text, name, required)
+    except csv.Error as error:
+        raise InputError(f"malformed CSV ({error})", path=name) from None
+
+
 def _read_rows(path: str | Path, required: Sequence[str]) -> _Rows:
     path = Path(path)
     kind = file_format(path)
     if not path.is_file():
         raise InputError("no such file", path=str(path))
     try:
-        if kind == "csv":
-            return _read_csv(path, required)
-        return _read_jsonl(path, required)
+        text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
         raise InputError("not a UTF-8 text file", path=str(path)) from None
-    except csv.Error as error:
-        raise InputError(f"malformed CSV ({error})", path=str(path)) from None
+    return _rows_from_text(text, str(path), kind, required)
 
 
 # --- measurements ------------------------------------------------------------------------------
@@ -213,7 +217,18 @@ def read_measurements(path: str | Path) -> list[Measurement]:
     """Timings to fit: columns model, num_prompt_tokens, num_output_tokens, runtime_s; optional
     batch_size, ttft_s, std_s; other columns are ignored. JSONL rows with ``"ok": false``
     (failed requests) are skipped."""
-    rows = _read_rows(path, MEASUREMENT_COLUMNS)
+    return _measurements_from_rows(_read_rows(path, MEASUREMENT_COLUMNS))
+
+
+def parse_measurements(text: str, *, name: str = "upload", kind: str = "csv") -> list[Measurement]:
+    """``read_measurements`` for text in memory (an upload): ``kind`` is ``csv`` or ``jsonl``,
+    ``name`` stands for the file in error messages."""
+    if kind not in ("csv", "jsonl"):
+        raise InputError(f"unsupported format {kind!r}: expected csv or jsonl", path=name)
+    return _measurements_from_rows(_rows_from_text(text, name, kind, MEASUREMENT_COLUMNS))
+
+
+def _measurements_from_rows(rows: _Rows) -> list[Measurement]:
     optional = [c for c in ("batch_size", "ttft_s", "std_s") if c in rows.columns]
     get = (
         (lambda record, column: record[rows.columns.index(column)])

@@ -8,7 +8,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cost_model.measurements_io import RequestTable, read_measurements, read_requests
+from cost_model.measurements_io import (
+    RequestTable,
+    parse_measurements,
+    read_measurements,
+    read_requests,
+)
 from idealized_runtime.errors import InputError
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s,notes\n"
@@ -101,3 +106,14 @@ def test_request_table_from_columns_validates() -> None:
     assert table.models == ["m", "n"] and len(table) == 3
     with pytest.raises(InputError, match="positive integer"):
         RequestTable.from_columns(["m"], [0], [1])
+
+
+def test_parse_measurements_in_memory_matches_the_file_reader(tmp_path: Path) -> None:
+    text = "model,num_prompt_tokens,num_output_tokens,runtime_s\nm,16,4,0.5\nm,32,8,0.9\n"
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    assert parse_measurements(text) == read_measurements(path)
+    with pytest.raises(InputError, match=r"^upload, row 2, column 'runtime_s'"):
+        parse_measurements(text.replace("0.9", "-1"))
+    with pytest.raises(InputError, match="unsupported format"):
+        parse_measurements(text, kind="xml")
