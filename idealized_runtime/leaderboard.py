@@ -343,7 +343,6 @@ def accelerators_needed(model: ModelInput, rates: Mapping[str, CostRates]) -> in
         return None
     try:
         from cost_model.serving import min_gpus
-
         from idealized_runtime.catalog import get_hardware
 
         hardware = get_hardware(model.hardware)
