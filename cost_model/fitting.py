@@ -28,7 +28,7 @@ from typing import get_args
 
 import numpy as np
 from numpy.typing import NDArray
-from scipy.optimize import nnls
+from sklearn.linear_model import LinearRegression
 
 from cost_model.evaluate import predict_runtime
 from cost_model.quality import fit_quality
@@ -179,13 +179,13 @@ def interpolation_basis(
 def _scaled_nnls(
     design: NDArray[np.float64], target: NDArray[np.float64], weights: NDArray[np.float64]
 ) -> NDArray[np.float64]:
-    """Non-negative weighted least squares, with columns scaled to unit size first (context
-    sums are ~10^5 times larger than the one-hot columns)."""
-    weighted = design * weights[:, None]
-    scale = np.abs(weighted).max(axis=0)
+    """Non-negative weighted least squares (``weights`` multiply the residuals), with columns
+    scaled to unit size first (context sums are ~10^5 times larger than the one-hot columns)."""
+    scale = np.abs(design * weights[:, None]).max(axis=0)
     scale[scale == 0] = 1.0
-    solution, _ = nnls(weighted / scale, target * weights, maxiter=50 * design.shape[1])
-    return solution / scale
+    regression = LinearRegression(fit_intercept=False, positive=True)
+    regression.fit(design / scale, target, sample_weight=weights**2)
+    return regression.coef_ / scale
 
 
 @dataclass(frozen=True)
