@@ -370,9 +370,14 @@ def estimate_from_architecture(
     sequence (``plan_gpus``). With pipeline stages the request still runs its layers one stage
     after another, so its time is that of all layers at the stage's tensor-parallel size.
     """
-    from cost_model.roofline import predict_alpha, predict_runtime
+    from cost_model.roofline import predict_alpha, predict_beta, predict_runtime
 
     _check_tokens(num_prompt_tokens, num_output_tokens, batch_size)
+    if num_prompt_tokens + num_output_tokens > arch.max_context:
+        raise InputError(
+            f"{num_prompt_tokens} prompt + {num_output_tokens} output tokens exceed the context "
+            f"length of {arch.name} ({arch.max_context} tokens)"
+        )
     plan = plan_gpus(
         arch,
         hardware,
@@ -385,7 +390,13 @@ def estimate_from_architecture(
     runtime = float(predict_runtime(arch, hardware, num_prompt_tokens, num_output_tokens, **kwargs))
     alpha = float(predict_alpha(arch, hardware, num_prompt_tokens, **kwargs))
     steps = num_output_tokens - 1
-    beta = (runtime - alpha) / steps if steps else 0.0
+    # With one output token there is no decode step to average over: report the time of the
+    # step that would come next, at this context.
+    beta = (
+        (runtime - alpha) / steps
+        if steps
+        else float(predict_beta(arch, hardware, num_prompt_tokens, **kwargs))
+    )
     notes = []
     if plan.pp > 1:
         notes.append(f"{plan.pp} pipeline stages of tensor-parallel size {plan.tp}")

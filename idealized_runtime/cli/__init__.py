@@ -63,7 +63,7 @@ def main() -> None:
     except (InputError, UnknownNameError) as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
-    except click_exceptions.Abort:  # Ctrl-C at a prompt, or a command that chose to abort
+    except typer.Abort:  # Ctrl-C at a prompt, or a command that chose to abort (typer's own class)
         typer.echo("aborted", err=True)
         sys.exit(130)
     except click_exceptions.ClickException as error:

@@ -34,6 +34,23 @@ def _prepare_database() -> None:
         fail(f"cannot use the database {database.engine.url!r}: {error.orig}")
 
 
+def _check_can_listen(host: str, port: int) -> None:
+    """Fail with one line (not uvicorn's traceback) when the address is taken or invalid."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        fail(f"cannot listen on {host}:{port}: {error.strerror}")
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as error:
+            fail(f"cannot listen on {host}:{port}: {error.strerror} (choose another --port)")
+
+
 @app.command()
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on"),
@@ -44,6 +61,7 @@ def serve(
     """Migrate the database, then serve the REST API (OpenAPI docs at /docs)."""
     import uvicorn
 
+    _check_can_listen(host, port)
     _prepare_database()
     uvicorn.run(
         "api.main:create_app",

@@ -7,6 +7,7 @@ import pytest
 from cost_model.serving import (
     cost_variants,
     decode_throughput,
+    estimate_from_architecture,
     min_gpus,
     plan_gpus,
     valid_tensor_parallel_sizes,
@@ -72,3 +73,18 @@ def test_batching_raises_throughput_and_lowers_cost() -> None:
     costs = [p.usd_per_million_tokens for p in points]
     assert rates == sorted(rates) and costs == sorted(costs, reverse=True)
     assert points[0].memory_bound
+
+
+def test_estimate_beyond_the_context_length_is_refused() -> None:
+    arch = get_architecture("llama-3.1-8b")
+    with pytest.raises(InputError, match=r"exceed the context length of llama-3\.1-8b"):
+        estimate_from_architecture(arch, get_hardware("h200"), 131_072, 1)
+
+
+def test_single_output_token_still_reports_the_next_decode_step() -> None:
+    arch, hardware = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
+    one = estimate_from_architecture(arch, hardware, 1024, 1)
+    many = estimate_from_architecture(arch, hardware, 1024, 3)
+    assert one.beta_s > 0
+    # The decode step at context 1024 is the first of the two steps of the 3-token request.
+    assert one.beta_s == pytest.approx(many.beta_s, rel=0.01)
