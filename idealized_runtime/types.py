@@ -120,9 +120,10 @@ class Architecture(_Frozen):
         embed = self.vocab_size * self.hidden_size
         head = 0 if self.tie_embeddings else self.vocab_size * self.hidden_size
         pos = self.max_context * self.hidden_size if self.position == "learned" else 0
-        final_norm = 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+        norm = 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
+        norms = norm * (2 if self.embedding_norm else 1)  # final norm (+ BLOOM's embedding norm)
         layers = self.num_layers * self.layer_parameters(active_only)
-        return embed + head + pos + final_norm + layers
+        return embed + head + pos + norms + layers
 
     def kv_cache_bytes_per_token(self, dtype: Dtype = "bfloat16") -> int:
         return 2 * self.num_layers * self.kv_heads * self.dim_per_head * DTYPE_BYTES[dtype]
