@@ -9,7 +9,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
 from idealized_runtime.catalog import UnknownNameError
 from idealized_runtime.errors import InputError
@@ -34,6 +34,18 @@ def _integrity(_: Request, error: Exception) -> JSONResponse:
         {"detail": "conflict: an object with this name (or key) exists already"},
         status_code=status.HTTP_409_CONFLICT,
     )
+
+
+def _data(_: Request, error: Exception) -> JSONResponse:
+    # The database refused a value the schemas let through: PostgreSQL stores no NUL (0x00)
+    # character in text or JSON. The user's input, so 422 (the transaction is rolled back).
+    log.info("data error: %s", error)
+    text = str(getattr(error, "orig", error))
+    if "nul" in text.lower() or "\\u0000" in text:
+        detail = "text must not contain NUL (0x00) characters"
+    else:
+        detail = f"a value cannot be stored: {text.splitlines()[0] if text else 'invalid data'}"
+    return JSONResponse({"detail": detail}, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 
 def _operational(_: Request, error: Exception) -> JSONResponse:
@@ -79,4 +91,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(UnknownNameError, _unknown_name)
     app.add_exception_handler(IntegrityError, _integrity)
     app.add_exception_handler(OperationalError, _operational)
+    app.add_exception_handler(DataError, _data)
     app.add_exception_handler(RequestValidationError, _validation)

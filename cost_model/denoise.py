@@ -210,5 +210,9 @@ def _bootstrap(
     for name in draws[0]:
         values = np.array([d[name] for d in draws])
         low, high = np.percentile(values, [tail, 100.0 - tail])
+        if name != "overhead_s":
+            # The fit reports max(0, estimate) for beta and alpha; percentile intervals follow a
+            # monotone map, so the interval of the reported value is the clamped interval.
+            low, high = max(0.0, low), max(0.0, high)
         intervals[name] = (float(low), float(high))
     return intervals

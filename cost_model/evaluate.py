@@ -21,9 +21,11 @@ def predict_alpha(fit: FittedCostModel, num_prompt_tokens: ArrayLike) -> NDArray
     if len(sizes) == 1:
         return np.full_like(p, times[0])
     inside = np.interp(p, sizes, times)
-    # Linear extrapolation past the largest profiled size with the slope of the last segment;
-    # below the smallest size alpha stays at its first value (the fixed cost does not shrink).
-    slope = (times[-1] - times[-2]) / (sizes[-1] - sizes[-2])
+    # Linear extrapolation past the largest profiled size with the slope of the last segment
+    # (never downwards: a falling last segment, noise or an alignment effect, would reach
+    # negative runtimes); below the smallest size alpha stays at its first value (the fixed
+    # cost does not shrink).
+    slope = max(0.0, (times[-1] - times[-2]) / (sizes[-1] - sizes[-2]))
     return np.where(p > sizes[-1], times[-1] + slope * (p - sizes[-1]), inside)
 
 

@@ -207,6 +207,13 @@ def fit_joint(timings: ModelTimings, *, context_term: bool = True) -> JointFit:
             "beta cannot be fitted",
             column="num_output_tokens",
         )
+    if np.unique(o).size < 2:
+        # One output length: any split of the runtime between alpha(p) and beta fits equally.
+        raise InputError(
+            f"model {timings.model!r}: every timing has {int(o[0])} output tokens; the default "
+            "method needs at least two output lengths to separate alpha(p) from beta",
+            column="num_output_tokens",
+        )
     knots = alpha_knots(p)
     columns = [interpolation_basis(p, knots), (o - 1.0)[:, None]]
     if context_term:

@@ -47,12 +47,19 @@ def load_grid(spec: str) -> list[GridPoint]:
             f"grid must be one of {', '.join(NAMED_GRIDS)} or an existing .csv/.json file",
             path=spec,
         )
-    if path.suffix.lower() == ".csv":
-        points = _read_csv(path)
-    elif path.suffix.lower() == ".json":
-        points = _read_json(path)
-    else:
-        raise InputError("grid file must be .csv or .json", path=spec)
+    try:
+        if path.suffix.lower() == ".csv":
+            points = _read_csv(path)
+        elif path.suffix.lower() == ".json":
+            points = _read_json(path)
+        else:
+            raise InputError("grid file must be .csv or .json", path=spec)
+    except UnicodeDecodeError:
+        raise InputError("not a UTF-8 text file", path=spec) from None
+    except csv.Error as error:
+        raise InputError(f"malformed CSV ({error})", path=spec) from None
+    except OSError as error:
+        raise InputError(f"cannot read ({error.strerror or error})", path=spec) from None
     if not points:
         raise InputError("grid file has no points", path=spec)
     return list(dict.fromkeys(points))

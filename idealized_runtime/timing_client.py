@@ -27,6 +27,7 @@ import json
 import os
 import queue
 import random
+import re
 import signal
 import threading
 import time
@@ -127,6 +128,10 @@ class MeasureSummary(BaseModel):
     prompt_offset: int
 
 
+class _NotAnAPIResponse(Exception):
+    """A 200 answer that is not an OpenAI-style completion (e.g. an HTML page)."""
+
+
 @dataclass(frozen=True)
 class _Job:
     point: GridPoint
@@ -176,6 +181,29 @@ def backoff_delay(attempt: int, base_s: float, cap_s: float, rng: random.Random)
     return rng.uniform(0.0, min(cap_s, base_s * 2 ** (attempt - 1)))
 
 
+def one_line(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
+    """A server's error body as one short line: the message of an OpenAI/FastAPI-style JSON
+    error, the title (else the text) of an HTML page, whitespace collapsed."""
+    text = text.strip()
+    with contextlib.suppress(ValueError):
+        data = json.loads(text)
+        if isinstance(data, dict):
+            error = data.get("error")
+            message = error.get("message") if isinstance(error, dict) else error
+            if not isinstance(message, str):
+                message = data.get("detail", data.get("message"))
+            if isinstance(message, str) and message.strip():
+                text = message
+    if text[:200].lstrip().lower().startswith(("<!doctype html", "<html")) or "<body" in text:
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        body = re.sub(r"<(head|script|style)\b.*?</\1>", " ", text, flags=re.IGNORECASE | re.DOTALL)
+        body = " ".join(re.sub(r"<[^>]+>", " ", body).split())
+        text = f"HTML page {' '.join(title.group(1).split())!r}: {body}" if title else body
+        text = text if text.startswith("HTML") else f"HTML page: {text}"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def row_key(row: dict[str, Any]) -> Key | None:
     try:
         return (
@@ -219,13 +247,22 @@ class _RowWriter:
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._path = path
         self._handle = path.open("a", encoding="utf-8")
         self._queue: queue.Queue[Any] = queue.Queue()
+        self.error: OSError | None = None  # a failed write (disk full): the run must stop
         self._thread = threading.Thread(target=self._loop, name="row-writer", daemon=True)
         self._thread.start()
 
     def write(self, row: dict[str, Any]) -> None:
+        self.check()
         self._queue.put(json.dumps(row, separators=(",", ":"), allow_nan=False))
+
+    def check(self) -> None:
+        if self.error is not None:
+            raise InputError(
+                f"cannot write rows: {self.error.strerror or self.error}", path=str(self._path)
+            )
 
     def _loop(self) -> None:
         while True:
@@ -237,16 +274,20 @@ class _RowWriter:
                     break
             stop = lines[-1] is self._STOP
             lines = [line for line in lines if line is not self._STOP]
-            if lines:
-                self._handle.write("".join(line + "\n" for line in lines[:-1]))
-                append_line_durably(self._handle, lines[-1])
+            if lines and self.error is None:
+                try:
+                    self._handle.write("".join(line + "\n" for line in lines[:-1]))
+                    append_line_durably(self._handle, lines[-1])
+                except OSError as error:
+                    self.error = error
             if stop:
                 return
 
     def close(self) -> None:
         self._queue.put(self._STOP)
         self._thread.join()
-        self._handle.close()
+        with contextlib.suppress(OSError):  # already reported by check()
+            self._handle.close()
 
 
 class _ConnectionPool:
@@ -324,8 +365,9 @@ class _Client:
         return body
 
     def _redact(self, text: str) -> str:
-        text = text[:ERROR_TEXT_LIMIT]
-        return text.replace(self._api_key, "***") if self._api_key else text
+        # Redacted before it is shortened, so that a cut cannot leave part of the key.
+        text = text.replace(self._api_key, "***") if self._api_key else text
+        return one_line(text)
 
     async def attempt(self, body: dict[str, Any]) -> _Attempt:
         http = await self.pool.acquire()
@@ -349,6 +391,9 @@ class _Client:
         except (json.JSONDecodeError, UnicodeDecodeError) as error:
             result.ok, result.retryable = False, True
             result.error = f"malformed response: {error}"
+        except _NotAnAPIResponse as error:  # e.g. a login page or a proxy's HTML: no retry
+            result.ok, result.retryable = False, False
+            result.error = self._redact(str(error))
         result.finished_at = datetime.now(timezone.utc)
         return result
 
@@ -356,7 +401,9 @@ class _Client:
         result.status = response.status_code
         if response.status_code == 200:
             return True
-        result.error = self._redact(text.strip() or response.reason_phrase)
+        result.error = f"HTTP {response.status_code}: " + self._redact(
+            text.strip() or response.reason_phrase
+        )
         result.retryable = response.status_code in (408, 409, 425, 429) or (
             response.status_code >= 500
         )
@@ -370,14 +417,27 @@ class _Client:
         end = time.perf_counter()
         if not self._check_status(response, response.text, result):
             return
-        data = response.json()
+        self._take_completion(response, response.text, end - start, result)
+
+    @staticmethod
+    def _take_completion(
+        response: httpx.Response, text: str, runtime_s: float, result: _Attempt
+    ) -> None:
+        """A whole (non-streamed) completion; anything but one is _NotAnAPIResponse."""
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
         if not isinstance(data, dict) or "choices" not in data:
-            result.error, result.retryable = f"unexpected response: {response.text[:200]}", True
-            return
-        result.ok, result.runtime_s, result.body = True, end - start, data
+            kind = response.headers.get("content-type", "no content type")
+            raise _NotAnAPIResponse(
+                f"HTTP 200 but not an OpenAI-style completion ({kind}): {one_line(text, 200)}"
+            )
+        result.ok, result.runtime_s, result.body = True, runtime_s, data
         result.usage = data.get("usage") or None
         choices = data.get("choices") or [{}]
-        result.finish_reason = choices[0].get("finish_reason")
+        first = choices[0] if isinstance(choices[0], dict) else {}
+        result.finish_reason = first.get("finish_reason")
 
     async def _stream(
         self, http: httpx.AsyncClient, body: dict[str, Any], start: float, result: _Attempt
@@ -394,8 +454,11 @@ class _Client:
             # a character; transformers serve then sends only its final chunk): the first chunk
             # that carries a completion, other than chat's role-only opening.
             first_field: float | None = None
+            other: list[str] = []  # what is not an event: a server that did not stream
             async for line in response.aiter_lines():
                 if not line.startswith("data:"):
+                    if result.num_chunks == 0 and sum(map(len, other)) < 100_000:
+                        other.append(line)
                     continue
                 data = line[5:].strip()
                 if data == "[DONE]":
@@ -432,6 +495,13 @@ class _Client:
                         else:
                             result.inter_token_latencies_s.append(now - last)
                         last = now
+            if result.num_chunks == 0:
+                # No event at all: a server that ignored "stream" (a JSON completion is still a
+                # timing, without TTFT) or something else (an HTML page), which is an error.
+                self._take_completion(
+                    response, "\n".join(other), time.perf_counter() - start, result
+                )
+                return
         result.ok, result.runtime_s = True, time.perf_counter() - start
         if result.ttft_s is None and first_field is not None:
             result.ttft_s = first_field - start
@@ -490,6 +560,10 @@ class _Client:
             "model": config.model,
             "endpoint": config.endpoint,
             "tokenizer": config.tokenizer,
+            # Calibrated prompts cycle over this many units (one per repeat, up to 3): a resume
+            # with more repeats must not reuse a recipe of fewer units (identical prompts would
+            # be prefix-cache hits on a provider).
+            "units": min(config.repeats, 3),
         }
         recipe = None
         with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
@@ -574,6 +648,21 @@ def calibration_cache_path(output: Path) -> Path:
     return output.with_name(output.name + ".calibration.json")
 
 
+def _prepare_output(output: Path) -> tuple[set[Key], bool]:
+    """Check that ``output`` can be appended to before any request is sent (its parent folders
+    are created); the keys it already holds and whether it existed."""
+    if output.is_dir():
+        raise InputError("is a folder; -o names the JSONL file to write", path=str(output))
+    existed = output.exists()
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        with output.open("a", encoding="utf-8"):
+            pass
+        return read_done_keys(output), existed
+    except OSError as error:
+        raise InputError(f"cannot write: {error.strerror or error}", path=str(output)) from None
+
+
 def _api_key(config: MeasureConfig) -> str | None:
     if not config.api_key_env:
         return None
@@ -591,7 +680,7 @@ async def measure(
     output = Path(output)
     started = time.perf_counter()
     api_key = _api_key(config)
-    done = read_done_keys(output)
+    done, existed = _prepare_output(output)
     jobs, already_done = _plan(config, done)
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limit = config.concurrency if config.rate is None else config.max_in_flight
@@ -605,7 +694,11 @@ async def measure(
         nonlocal writer
         if not jobs:
             return
-        await client.prepare_prompts(calibration_cache_path(output))
+        try:
+            await client.prepare_prompts(calibration_cache_path(output))
+        except OSError as error:  # the cache beside the output cannot be written
+            path = calibration_cache_path(output)
+            raise InputError(f"cannot write: {error.strerror or error}", path=str(path)) from None
         writer = _RowWriter(output)
         with _ProgressBar(progress, len(jobs)) as bar:
 
@@ -649,6 +742,13 @@ async def measure(
         if writer is not None:
             writer.close()
         await pool.aclose()
+        if not existed and counts["written"] == 0:
+            # Nothing measured (bad input, an unreachable server): leave no empty file behind.
+            with contextlib.suppress(OSError):
+                if output.stat().st_size == 0:
+                    output.unlink()
+    if writer is not None:
+        writer.check()
     recipe = client.builder.recipe if client.builder else None
     return MeasureSummary(
         output=str(output),

@@ -19,6 +19,7 @@ from local_runner.model import Transformer, build_model
 from local_runner.parallel import SINGLE, TensorParallel
 
 GRAPH_BUCKET = 256
+WARMUP_STEPS = 2  # runs of a step on a side stream before it is captured
 DEFAULT_MAX_SEQ_LEN = 4096  # when not given: keeps the cache small for 128k-context models
 
 
@@ -50,11 +51,14 @@ class Generator:
         on_cuda = self.device.type == "cuda"
         self.use_graphs = on_cuda if cuda_graphs is None else (cuda_graphs and on_cuda)
         self._step = self.model.forward
+        self._compiled = compile
         if compile:
             # Fuses the elementwise work (norms, rotary, activations) between the GEMVs; the
             # graphs below then replay the compiled kernels. Static shapes: one compile per
-            # bucket.
+            # (bucket, batch, depth), so the recompile limit (8 by default) must allow for them
+            # all, or the later buckets would silently run uncompiled.
             self._step = torch.compile(self.model.forward, fullgraph=True, dynamic=False)
+            _raise_recompile_limit(4 * -(-self.max_seq_len // GRAPH_BUCKET) * max_batch_size)
         self._graphs: dict[tuple[int, int, int], torch.cuda.CUDAGraph] = {}
         self._graph_pool = None
         # Static decode inputs/outputs shared by every graph (see module docstring).
@@ -97,10 +101,16 @@ class Generator:
     @torch.inference_mode()
     def decode_step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         """Feed ``token`` [batch] at ``position``; return the next token [batch]."""
-        if self.use_graphs:
+        static = self._static_shapes(token.shape[0])
+        if self.use_graphs and static:
             return self._graph_step(token, position)
         positions = torch.tensor([position], device=self.device)
-        logits = self._step(token.view(-1, 1), positions, position + 1)
+        if self._compiled and static:
+            # Compiled without graphs: the same static bucket shapes, so it compiles once per
+            # bucket rather than once per position.
+            logits = self._step(token.view(-1, 1), positions, self._bucket(position), exact=False)
+        else:
+            logits = self.model(token.view(-1, 1), positions, position + 1)
         return logits[:, -1].argmax(dim=-1)
 
     def set_active_layers(self, num_layers: int) -> None:
@@ -134,9 +144,22 @@ class Generator:
             )
         return batch, prompt_len
 
+    def _bucket(self, position: int) -> int:
+        """The KV length a step at ``position`` attends to: the next multiple of GRAPH_BUCKET
+        (capped at the cache), padding hidden by the mask."""
+        return min(-(-(position + 1) // GRAPH_BUCKET) * GRAPH_BUCKET, self.max_seq_len)
+
+    def _static_shapes(self, batch: int) -> bool:
+        """Whether a decode step of this batch has static shapes and no host sync, so it can be
+        graph-captured (or compiled with fullgraph). A mixture-of-experts step with more routed
+        slots than experts groups tokens by expert, which needs the group sizes on the host
+        (``.tolist()``: not capturable); such steps run eagerly."""
+        arch = self.arch
+        return arch.num_experts <= 1 or batch * arch.experts_per_token <= arch.num_experts
+
     def _graph_step(self, token: torch.Tensor, position: int) -> torch.Tensor:
         batch = token.shape[0]
-        kv_len = min(-(-(position + 1) // GRAPH_BUCKET) * GRAPH_BUCKET, self.max_seq_len)
+        kv_len = self._bucket(position)
         tokens = self._tokens[:batch]
         # The previous replay already left its output token in the static input; the copy only
         # matters after a prefill or a batch change. Inputs are set before any capture so that
@@ -158,21 +181,40 @@ class Generator:
     def _capture(self, key: tuple[int, int, int]) -> torch.cuda.CUDAGraph:
         batch, kv_len, _ = key
         # Warm up on a side stream (allocator, cuBLAS workspaces, compiled kernels) as the CUDA
-        # graph docs require, then capture. Warm-up writes the cache at the current position
-        # (the same values the replay writes) and at the next (rewritten by the next step).
-        saved_tokens, saved_pos = self._tokens.clone(), self._pos.clone()
+        # graph docs require, then capture (capturing runs no kernel: the inputs stay as set).
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream(self.device))
         with torch.cuda.stream(stream):
-            for _ in range(2):
-                self._decode_into_static(batch, kv_len)
+            self._warm_up(batch, kv_len)
         torch.cuda.current_stream(self.device).wait_stream(stream)
         graph = torch.cuda.CUDAGraph()
         if self._graph_pool is None:
             self._graph_pool = torch.cuda.graph_pool_handle()
         with torch.cuda.graph(graph, pool=self._graph_pool):
             self._decode_into_static(batch, kv_len)
-        self._tokens.copy_(saved_tokens)
-        self._pos.copy_(saved_pos)
         self._graphs[key] = graph
         return graph
+
+    def _warm_up(self, batch: int, kv_len: int, steps: int = WARMUP_STEPS) -> None:
+        """Run the step ``steps`` times, each from the current static token and position, then
+        restore them. Every run writes the cache entry the replay will write, with the same
+        values, and nothing beyond it: running on from the previous run's output would write
+        position + 1, which is out of the cache when the step is the last one it holds."""
+        saved_tokens, saved_pos = self._tokens.clone(), self._pos.clone()
+        for _ in range(steps):
+            self._tokens.copy_(saved_tokens)
+            self._pos.copy_(saved_pos)
+            self._decode_into_static(batch, kv_len)
+        self._tokens.copy_(saved_tokens)
+        self._pos.copy_(saved_pos)
+
+
+def _raise_recompile_limit(needed: int) -> None:
+    """Let torch.compile keep one compiled step per static shape (the option's name changed
+    from ``cache_size_limit`` to ``recompile_limit`` in torch 2.6)."""
+    import torch._dynamo.config as dynamo_config
+
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(dynamo_config, name):
+            setattr(dynamo_config, name, max(getattr(dynamo_config, name), needed))
+            return

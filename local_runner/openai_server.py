@@ -29,8 +29,10 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from idealized_runtime.errors import InputError
 from idealized_runtime.prompts import ByteTokenizer
 from idealized_runtime.types import Architecture
 
@@ -38,9 +40,31 @@ DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 
 
 class ApiError(Exception):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        kind: str = "invalid_request_error",
+        param: str | None = None,
+    ) -> None:
         super().__init__(message)
-        self.status, self.message, self.kind = status, message, kind
+        self.status, self.message, self.kind, self.param = status, message, kind, param
+
+
+def _validation_error(error: ValidationError) -> ApiError:
+    """The first problem of a request body, in one line, naming the field (as OpenAI does)."""
+    first = error.errors()[0]
+    if first["type"] == "model_type":
+        return ApiError(400, "the request body must be a JSON object")
+    param = str(first["loc"][0]) if first["loc"] else None
+    if param == "prompt":  # a union: pydantic reports each member; say what is accepted
+        message = (
+            "prompt: must be a string or an array of token ids (integers), or one of those "
+            "in an array"
+        )
+    else:
+        message = f"{param}: {first['msg']}" if param else first["msg"]
+    return ApiError(400, message, param=param)
 
 
 class _Cancelled(Exception):
@@ -51,12 +75,13 @@ class CompletionRequest(BaseModel):
     model_config = ConfigDict(extra="allow")  # vLLM-style: unknown fields are ignored
 
     model: str | None = None
-    prompt: str | list[int] | list[str] | list[list[int]] | None = None
+    # Strict ints: JSON true/false or "12" are not token ids or lengths (as OpenAI).
+    prompt: str | list[StrictInt] | list[str] | list[list[StrictInt]] | None = None
     messages: list[dict[str, Any]] | None = None
-    max_tokens: int | None = Field(default=None, ge=1)
-    max_completion_tokens: int | None = Field(default=None, ge=1)
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     stream: bool = False
-    n: int = 1
+    n: StrictInt = 1
 
 
 class TextTokenizer:
@@ -69,7 +94,12 @@ class TextTokenizer:
         if tokenizer_json:
             from tokenizers import Tokenizer
 
-            self._hf = Tokenizer.from_file(tokenizer_json)
+            try:
+                self._hf = Tokenizer.from_file(tokenizer_json)
+            except Exception as error:  # the Rust library raises a bare Exception
+                raise InputError(
+                    f"not a readable tokenizer.json: {error}", path=tokenizer_json
+                ) from None
 
     def encode(self, text: str) -> list[int]:
         if self._hf is not None:
@@ -113,33 +143,36 @@ class ModelService:
         prompt = request.prompt
         if request.messages is not None:
             prompt = "".join(
-                f"{message.get('role', 'user')}: {message.get('content') or ''}\n"
+                f"{message.get('role', 'user')}: {_content_text(message.get('content'))}\n"
                 for message in request.messages
             )
         if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], (str, list)):
             prompt = prompt[0]  # a batch of one
         if prompt is None or prompt == "" or prompt == []:
-            raise ApiError(400, "prompt must not be empty")
+            raise ApiError(400, "prompt must not be empty", param="prompt")
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt)
         if all(isinstance(token, int) for token in prompt):
             bad = [t for t in prompt if not 0 <= t < self.arch.vocab_size]  # type: ignore[operator]
             if bad:
                 raise ApiError(
-                    400, f"token id {bad[0]} outside the vocabulary [0, {self.arch.vocab_size})"
+                    400,
+                    f"token id {bad[0]} outside the vocabulary [0, {self.arch.vocab_size})",
+                    param="prompt",
                 )
             return list(prompt)  # type: ignore[arg-type]
-        raise ApiError(400, "only one prompt per request is supported")
+        raise ApiError(400, "only one prompt per request is supported", param="prompt")
 
     def output_length(self, request: CompletionRequest, prompt_len: int) -> int:
         if request.n != 1:
-            raise ApiError(400, "only n=1 is supported")
+            raise ApiError(400, "only n=1 is supported", param="n")
         length = request.max_tokens or request.max_completion_tokens or DEFAULT_MAX_TOKENS
         if prompt_len + length - 1 > self.max_seq_len:
             raise ApiError(
                 400,
                 f"{prompt_len} prompt tokens + {length} output tokens exceed the context of "
                 f"{self.max_seq_len} tokens",
+                param="max_tokens",
             )
         return length
 
@@ -179,9 +212,20 @@ class ModelService:
                     await asyncio.shield(job)
 
 
-def _error(status: int, message: str, kind: str = "invalid_request_error") -> JSONResponse:
+def _content_text(content: Any) -> str:
+    """A chat message's text: a string, or the text parts of a list of content parts."""
+    if isinstance(content, list):
+        return "".join(
+            str(part.get("text", "")) if isinstance(part, dict) else str(part) for part in content
+        )
+    return "" if content is None else str(content)
+
+
+def _error(
+    status: int, message: str, kind: str = "invalid_request_error", param: str | None = None
+) -> JSONResponse:
     return JSONResponse(
-        {"error": {"message": message, "type": kind, "param": None, "code": None}}, status
+        {"error": {"message": message, "type": kind, "param": param, "code": None}}, status
     )
 
 
@@ -191,7 +235,14 @@ def create_app(service: ModelService) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, error: ApiError) -> JSONResponse:
-        return _error(error.status, error.message, error.kind)
+        return _error(error.status, error.message, error.kind, error.param)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+        # Unknown paths and methods, in OpenAI's error shape too.
+        kind = "not_found" if error.status_code == 404 else "invalid_request_error"
+        message = f"{request.method} {request.url.path}: {error.detail}"
+        return _error(error.status_code, message, kind)
 
     @app.get("/health")
     async def health() -> dict[str, str]:
@@ -214,9 +265,11 @@ def create_app(service: ModelService) -> FastAPI:
         try:
             parsed = CompletionRequest.model_validate(body)
         except ValidationError as error:
-            raise ApiError(400, str(error).replace("\n", " ")) from None
+            raise _validation_error(error) from None
         if parsed.model not in (None, "", name):
-            raise ApiError(404, f"model {parsed.model!r} not found; serving {name!r}", "not_found")
+            raise ApiError(
+                404, f"model {parsed.model!r} not found; serving {name!r}", "not_found", "model"
+            )
         return parsed
 
     def usage(prompt_len: int, length: int) -> dict[str, int]:
@@ -229,7 +282,7 @@ def create_app(service: ModelService) -> FastAPI:
     async def complete(request: Request, chat: bool) -> Any:
         parsed = await parse(request)
         if chat and not parsed.messages:
-            raise ApiError(400, "messages must not be empty")
+            raise ApiError(400, "messages must not be empty", param="messages")
         prompt = service.prompt_ids(parsed)
         length = service.output_length(parsed, len(prompt))
         ident = f"{'chatcmpl' if chat else 'cmpl'}-{uuid.uuid4().hex[:24]}"

@@ -20,6 +20,7 @@ import contextlib
 import csv
 import json
 import math
+import os
 import platform
 import statistics
 import sys
@@ -111,6 +112,8 @@ def make_grid(
     context is left out."""
     if name not in GRIDS:
         raise InputError(f"unknown grid {name!r}; known: {', '.join(GRIDS)}")
+    if max_prompt_tokens is not None and max_prompt_tokens < 1:
+        raise InputError(f"--max-prompt-tokens must be >= 1, got {max_prompt_tokens}")
     if max_prompt_tokens is not None and max_prompt_tokens > arch.max_context:
         raise InputError(
             f"--max-prompt-tokens {max_prompt_tokens} exceeds the context length "
@@ -341,7 +344,64 @@ def _check_resume(output: Path, settings: dict[str, Any]) -> None:
         )
 
 
+def _check_output_path(output: Path) -> None:
+    """A file path whose folder exists or can be created, and is writable."""
+    if output.is_dir():
+        raise InputError("is a folder; give a file path for the CSV", path=str(output))
+    folder = output.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise InputError(f"cannot create the output folder: {folder} is a file", path=str(output))
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InputError(f"the folder {folder} is not writable", path=str(output))
+
+
 # --- the run ---------------------------------------------------------------------------------
+
+
+def check_profile(
+    arch: Architecture,
+    points: Sequence[GridPoint],
+    output_path: str | Path,
+    *,
+    device: str = "cpu",
+    dtype: str = "float32",
+    tp_size: int = 1,
+    layers: int | None = None,
+    repeats: int = 3,
+    warmup: int = 1,
+) -> dict[str, Any]:
+    """Everything about a profile run that can be refused before any work (the CLI calls it
+    before relaunching under torchrun, so that a bad input is one line, not a failure per rank):
+    the settings, the output path, and resuming into an existing file. Returns the settings."""
+    output = Path(output_path)
+    if not points:
+        raise InputError("empty grid")
+    if repeats < 1 or warmup < 0:
+        raise InputError("repeats must be >= 1 and warmup >= 0")
+    check_divisible(arch, tp_size)
+    if layers is not None and not 1 <= layers <= arch.num_layers:
+        raise InputError(f"--layers must be in [1, {arch.num_layers}] for {arch.name!r}")
+    max_seq_len = max(point.max_seq_len for point in points)
+    if max_seq_len > arch.max_context:
+        raise InputError(
+            f"grid needs {max_seq_len} tokens, beyond the context length {arch.max_context} "
+            f"of {arch.name!r}"
+        )
+    _check_output_path(output)
+    settings = _settings(
+        arch,
+        sorted(dict.fromkeys(points)),
+        device=device,
+        dtype=dtype,
+        tp_size=tp_size,
+        layers=layers,
+        repeats=repeats,
+        warmup=warmup,
+    )
+    _check_resume(output, settings)
+    return settings
 
 
 def profile_grid(
@@ -364,22 +424,10 @@ def profile_grid(
     writes the files."""
     output = Path(output_path)
     points = sorted(dict.fromkeys(grid_points))
-    if not points:
-        raise InputError("empty grid")
-    if repeats < 1 or warmup < 0:
-        raise InputError("repeats must be >= 1 and warmup >= 0")
-    check_divisible(arch, tp_size)
-    if layers is not None and not 1 <= layers <= arch.num_layers:
-        raise InputError(f"--layers must be in [1, {arch.num_layers}] for {arch.name!r}")
-    max_seq_len = max(point.max_seq_len for point in points)
-    if max_seq_len > arch.max_context:
-        raise InputError(
-            f"grid needs {max_seq_len} tokens, beyond the context length {arch.max_context} "
-            f"of {arch.name!r}"
-        )
-    settings = _settings(
+    settings = check_profile(
         arch,
         points,
+        output,
         device=device,
         dtype=dtype,
         tp_size=tp_size,
@@ -387,7 +435,7 @@ def profile_grid(
         repeats=repeats,
         warmup=warmup,
     )
-    _check_resume(output, settings)
+    max_seq_len = max(point.max_seq_len for point in points)
     done = _read_done(output)
     todo = [point for point in points if point not in done]
 
@@ -398,13 +446,16 @@ def profile_grid(
     shallow = max(1, depth // 2) if sampled else depth
 
     if writer:
-        _write_meta(
-            output, arch, settings, device, dtype, tp_size, depth, shallow, sampled, command
-        )
-        _truncate_partial_line(output)
-        if not output.exists() or output.stat().st_size == 0:
-            with output.open("a", encoding="utf-8") as handle:
-                append_line_durably(handle, ",".join(CSV_COLUMNS))
+        try:
+            _write_meta(
+                output, arch, settings, device, dtype, tp_size, depth, shallow, sampled, command
+            )
+            _truncate_partial_line(output)
+            if not output.exists() or output.stat().st_size == 0:
+                with output.open("a", encoding="utf-8") as handle:
+                    append_line_durably(handle, ",".join(CSV_COLUMNS))
+        except OSError as error:
+            raise InputError(f"cannot write: {error.strerror or error}", path=str(output)) from None
     if not todo:
         return output
 
@@ -504,7 +555,7 @@ def _write_meta(
 ) -> None:
     meta_file = meta_path(output)
     previous: dict[str, Any] = {}
-    if meta_file.exists():
+    if meta_file.exists() and output.exists():  # resuming (else a leftover of another run)
         previous = json.loads(meta_file.read_text(encoding="utf-8"))
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     meta = {

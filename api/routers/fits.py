@@ -58,7 +58,14 @@ def create_fits(
         raise InputError(f"measurement set {set_id} has no rows of the requested models")
     # Fit before the write transaction starts (SQLite: do not hold the write lock meanwhile).
     session.rollback()
-    fits = fit_measurements(measurements, request.method, stack=stack)
+    try:
+        fits = fit_measurements(measurements, request.method, stack=stack)
+    except InputError:
+        raise
+    except (ValueError, ArithmeticError) as error:  # e.g. timings spanning 1e-300 .. 1e300 s
+        raise InputError(
+            f"measurement set {set_id}: the {request.method} fit failed on these timings: {error}"
+        ) from None
 
     def work(s: Session) -> FitsOut:
         rows = [

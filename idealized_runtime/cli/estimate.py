@@ -21,7 +21,7 @@ from idealized_runtime.catalog import UnknownNameError, get_architecture, get_ha
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
 from idealized_runtime.errors import InputError
-from idealized_runtime.types import DTYPE_BYTES, FittedCostModel
+from idealized_runtime.types import DTYPE_BYTES, MAX_TOKENS, FittedCostModel
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
@@ -104,8 +104,8 @@ def _estimate(
     dtype: str,
     ideal: bool,
 ) -> tuple[Estimate, str]:
-    if prompt_tokens < 1 or output_tokens < 1:
-        raise InputError("--prompt-tokens and --output-tokens must be >= 1")
+    if not (1 <= prompt_tokens <= MAX_TOKENS and 1 <= output_tokens <= MAX_TOKENS):
+        raise InputError(f"--prompt-tokens and --output-tokens must be from 1 to {MAX_TOKENS}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
     fits = _read_fits(fit_path) if fit_path is not None else {}

@@ -38,6 +38,11 @@ def _summary(fits: dict[str, FittedCostModel]) -> Table:
     return table
 
 
+def _cannot_write(output: Path, error: OSError) -> str:
+    reason = "it is a folder" if output.is_dir() else (error.strerror or str(error))
+    return f"{output}: cannot write ({reason})"
+
+
 @app.command("fit")
 def fit(
     measurements: Path = typer.Argument(..., help="Timings, .csv or .jsonl."),
@@ -56,6 +61,8 @@ def fit(
         write_fit_file(fits, output, format=format)  # type: ignore[arg-type]
     except InputError as error:
         fail(str(error) if error.path else f"{measurements}: {error}")
+    except OSError as error:  # the output: a folder, a read-only place, a full disk
+        fail(_cannot_write(output, error))
     out = Console()
     if not out.is_terminal:  # piped or captured: do not squeeze the table to 80 columns
         out = Console(width=160)
@@ -79,6 +86,8 @@ def convert(
         write_conversion(table, conversion, output)
     except InputError as error:
         fail(str(error))
+    except OSError as error:
+        fail(_cannot_write(output, error))
     notes = [f"wrote {len(conversion)} rows to {output}"]
     if conversion.dropped_unknown_rows:
         shown = ", ".join(conversion.unknown_models[:5])

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from idealized_runtime.cli import app
-from idealized_runtime.cli.common import console, fail
+from idealized_runtime.cli.common import fail
 from idealized_runtime.errors import InputError
 
 # Exit code of a process stopped by SIGINT, by shell convention (128 + 2).
@@ -108,17 +108,19 @@ def measure_command(
     )
     if summary.dropped_fields:
         detail += f"; server rejected {', '.join(summary.dropped_fields)} (not sent)"
+    # Plain echo, not rich: a rich console wraps the line at 80 columns when piped, and reads
+    # brackets in a file name as markup.
     if summary.interrupted:
-        console.print(f"interrupted: {detail}. Run the same command again to resume.")
+        typer.echo(f"interrupted: {detail}. Run the same command again to resume.", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
-    console.print(detail)
+    typer.echo(detail, err=True)
     if summary.written and not summary.ok:
         fail("every request failed; see the error column of the rows", code=1)
 
 
 @app.command("serve-model")
 def serve_model_command(
-    arch: str = typer.Option(..., "--arch", help="architecture name from the catalog"),
+    arch: str = typer.Option(..., "--arch", help="catalog name, or path to an HF config.json"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
     host: str = typer.Option("127.0.0.1", "--host"),
@@ -130,13 +132,26 @@ def serve_model_command(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Serve the local runner (random weights) behind an OpenAI-compatible /v1/completions."""
-    from idealized_runtime.catalog import get_architecture
+    from local_runner.hf_config import resolve_architecture
     from local_runner.openai_server import serve
 
+    if device not in ("cpu", "cuda"):
+        fail(f"--device must be cpu or cuda, got {device!r}")
     if dtype not in ("float32", "float16", "bfloat16"):
         fail(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}")
+    if device == "cpu" and dtype == "float16":
+        fail("float16 is not supported on CPU; use float32 or bfloat16")
+    if tokenizer is not None and not Path(tokenizer).is_file():
+        fail(f"--tokenizer {tokenizer}: no such file (give a tokenizer.json)")
+    architecture = resolve_architecture(arch)
+    _check_can_listen(host, port)  # before building the model, which can take minutes
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            fail("--device cuda: no CUDA device is available (torch sees none)")
     serve(
-        get_architecture(arch),
+        architecture,
         host=host,
         port=port,
         device=device,
@@ -145,3 +160,16 @@ def serve_model_command(
         tokenizer=tokenizer,
         seed=seed,
     )
+
+
+def _check_can_listen(host: str, port: int) -> None:
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as error:
+        fail(f"cannot listen on {host}:{port}: {error.strerror or error}")

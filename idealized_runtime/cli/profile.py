@@ -31,7 +31,7 @@ def profile_command(
     """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
     from local_runner.hf_config import resolve_architecture
     from local_runner.parallel import check_divisible
-    from local_runner.profile import make_grid, profile_grid
+    from local_runner.profile import check_profile, make_grid, profile_grid
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")
@@ -52,6 +52,18 @@ def profile_command(
     if device == "cuda":
         _check_cuda(architecture, dtype, tp, layers, points)
     if tp > 1 and "WORLD_SIZE" not in os.environ:
+        # Refuse bad settings here, once, rather than in every rank under torchrun.
+        check_profile(
+            architecture,
+            points,
+            output,
+            device=device,
+            dtype=dtype,
+            tp_size=tp,
+            layers=layers,
+            repeats=repeats,
+            warmup=warmup,
+        )
         raise typer.Exit(_relaunch_under_torchrun(tp))
     profile_grid(
         architecture,

@@ -158,3 +158,35 @@ def test_convert_errors_exit_2_without_output(workdir: Path) -> None:
     assert skipped.returncode == 0, skipped.stderr
     assert "dropped 1 rows" in skipped.stderr
     assert len(out.read_text().splitlines()) == 2
+
+
+def test_unwritable_outputs_are_one_line_errors(workdir: Path) -> None:
+    (workdir / "a_folder.json").mkdir(exist_ok=True)
+    (workdir / "a_folder.csv").mkdir(exist_ok=True)
+    (workdir / "small.csv").write_text(HEADER + "m,1,1,0.1\nm,1,4,0.4\nm,8,1,0.2\nm,8,4,0.5\n")
+    assert_input_error(
+        run("fit", "small.csv", "-o", "a_folder.json", cwd=workdir),
+        "a_folder.json: cannot write (it is a folder)",
+    )
+    run("fit", "small.csv", "-o", "small_fit.json", cwd=workdir)
+    (workdir / "small_req.csv").write_text(HEADER + "m,3,3,\n")
+    assert_input_error(
+        run("convert", "small_req.csv", "--fit", "small_fit.json", "-o", "a_folder.csv",
+            cwd=workdir),
+        "a_folder.csv: cannot write (it is a folder)",
+    )  # fmt: skip
+    assert sorted(p.name for p in workdir.iterdir() if p.name.startswith(".")) == []
+
+
+def test_estimate_from_a_fit_bounds_token_counts(workdir: Path) -> None:
+    (workdir / "small.csv").write_text(HEADER + "m,1,1,0.1\nm,1,4,0.4\nm,8,1,0.2\nm,8,4,0.5\n")
+    assert run("fit", "small.csv", "-o", "small_fit.json", cwd=workdir).returncode == 0
+    ok = run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "3",
+             cwd=workdir)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    for p, o in (("100000000", "3"), ("5", "10000001"), ("0", "3")):
+        assert_input_error(
+            run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", p, "-o", o,
+                cwd=workdir),
+            "--prompt-tokens and --output-tokens must be from 1 to 10000000",
+        )  # fmt: skip

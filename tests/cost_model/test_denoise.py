@@ -78,3 +78,20 @@ def test_globbing_from_a_start_gives_the_exact_optimum() -> None:
     direct = quantile_regression(x[drawn], y[drawn], 0.1, weights[drawn])
     globbed = quantile_regression(x[drawn], y[drawn], 0.1, weights[drawn], start=full)
     np.testing.assert_allclose(globbed, direct, atol=1e-8)
+
+
+def test_intervals_are_of_the_reported_non_negative_values() -> None:
+    # Heavy contention: alpha at some sizes comes out at 0 (clamped); its interval must be of
+    # the clamped value too, so that it contains the estimate and never goes below 0.
+    rng = np.random.default_rng(3)
+    p = rng.choice([1, 256, 512, 1024], 60).astype(float)
+    o = rng.choice([1, 4, 16, 64], 60).astype(float)
+    y = 0.05 + 0.001 * (o - 1) + 1e-6 * p + rng.exponential(0.05, 60)
+    fit = fit_denoised(ModelTimings.from_arrays("m", p, o, y), bootstrap_samples=100, seed=1)
+    values = {"beta_s": fit.beta_s}
+    sizes, alphas = fit.prompt_sizes, fit.prompt_runtimes_s
+    values.update({f"alpha_s[{s}]": a for s, a in zip(sizes, alphas, strict=True)})
+    assert min(fit.prompt_runtimes_s) == 0.0  # the case this is about
+    for name, value in values.items():
+        low, high = fit.confidence_intervals[name]
+        assert 0.0 <= low <= value <= high, (name, low, value, high)

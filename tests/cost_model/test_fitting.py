@@ -138,3 +138,101 @@ def test_native_fit_file_round_trip_is_exact(rows, method, tmp_path_factory) -> 
     path = tmp_path_factory.mktemp("fits") / "fit.json"
     write_fit_file(fits, path)
     assert read_fit_file(path) == fits
+
+
+# --- edge cases and more invariants ---------------------------------------------------------------
+
+
+def test_default_method_needs_two_output_lengths() -> None:
+    # One output length: alpha(p) and beta cannot be told apart (the fit used to split the
+    # runtime arbitrarily, e.g. alpha = 0 at p = 1 and 512 but not at 256).
+    rows = [
+        Measurement(model="m", num_prompt_tokens=p, num_output_tokens=8, runtime_s=0.1 + p / 1e3)
+        for p in (1, 256, 512)
+    ]
+    with pytest.raises(InputError, match="at least two output lengths"):
+        fit_measurements(rows, "default")
+
+
+def test_alpha_is_never_extrapolated_downwards() -> None:
+    # Noisy data whose last profiled size came out faster than the one before it.
+    rows = [
+        Measurement(model="m", num_prompt_tokens=p, num_output_tokens=o, runtime_s=a + 0.01 * o)
+        for p, a in ((1, 0.10), (512, 0.30), (1024, 0.25))
+        for o in (1, 2, 4)
+    ]
+    for method in ("default", "denoised"):
+        fit = fit_measurements(rows, method, bootstrap_samples=0)["m"]
+        far = predict_runtime(fit, [1024, 100_000, 10_000_000], [1, 1, 1])
+        assert np.all(far > 0), (method, far)
+        assert far[1] == pytest.approx(far[0]) and far[2] == pytest.approx(far[0])
+
+
+@st.composite
+def noisy_profiles(draw) -> list[Measurement]:
+    """Timings with positive noise (contention), several sizes and output lengths."""
+    sizes = sorted(draw(st.sets(st.integers(1, 4096), min_size=2, max_size=6)))
+    outputs = sorted(draw(st.sets(st.integers(1, 256), min_size=2, max_size=5)))
+    base = draw(st.floats(0.001, 0.5))
+    per_prompt = draw(st.floats(0, 1e-4))
+    beta = draw(st.floats(1e-4, 0.05))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rows = []
+    for size in sizes:
+        for o in outputs:
+            for _ in range(2):
+                runtime = (base + per_prompt * size + beta * (o - 1)) * (1 + rng.exponential(0.2))
+                rows.append(
+                    Measurement(
+                        model="m", num_prompt_tokens=size, num_output_tokens=o, runtime_s=runtime
+                    )
+                )
+    if 1 not in outputs:  # helm reads alpha from o = 1
+        rows += [m.model_copy(update={"num_output_tokens": 1}) for m in rows[:: len(outputs)]]
+    return rows
+
+
+def _parameters(fit) -> np.ndarray:
+    return np.array([*fit.prompt_runtimes_s, fit.beta_s, fit.beta_per_context_token_s])
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=noisy_profiles(),
+    method=st.sampled_from(["helm", "default", "denoised"]),
+    seed=st.integers(0, 1000),
+)
+def test_fits_do_not_depend_on_row_order(rows, method, seed) -> None:
+    shuffled = list(rows)
+    np.random.default_rng(seed).shuffle(shuffled)
+    fit = fit_measurements(rows, method, bootstrap_samples=0)["m"]
+    again = fit_measurements(shuffled, method, bootstrap_samples=0)["m"]
+    p = np.array([1, 100, 1000, 5000])
+    o = np.array([1, 10, 100, 500])
+    scale = float(np.mean([m.runtime_s for m in rows]))
+    # Predictions agree (a quantile LP may have several optimal vertices with the same loss:
+    # compare where it matters, relative to the runtimes).
+    assert np.allclose(predict_runtime(fit, p, o), predict_runtime(again, p, o), rtol=1e-6,
+                       atol=1e-6 * scale)  # fmt: skip
+    if method != "denoised":
+        assert np.allclose(_parameters(fit), _parameters(again), rtol=1e-6, atol=1e-9 * scale)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    rows=noisy_profiles(),
+    method=st.sampled_from(["helm", "default", "denoised"]),
+    k=st.sampled_from([1e-3, 0.37, 3.0, 1e3]),
+)
+def test_scaling_every_runtime_by_k_scales_the_fit_by_k(rows, method, k) -> None:
+    scaled = [m.model_copy(update={"runtime_s": m.runtime_s * k}) for m in rows]
+    fit = fit_measurements(rows, method, bootstrap_samples=0)["m"]
+    big = fit_measurements(scaled, method, bootstrap_samples=0)["m"]
+    p = np.array([1, 100, 1000, 5000])
+    o = np.array([1, 10, 100, 500])
+    base = predict_runtime(fit, p, o)
+    assert np.allclose(predict_runtime(big, p, o), k * base, rtol=1e-5, atol=1e-9 * k * base.max())
+    assert big.quality.mape == pytest.approx(fit.quality.mape, rel=1e-5, abs=1e-9)
+    if method != "denoised":
+        assert np.allclose(_parameters(big), k * _parameters(fit), rtol=1e-5,
+                           atol=1e-9 * k * base.max())  # fmt: skip

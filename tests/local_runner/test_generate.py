@@ -51,3 +51,82 @@ def test_rejects_too_long_and_bad_inputs() -> None:
 def test_bfloat16_on_cpu_runs() -> None:
     generator = Generator(get_architecture("tiny-gpt2"), dtype="bfloat16", max_seq_len=32)
     assert generator.generate(torch.ones((1, 5), dtype=torch.long), 3).shape == (1, 3)
+
+
+class _EagerGraph:
+    """Stands in for a captured CUDA graph on CPU: replay runs the captured step eagerly."""
+
+    def __init__(self, generator: Generator, batch: int, kv_len: int) -> None:
+        self.generator, self.batch, self.kv_len = generator, batch, kv_len
+
+    def replay(self) -> None:
+        self.generator._decode_into_static(self.batch, self.kv_len)
+
+
+def _graphs_on_cpu(generator: Generator, captured: list[tuple[int, int, int]]) -> None:
+    """Run the CUDA-graph decode path on CPU: static buffers, KV-length buckets and masks, the
+    side-stream warm-up, with an eager 'graph' that replays the same step."""
+
+    def capture(key: tuple[int, int, int]) -> _EagerGraph:
+        batch, kv_len, _ = key
+        captured.append(key)
+        generator._warm_up(batch, kv_len)
+        graph = _EagerGraph(generator, batch, kv_len)
+        generator._graphs[key] = graph  # type: ignore[assignment]
+        return graph
+
+    generator.use_graphs = True
+    generator._capture = capture  # type: ignore[method-assign]
+
+
+@pytest.mark.parametrize("name", ARCHS)
+def test_graph_decode_path_across_buckets_up_to_the_last_cache_position(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("local_runner.generate.GRAPH_BUCKET", 8)
+    arch = get_architecture(name)
+    eager = Generator(arch, max_seq_len=20, seed=3)
+    graphed = Generator(arch, max_seq_len=20, seed=3)
+    captured: list[tuple[int, int, int]] = []
+    _graphs_on_cpu(graphed, captured)
+    rng = torch.Generator().manual_seed(0)
+    # A bucket first captured at the very last cache position (19 of 20): the warm-up must not
+    # step beyond it. Then a request that crosses buckets 8 -> 16 -> 20 (capped at the cache),
+    # over stale cache entries of the previous request that the mask must hide.
+    for prompt_len, outputs in ((19, 2), (3, 18), (7, 6)):
+        prompt = torch.randint(0, arch.vocab_size, (1, prompt_len), generator=rng)
+        assert torch.equal(graphed.generate(prompt, outputs), eager.generate(prompt, outputs))
+    assert sorted(captured) == [(1, 8, 2), (1, 16, 2), (1, 20, 2)]
+
+
+def test_moe_steps_that_group_tokens_by_expert_are_not_captured() -> None:
+    arch = get_architecture("tiny-llama").model_copy(
+        update={"name": "tiny-moe", "num_experts": 4, "experts_per_token": 2}
+    )
+    generator = Generator(arch, max_batch_size=3, max_seq_len=16)
+    captured: list[tuple[int, int, int]] = []
+    _graphs_on_cpu(generator, captured)
+    prompt = torch.ones((3, 4), dtype=torch.long)
+    generator.generate(prompt, 3)  # 3 tokens x top-2 > 4 experts: host-side grouping, eager
+    assert captured == []
+    generator.generate(prompt[:2], 3)  # 2 x 2 <= 4: gathered experts, static shapes
+    assert [key[0] for key in captured] == [2]
+
+
+def test_compiled_decode_without_graphs_uses_bucket_shapes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("local_runner.generate.GRAPH_BUCKET", 8)
+    arch = get_architecture("tiny-llama")
+    compiled = Generator(arch, max_seq_len=24, compile=True)
+    kv_lens: list[int] = []
+
+    def step(tokens, positions, kv_len, **kwargs):  # records the shapes the compiler would see
+        kv_lens.append(kv_len)
+        return compiled.model.forward(tokens, positions, kv_len, **kwargs)
+
+    compiled._step = step
+    prompt = torch.arange(5, dtype=torch.long).view(1, 5)
+    tokens = compiled.generate(prompt, 12)
+    assert torch.equal(tokens, Generator(arch, max_seq_len=24).generate(prompt, 12))
+    assert sorted(set(kv_lens)) == [8, 16]

@@ -19,6 +19,7 @@ from local_runner.profile import (
     CSV_COLUMNS,
     GridPoint,
     Timing,
+    check_profile,
     extrapolate_layers,
     make_grid,
     profile_grid,
@@ -118,6 +119,7 @@ def test_killed_profile_resumes_without_duplicates(tmp_path: Path) -> None:
         (["--arch", "tiny-gpt2", "--layers", "5"], "--layers must be in [1, 2]"),
         (["--arch", "tiny-gpt2", "--grid", "enormous"], "unknown grid"),
         (["--arch", "tiny-gpt2", "--dtype", "int8"], "--dtype must be"),
+        (["--arch", "tiny-gpt2", "--max-prompt-tokens", "0"], "--max-prompt-tokens must be >= 1"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2_nothing_written(
@@ -158,3 +160,40 @@ def test_cli_refuses_to_resume_with_other_settings(tmp_path: Path) -> None:
     )
     assert second.returncode == 2 and "different settings (dtype)" in second.stderr
     assert out.read_text() == before
+
+
+def test_output_paths_that_cannot_be_written_are_input_errors(tmp_path: Path) -> None:
+    arch = get_architecture("tiny-gpt2")
+    points = [GridPoint(1, 1)]
+    (tmp_path / "a_file").write_text("x")
+    for output, message in (
+        (tmp_path, "is a folder"),
+        (tmp_path / "a_file" / "m.csv", "a_file is a file"),
+        (tmp_path / "a_file" / "deeper" / "m.csv", "a_file is a file"),
+    ):
+        with pytest.raises(InputError, match=message):
+            profile_grid(arch, points, output, repeats=1, warmup=0, progress=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
+    # A folder that does not exist yet is created (as every output of the CLI).
+    check_profile(arch, points, tmp_path / "new" / "m.csv", repeats=1, warmup=0)
+
+
+def test_stale_metadata_without_its_csv_is_replaced(tmp_path: Path) -> None:
+    out = tmp_path / "m.csv"
+    (tmp_path / "m.csv.meta.json").write_text("{not json")  # left by an earlier, other run
+    profile_grid(get_architecture("tiny-gpt2"), [GridPoint(1, 1)], out, repeats=1, progress=False)
+    meta = json.loads((tmp_path / "m.csv.meta.json").read_text())
+    assert meta["resumed_at"] == [] and len(_rows(out)) == 1
+
+
+def test_cli_tp_resume_mismatch_is_refused_before_torchrun(tmp_path: Path) -> None:
+    out = tmp_path / "m.csv"
+    base = ["profile", "--arch", "tiny-gpt2", "--max-prompt-tokens", "1", "--repeats", "1"]
+    first = subprocess.run(cli_command(*base, "--no-progress", "-o", str(out)), capture_output=True)
+    assert first.returncode == 0
+    second = subprocess.run(
+        cli_command(*base, "--tp", "2", "-o", str(out)), capture_output=True, text=True
+    )
+    assert second.returncode == 2, second.stderr
+    lines = second.stderr.strip().splitlines()
+    assert len(lines) == 1 and "different settings (tensor_parallel_size)" in lines[0]

@@ -112,3 +112,69 @@ def test_stream_format_and_one_request_at_a_time(served: str) -> None:
     # Sent together, served one after the other: the later one waited for the earlier one.
     first, second = sorted([e1 - s1, e2 - s2])
     assert second > 1.6 * first
+
+
+def test_bad_requests_get_one_line_openai_errors_naming_the_field(served: str) -> None:
+    for body, param in (
+        ({"prompt": "x", "max_tokens": 0}, "max_tokens"),
+        ({"prompt": "x", "max_tokens": True}, "max_tokens"),  # not a length
+        ({"prompt": "x", "max_tokens": "3"}, "max_tokens"),
+        ({"prompt": [True, False]}, "prompt"),  # not token ids
+        ({"prompt": 12}, "prompt"),
+        ({"prompt": "x", "max_tokens": 10**30}, "max_tokens"),
+        ({"prompt": "a" * 2048, "max_tokens": 2}, "max_tokens"),  # one token past the context
+        ([1, 2], None),
+    ):
+        response = httpx.post(f"{served}/completions", json=body)
+        assert response.status_code == 400, (body, response.text)
+        error = response.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == param, error
+        assert "\n" not in error["message"] and "errors.pydantic.dev" not in error["message"]
+    for method, path, status in (("GET", "/nowhere", 404), ("GET", "/completions", 405)):
+        response = httpx.request(method, f"{served}{path}")
+        assert response.status_code == status
+        assert path in response.json()["error"]["message"]
+
+
+def test_chat_content_parts_are_text(served: str) -> None:
+    parts = [{"type": "text", "text": "hi"}, {"type": "text", "text": "!"}]
+    body = {"messages": [{"role": "user", "content": parts}], "max_tokens": 1}
+    answer = httpx.post(f"{served}/chat/completions", json=body).json()
+    assert answer["usage"]["prompt_tokens"] == len("user: hi!\n")
+
+
+def test_client_closing_a_stream_midway_frees_the_model(served: str) -> None:
+    body = {"prompt": "a" * 500, "max_tokens": 1500, "stream": True}
+    for _ in range(3):
+        with httpx.stream("POST", f"{served}/completions", json=body, timeout=30) as response:
+            chunks = 0
+            for line in response.iter_lines():
+                chunks += line.startswith("data:")
+                if chunks == 3:
+                    break  # leaves the stream: the connection is closed mid-generation
+        follow_up = httpx.post(
+            f"{served}/completions", json={"prompt": "hi", "max_tokens": 2}, timeout=30
+        )
+        assert follow_up.status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--device", "tpu"], "--device must be cpu or cuda"),
+        (["--dtype", "float16"], "float16 is not supported on CPU"),
+        (["--tokenizer", "no/such/tokenizer.json"], "no such file"),
+        (["--arch", "no/such/config.json"], "file not found"),
+    ],
+)
+def test_serve_model_bad_options_are_one_line_exit_2(args: list[str], message: str) -> None:
+    result = run_cli(cli_command("serve-model", "--arch", "tiny-llama", "--port", "0", *args))
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], lines
+
+
+def test_serve_model_port_in_use_is_one_line_exit_2(served: str) -> None:
+    port = served.rsplit(":", 1)[1].split("/")[0]
+    result = run_cli(cli_command("serve-model", "--arch", "tiny-llama", "--port", port))
+    assert result.returncode == 2 and "cannot listen on 127.0.0.1:" in result.stderr
