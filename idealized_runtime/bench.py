@@ -84,6 +84,14 @@ class LocalModelSpec(_Spec):
             raise ValueError(f"local grid must be one of {', '.join(LOCAL_GRIDS)}")
         return value
 
+    @model_validator(mode="after")
+    def _layers_in_range(self) -> LocalModelSpec:
+        if self.layers is not None:
+            total = get_architecture(self.architecture).num_layers
+            if self.layers > total:
+                raise ValueError(f"layers must be in [1, {total}] for {self.architecture!r}")
+        return self
+
     @property
     def label(self) -> str:
         return self.name or self.architecture
@@ -145,6 +153,13 @@ class BenchConfig(_Spec):
             data = {**data, "models": models}
         return data
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
+            raise ValueError(f"device must be cpu or cuda (or cuda:N), got {value!r}")
+        return value
+
     @field_validator("hardware")
     @classmethod
     def _hardware(cls, value: str) -> str:
@@ -183,12 +198,46 @@ def load_config(path: str | Path) -> BenchConfig:
     if not isinstance(data, dict):
         raise InputError("expected a mapping with a 'models' list", path=str(path))
     try:
-        return BenchConfig.model_validate(data)
+        config = BenchConfig.model_validate(data)
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(part) for part in first["loc"] if part not in ("local", "api"))
         message = first["msg"].removeprefix("Value error, ")
         raise InputError(f"{where}: {message}" if where else message, path=str(path)) from None
+    _check_runnable(config, path)
+    return config
+
+
+def _check_runnable(config: BenchConfig, path: Path) -> None:
+    """What the schema cannot see but would fail an item (or the run) later: the device, the
+    dtype on it, the API grids."""
+    from idealized_runtime.grids import load_grid
+
+    local = [spec for spec in config.models if isinstance(spec, LocalModelSpec)]
+    if local and config.device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InputError(
+                f"device: {config.device}: no CUDA device is available (torch sees none)",
+                path=str(path),
+            )
+    for index, spec in enumerate(config.models):
+        if isinstance(spec, LocalModelSpec):
+            if config.device == "cpu" and (spec.dtype or config.dtype) == "float16":
+                raise InputError(
+                    f"models.{index}: float16 is not supported on CPU; use float32 or bfloat16",
+                    path=str(path),
+                )
+        else:
+            try:
+                load_grid(_api_grid(spec, config))
+            except InputError as error:
+                raise InputError(f"models.{index}.grid: {error}", path=str(path)) from None
+
+
+def _api_grid(spec: ApiModelSpec, config: BenchConfig) -> str:
+    return spec.grid or (config.grid if config.grid != "helm" else "helm-synthetic")
 
 
 # --- manifest ----------------------------------------------------------------------------------
@@ -251,6 +300,9 @@ class Manifest:
             host=host_description(config),
         )
         data.setdefault("items", [])
+        for run in data.get("runs", []):
+            if run.get("status") == "running":  # that process was killed before it could say
+                run["status"] = "killed"
         return cls(path, data)
 
     def item(self, spec: LocalModelSpec | ApiModelSpec, hardware: str) -> dict[str, Any]:
@@ -407,7 +459,7 @@ def _run_api(
 
     check_reachable(spec.base_url)
     output = item_dir / "timings.jsonl"
-    grid = spec.grid or (config.grid if config.grid != "helm" else "helm-synthetic")
+    grid = _api_grid(spec, config)
     measure_config = MeasureConfig(
         base_url=spec.base_url,
         model=spec.model,

@@ -186,6 +186,7 @@ def run_demo(
     say: Say = print,
 ) -> DemoResult:
     """Run (or resume) the demo in ``workdir`` and write its report to ``workdir/report``."""
+    from idealized_runtime.report import database
     from idealized_runtime.report.database import database_report_inputs
 
     started = time.perf_counter()
@@ -193,6 +194,8 @@ def run_demo(
     root.mkdir(parents=True, exist_ok=True)
     url = database_url or default_database_url(root)
     results_dir = root / "bench"
+    with database.write_session(url):  # fails fast on an unusable database, before profiling
+        pass
     bench = run_local_model(results_dir, progress=progress, say=say)
     store_helm_reference(url, say=say)
     store_bench_results(url, results_dir, say=say)

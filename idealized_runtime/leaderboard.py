@@ -402,6 +402,13 @@ def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
     for name in names:
         model = models.get(name, ModelInput(name=name))
         scenarios, workloads = rows_by_model.get(name, []), workloads_by_model.get(name, [])
+        # A scenario HELM ran twice counts once, with its first run (as in the frontier and the
+        # database); a row without any value is no result (the database stores none for it).
+        first_runs: dict[str, ScenarioRow] = {}
+        for row in scenarios:
+            if _has_values(row):
+                first_runs.setdefault(row.scenario, row)
+        scenarios = list(first_runs.values())
         idealized = _mean(row.idealized_runtime_s for row in workloads)
         summaries.append(
             ModelRow(
@@ -414,7 +421,7 @@ def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
                 denoised_runtime_s=_mean(row.denoised_runtime_s for row in workloads),
                 raw_runtime_s=_mean(row.raw_runtime_s for row in scenarios),
                 accuracy=_mean(row.accuracy for row in scenarios),
-                num_scenarios=len({row.scenario for row in scenarios}),
+                num_scenarios=len(scenarios),
                 cost=cost_per_1000(
                     idealized, gpus.get(name), inputs.cost_rates.get(model.hardware or "")
                 ),
@@ -446,3 +453,16 @@ def stacks(inputs: LeaderboardInputs) -> list[Stack]:
         if fit is not None and fit.stack is not None and fit.stack not in seen:
             seen.append(fit.stack)
     return seen
+
+
+def _has_values(row: ScenarioRow) -> bool:
+    return any(
+        value is not None
+        for value in (
+            row.accuracy,
+            row.raw_runtime_s,
+            row.prompt_tokens,
+            row.output_tokens,
+            row.idealized_runtime_s,
+        )
+    )

@@ -77,7 +77,9 @@ def demo_command(
         say=lambda text: console.print(f"[bold cyan]step {next(steps)}[/] {text}"),
     )
     out.print(summary_table(result.board, highlight={DEMO_ARCHITECTURE}))
-    out.print(f"demo finished in {result.elapsed_s:.1f} s; database {result.database_url}")
+    from idealized_runtime.report.database import redact
+
+    out.print(f"demo finished in {result.elapsed_s:.1f} s; database {redact(result.database_url)}")
     out.print(f"report: {result.report.html.resolve()}")
 
 
@@ -85,7 +87,7 @@ def demo_command(
 def bench_command(
     config: Path = typer.Argument(..., help="benchmark YAML file (see examples/bench.yaml)"),
     output: Optional[Path] = typer.Option(  # noqa: UP045
-        None, "-o", "--output", help="results folder (default: bench-results/<config name>)"
+        None, "-o", "--output", help="results folder (default: bench-results/<config file stem>)"
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
 ) -> None:

@@ -88,7 +88,13 @@ def fmt_seconds(value: float | None) -> str:
 
 
 def fmt_number(value: float | None, digits: int = 3) -> str:
-    return "–" if value is None else f"{value:.{digits}g}"
+    """``digits`` significant digits; thousands as ``25,200`` rather than ``2.52e+04``."""
+    if value is None:
+        return "–"
+    rounded = float(f"{value:.{digits}g}")
+    if 1e3 <= abs(rounded) < 1e15:
+        return f"{rounded:,.0f}"
+    return f"{value:.{digits}g}"
 
 
 def fmt_params(value: int | None) -> str:

@@ -353,6 +353,40 @@ def test_fit_errors(client: httpx.Client, service: Service) -> None:
     )
 
 
+def test_fit_of_absurd_timings_is_a_422_not_a_500(client: httpx.Client, service: Service) -> None:
+    model = unique("absurd")
+    rows = [
+        {"model": model, "num_prompt_tokens": 1, "num_output_tokens": 1, "runtime_s": 1e-300},
+        {"model": model, "num_prompt_tokens": 1, "num_output_tokens": 5, "runtime_s": 1e300},
+    ]
+    set_id = _upload(client, service, rows)
+    before = client.get("/v1/fits", params={"model": model}).json()["total"]
+    response = client.post(
+        "/v1/fits", json={"measurement_set_id": set_id, "method": "default"}, headers=service.auth
+    )
+    assert response.status_code == 422, response.text
+    assert f"measurement set {set_id}" in response.json()["detail"]
+    assert client.get("/v1/fits", params={"model": model}).json()["total"] == before
+
+
+def test_nul_characters_are_a_422_not_a_500(client: httpx.Client, service: Service) -> None:
+    # PostgreSQL stores no NUL in text or JSON; SQLite does. Either way: never a 5xx.
+    name = unique("nul") + "\u0000x"
+    rows = timings(name)
+    upload = client.post("/v1/measurement-sets", json={"measurements": rows}, headers=service.auth)
+    score = client.post(
+        "/v1/capability-scores",
+        json={"scores": [{"model": name, "scenario": "s", "metric": "acc", "value": 1.0}]},
+        headers=service.auth,
+    )
+    read = client.get("/v1/fits", params={"model": name})
+    for response in (upload, score, read):
+        assert response.status_code < 500, response.text
+    if service.backend == "postgres":
+        assert upload.status_code == score.status_code == read.status_code == 422
+        assert "NUL" in upload.json()["detail"]
+
+
 def test_helm_import_round_trip(client: httpx.Client, service: Service) -> None:
     model = unique("helm/model")
     table = {

@@ -46,6 +46,13 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
         assert empty == []
         assert all(labels == 2 for _, _, labels in charts)  # x and y axis titles
 
+        # Every table fits a 1366-pixel-wide window: no column hidden behind a scrollbar.
+        overflowing = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.table-wrap'))"
+            ".filter(w => w.scrollWidth > w.clientWidth + 1).map(w => w.firstElementChild.id)"
+        )
+        assert overflowing == []
+
         # Sorting by a numeric column puts the fastest model first (missing values last).
         driver.execute_script("document.querySelectorAll('#leaderboard-table thead th')[4].click()")
         first = driver.execute_script(

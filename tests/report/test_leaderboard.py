@@ -147,3 +147,28 @@ def test_scenario_frontier_ignores_models_without_accuracy() -> None:
     assert board.frontier("idealized", "s") == ["b", "a"]
     assert {p.model for p in board.frontier_points["idealized"]["s"]} == {"a", "b", "d"}
     assert {m.model for m in board.models} == {"a", "b", "c", "d"}
+
+
+def test_model_summary_counts_a_rerun_scenario_once_with_its_first_run() -> None:
+    # HELM ran "a" twice on s1 (first run kept, as in the frontier and the database) and
+    # listed s3 without any value (the database stores nothing for it: no scenario).
+    results = (
+        ScenarioResult("s1", "s", "a", 1.0, 0.5, 10.0, 2.0, 0.8),
+        ScenarioResult("s1", "s", "a", 3.0, 0.5, 10.0, 2.0, 0.2),
+        ScenarioResult("s2", "s", "a", 2.0, 0.5, 10.0, 2.0, 0.6),
+        ScenarioResult("s3", "s", "a", None, None, None, None, None),
+    )
+    board = build_leaderboard(LeaderboardInputs(models=(), scenario_results=results))
+    (summary,) = board.models
+    assert summary.num_scenarios == 2
+    assert summary.accuracy == pytest.approx(0.7)
+    assert summary.raw_runtime_s == pytest.approx(1.5)
+
+
+def test_large_numbers_are_written_with_thousands_separators() -> None:
+    from idealized_runtime.report.render import fmt_number
+
+    assert fmt_number(25_213.4) == "25,200"
+    assert fmt_number(1_245.0, 4) == "1,245"
+    assert fmt_number(0.4606) == "0.461"
+    assert fmt_number(None) == "–"

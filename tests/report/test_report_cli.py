@@ -64,6 +64,14 @@ BAD_CONFIGS = {
     "unknown-field": ("models:\n  - architecture: tiny-llama\n    colour: red\n", "colour"),
     "bad-url": ("models:\n  - base_url: ftp://x\n    model: m\n", "http"),
     "bad-hardware": ("hardware: abacus\nmodels:\n  - architecture: tiny-llama\n", "abacus"),
+    # Checked before anything runs (they used to fail the item later, or crash the run):
+    "api-grid": (
+        "models:\n  - base_url: http://127.0.0.1:9/v1\n    model: m\n    grid: helm\n",
+        "models.0.grid",
+    ),
+    "device": ("device: gpu0\nmodels:\n  - architecture: tiny-llama\n", "device"),
+    "layers": ("models:\n  - architecture: tiny-llama\n    layers: 99\n", "layers must be"),
+    "float16-cpu": ("models:\n  - architecture: tiny-llama\n    dtype: float16\n", "float16"),
 }
 
 
@@ -124,3 +132,45 @@ def test_example_bench_config_validates() -> None:
 
     config = load_config(Path(__file__).resolve().parents[2] / "examples" / "bench.yaml")
     assert {spec.kind for spec in config.models} == {"local", "api"}
+
+
+def test_report_from_unreachable_database_is_one_line_error(tmp_path: Path) -> None:
+    for url in ("postgresql+psycopg://u:secret@127.0.0.1:1/x", "nosuchdialect://host/db"):
+        result = run_cli("report", "--from", url, "-o", str(tmp_path / "out"))
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
+        assert "secret" not in result.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_demo_fails_fast_on_an_unusable_database(tmp_path: Path) -> None:
+    from idealized_runtime.demo import run_demo
+    from idealized_runtime.errors import InputError
+
+    with pytest.raises(InputError, match="cannot use the database"):
+        run_demo(tmp_path, "postgresql+psycopg://u:secret@127.0.0.1:1/x", progress=False)
+    assert not (tmp_path / "bench").exists()  # nothing profiled before the database failed
+
+
+def test_bench_marks_a_killed_run_on_resume(tmp_path: Path) -> None:
+    from idealized_runtime.bench import MANIFEST_NAME, Manifest, load_config
+
+    config = load_config(Path(__file__).parents[2] / "examples" / "bench.yaml")
+    stale = {"format": "idealized-runtime/bench", "runs": [{"status": "running"}], "items": []}
+    (tmp_path / MANIFEST_NAME).write_text(json.dumps(stale), encoding="utf-8")
+    manifest = Manifest.open(tmp_path, config, Path("bench.yaml"))
+    assert [run["status"] for run in manifest.data["runs"]] == ["killed"]
+
+
+def test_bench_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
+    import torch
+
+    from idealized_runtime.bench import load_config
+    from idealized_runtime.errors import InputError
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a CUDA device")
+    config = tmp_path / "cuda.yaml"
+    config.write_text("device: cuda\nmodels:\n  - architecture: tiny-llama\n", encoding="utf-8")
+    with pytest.raises(InputError, match="no CUDA device"):
+        load_config(config)
