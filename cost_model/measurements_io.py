@@ -23,7 +23,13 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from idealized_runtime.errors import InputError
-from idealized_runtime.types import MAX_TOKENS, Measurement
+from idealized_runtime.types import (
+    MAX_RUNTIME_S,
+    MAX_TOKENS,
+    MIN_RUNTIME_S,
+    Measurement,
+    check_runtime,
+)
 
 MODEL, PROMPT, OUTPUT, RUNTIME = "model", "num_prompt_tokens", "num_output_tokens", "runtime_s"
 MEASUREMENT_COLUMNS = (MODEL, PROMPT, OUTPUT, RUNTIME)
@@ -85,10 +91,8 @@ def parse_seconds(value: Any, *, path: str, row: int, column: str) -> float:
         raise InputError(
             f"expected a number of seconds, got {value!r}", path=path, row=row, column=column
         ) from None
-    if not math.isfinite(number):
-        raise InputError(f"must be finite, got {value!r}", path=path, row=row, column=column)
-    if number <= 0:
-        raise InputError(f"must be positive, got {value!r}", path=path, row=row, column=column)
+    if problem := check_runtime(number):
+        raise InputError(f"{problem}, got {value!r}", path=path, row=row, column=column)
     return number
 
 
@@ -362,12 +366,13 @@ def _check_tokens(values: NDArray[Any], column: str, path: str | None, numbers: 
 
 
 def _check_runtimes(values: NDArray[np.float64], path: str | None, numbers: list[int]) -> None:
-    # NaN means "no runtime for this row"; a given runtime must be finite and positive.
-    bad = np.isinf(values) | (values <= 0)
+    # NaN means "no runtime for this row"; a given runtime must be a plausible duration.
+    bad = np.isinf(values) | (values < MIN_RUNTIME_S) | (values > MAX_RUNTIME_S)
     if bad.any():
         first = int(np.argmax(bad))
         raise InputError(
-            f"must be a finite positive number, got {values[first]!r}",
+            f"must be a finite number of seconds between {MIN_RUNTIME_S:g} and "
+            f"{MAX_RUNTIME_S:g}, got {values[first]!r}",
             path=path,
             row=numbers[first],
             column=RUNTIME,

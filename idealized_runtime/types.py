@@ -17,6 +17,10 @@ PositiveInt = Annotated[int, Field(gt=0)]
 # Token counts are bounded so that a typo (or an attack) cannot ask for a 10^12-token estimate.
 MAX_TOKENS = 10_000_000
 TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+# Durations outside these bounds are typos or unit mistakes (ns for s), and would overflow the
+# relative-error weights of the fits: a request takes more than 0.1 us and less than 11.6 days.
+MIN_RUNTIME_S = 1e-7
+MAX_RUNTIME_S = 1e6
 
 Activation = Literal["gelu", "gelu_new", "relu", "silu", "swiglu", "geglu"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -159,9 +163,20 @@ class Stack(_Frozen):
     notes: str = ""
 
 
+def check_runtime(value: float) -> str | None:
+    """Why ``value`` is not a plausible duration in seconds, or None if it is."""
+    if not math.isfinite(value):
+        return "must be finite"
+    if value <= 0:
+        return "must be positive"
+    if not MIN_RUNTIME_S <= value <= MAX_RUNTIME_S:
+        return f"must be between {MIN_RUNTIME_S:g} and {MAX_RUNTIME_S:g} seconds"
+    return None
+
+
 def _finite_positive(value: float | None, field: str) -> float | None:
-    if value is not None and not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{field} must be a finite positive number, got {value!r}")
+    if value is not None and (problem := check_runtime(value)):
+        raise ValueError(f"{field} {problem}, got {value!r}")
     return value
 
 

@@ -62,3 +62,10 @@ def test_bad_shapes_and_measurements_are_rejected() -> None:
         Measurement(model="m", num_prompt_tokens=1, num_output_tokens=1, runtime_s=float("nan"))
     with pytest.raises(ValidationError):
         Measurement(model="m", num_prompt_tokens=0, num_output_tokens=1, runtime_s=1.0)
+
+
+@pytest.mark.parametrize("runtime", [1e-300, 1e-8, 2e6, 1e300])
+def test_implausible_runtimes_are_rejected(runtime: float) -> None:
+    # Out-of-range durations are unit mistakes, and would overflow the fits' relative weights.
+    with pytest.raises(ValidationError, match="between"):
+        Measurement(model="m", num_prompt_tokens=1, num_output_tokens=1, runtime_s=runtime)

@@ -94,6 +94,8 @@ def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
         (HEADER + "a,-4,1,0.1\n", ["bad.csv", "row 1", "'num_prompt_tokens'"]),
         (HEADER + "a,1,1,NaN\n", ["bad.csv", "row 1", "'runtime_s'"]),
         (HEADER + "a,1,1,-0.1\n", ["bad.csv", "row 1", "'runtime_s'"]),
+        (HEADER + "a,1,1,0.1\na,1,2,1e-300\n", ["bad.csv", "row 2", "'runtime_s'", "between"]),
+        (HEADER + "a,1,1,1e300\n", ["bad.csv", "row 1", "'runtime_s'", "between"]),
     ],
 )
 def test_fit_bad_input_exits_2_without_output(workdir: Path, body: str, parts) -> None:
