@@ -74,7 +74,7 @@ class MeasurementSetCreate(_Body):
     """A set of timings uploaded as JSON; CSV goes to ``/v1/measurement-sets/csv``."""
 
     name: Name | None = Field(default=None, description="Unique; generated when omitted")
-    source: MeasurementSource = "api_timing"
+    source: MeasurementSource = "import"
     metadata: dict[str, Any] = Field(default_factory=dict)
     stack: Stack | None = None
     measurements: list[Measurement] = Field(min_length=1, max_length=SCHEMA_MAX_ROWS)

@@ -138,7 +138,7 @@ async def _csv_bytes(request: Request) -> bytes:
 )
 def upload_csv(
     name: str | None = Query(default=None, min_length=1, max_length=200),
-    source: MeasurementSource = Query(default="api_timing"),
+    source: MeasurementSource = Query(default="import"),
     hardware: str | None = Query(default=None, min_length=1, max_length=200),
     runner: str | None = Query(default=None, min_length=1, max_length=200),
     num_devices: int | None = Query(default=None, ge=1, le=100_000),
