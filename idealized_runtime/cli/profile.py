@@ -30,7 +30,6 @@ def profile_command(
 ) -> None:
     """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
     from local_runner.hf_config import resolve_architecture
-    from local_runner.parallel import check_divisible
     from local_runner.profile import check_profile, make_grid, profile_grid
 
     if device not in ("cpu", "cuda"):
@@ -43,38 +42,24 @@ def profile_command(
     if any(b < 1 for b in batch_size):
         fail("--batch-size must be >= 1")
     architecture = resolve_architecture(arch)
-    check_divisible(architecture, tp)
-    if layers is not None and not 1 <= layers <= architecture.num_layers:
-        fail(f"--layers must be in [1, {architecture.num_layers}] for {architecture.name!r}")
     points = make_grid(
         grid, architecture, max_prompt_tokens=max_prompt_tokens, batch_sizes=batch_size
     )
+    settings = dict(
+        device=device, dtype=dtype, tp_size=tp, layers=layers, repeats=repeats, warmup=warmup
+    )
+    # Everything that can be refused is refused here, once: under torchrun every rank would
+    # fail on its own, and the CUDA memory check needs valid settings.
+    check_profile(architecture, points, output, **settings)
     if device == "cuda":
         _check_cuda(architecture, dtype, tp, layers, points)
     if tp > 1 and "WORLD_SIZE" not in os.environ:
-        # Refuse bad settings here, once, rather than in every rank under torchrun.
-        check_profile(
-            architecture,
-            points,
-            output,
-            device=device,
-            dtype=dtype,
-            tp_size=tp,
-            layers=layers,
-            repeats=repeats,
-            warmup=warmup,
-        )
         raise typer.Exit(_relaunch_under_torchrun(tp))
     profile_grid(
         architecture,
         points,
         output,
-        device=device,
-        dtype=dtype,
-        tp_size=tp,
-        layers=layers,
-        repeats=repeats,
-        warmup=warmup,
+        **settings,
         progress=progress,
         command=" ".join(["idealized-runtime", *sys.argv[1:]]),
     )
