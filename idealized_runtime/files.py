@@ -39,3 +39,16 @@ def append_line_durably(handle: IO[str], line: str) -> None:
     handle.write(line if line.endswith("\n") else line + "\n")
     handle.flush()
     os.fsync(handle.fileno())
+
+
+def truncate_partial_line(path: Path) -> bytes:
+    """Cut off a trailing partial line (a run killed mid-write) so that the next append starts a
+    clean line; return the complete lines that remain (empty if the file does not exist)."""
+    if not path.exists():
+        return b""
+    with path.open("rb+") as handle:
+        data = handle.read()
+        keep = data.rfind(b"\n") + 1
+        if keep != len(data):
+            handle.truncate(keep)
+    return data[:keep]

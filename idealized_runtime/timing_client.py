@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from idealized_runtime import __version__
 from idealized_runtime.errors import InputError
-from idealized_runtime.files import append_line_durably, atomic_writer
+from idealized_runtime.files import append_line_durably, atomic_writer, truncate_partial_line
 from idealized_runtime.grids import GridPoint
 from idealized_runtime.load_patterns import run_poisson, run_with_concurrency
 from idealized_runtime.prompts import (
@@ -220,15 +220,8 @@ def row_key(row: dict[str, Any]) -> Key | None:
 def read_done_keys(path: Path) -> set[Key]:
     """Keys of the rows already in ``path``. A trailing partial line (a run killed while
     writing) is cut off so that the next append starts a fresh line."""
-    if not path.exists():
-        return set()
-    with path.open("rb+") as handle:
-        data = handle.read()
-        if data and not data.endswith(b"\n"):
-            handle.truncate(data.rfind(b"\n") + 1)
-            data = data[: data.rfind(b"\n") + 1]
     keys: set[Key] = set()
-    for line in data.splitlines():
+    for line in truncate_partial_line(path).splitlines():
         try:
             row = json.loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError):

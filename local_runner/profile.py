@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from idealized_runtime.errors import InputError
-from idealized_runtime.files import append_line_durably, atomic_writer
+from idealized_runtime.files import append_line_durably, atomic_writer, truncate_partial_line
 from idealized_runtime.types import Architecture, Stack
 from local_runner.generate import Generator
 from local_runner.parallel import SINGLE, TensorParallel, check_divisible
@@ -311,17 +311,6 @@ def _read_done(output: Path) -> set[GridPoint]:
     return done
 
 
-def _truncate_partial_line(output: Path) -> None:
-    """Drop bytes after the last newline, so the next append starts a clean line."""
-    if not output.exists():
-        return
-    data = output.read_bytes()
-    keep = data.rfind(b"\n") + 1
-    if keep != len(data):
-        with output.open("r+b") as handle:
-            handle.truncate(keep)
-
-
 def _check_resume(output: Path, settings: dict[str, Any]) -> None:
     meta_file = meta_path(output)
     if not output.exists():
@@ -450,7 +439,7 @@ def profile_grid(
             _write_meta(
                 output, arch, settings, device, dtype, tp_size, depth, shallow, sampled, command
             )
-            _truncate_partial_line(output)
+            truncate_partial_line(output)
             if not output.exists() or output.stat().st_size == 0:
                 with output.open("a", encoding="utf-8") as handle:
                     append_line_durably(handle, ",".join(CSV_COLUMNS))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from pydantic import ValidationError
 
 from idealized_runtime import catalog
+from idealized_runtime.files import truncate_partial_line
 from idealized_runtime.types import Architecture, Measurement
 
 
@@ -69,3 +72,13 @@ def test_implausible_runtimes_are_rejected(runtime: float) -> None:
     # Out-of-range durations are unit mistakes, and would overflow the fits' relative weights.
     with pytest.raises(ValidationError, match="between"):
         Measurement(model="m", num_prompt_tokens=1, num_output_tokens=1, runtime_s=runtime)
+
+
+def test_truncate_partial_line_keeps_complete_lines_only(tmp_path: Path) -> None:
+    path = tmp_path / "rows.jsonl"
+    assert truncate_partial_line(path) == b""
+    path.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a"')
+    assert truncate_partial_line(path) == b'{"a": 1}\n{"a": 2}\n'
+    assert path.read_bytes() == b'{"a": 1}\n{"a": 2}\n'
+    path.write_bytes(b"no newline yet")
+    assert truncate_partial_line(path) == b"" and path.read_bytes() == b""
