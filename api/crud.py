@@ -32,7 +32,7 @@ from api.schemas import (
     Metric,
     ModelOut,
 )
-from idealized_runtime.types import Architecture, FittedCostModel, Hardware, Measurement, Stack
+from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware, Measurement, Stack
 
 IDEALIZED_METHODS = ("helm", "default")
 METRIC_METHODS: dict[str, tuple[str, ...]] = {

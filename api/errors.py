@@ -11,8 +11,8 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 
-from idealized_runtime.catalog import UnknownNameError
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.catalog import UnknownNameError
+from idealized_runtime.core.errors import InputError
 
 log = logging.getLogger(__name__)
 MAX_VALIDATION_ERRORS = 20  # a 100,000-row batch with every row wrong needs no 100,000 errors

@@ -22,9 +22,9 @@ from api import crud
 from api.schemas import Metric
 from cost_model.evaluate import predict_runtime
 from cost_model.serving import cost_variants, min_gpus
-from idealized_runtime.catalog import helm_model_shapes
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Architecture, FittedCostModel, Hardware
+from idealized_runtime.core.catalog import helm_model_shapes
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from api import crud
 from api.estimation import default_hardware_name
-from idealized_runtime.catalog import helm_model_shapes
+from idealized_runtime.core.catalog import helm_model_shapes
 from idealized_runtime.leaderboard import CostRates, LeaderboardInputs, ModelInput
 from idealized_runtime.report.inputs import helm_workloads, scenario_results_from_scores
 

@@ -1,6 +1,6 @@
 """Database tables (SQLAlchemy 2 typed ORM).
 
-Domain objects (``idealized_runtime.types``) are stored whole as JSON in a ``spec`` or
+Domain objects (``idealized_runtime.core.types``) are stored whole as JSON in a ``spec`` or
 ``parameters`` column, with the fields that are filtered or joined on copied into their own
 columns; the JSON is what the API returns, so the database never drifts from the domain types.
 """
@@ -24,7 +24,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from idealized_runtime.types import utc_now
+from idealized_runtime.core.types import utc_now
 
 NAME_LENGTH = 200
 

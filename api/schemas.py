@@ -1,6 +1,6 @@
 """Request and response bodies of the REST API.
 
-They compose the domain types of ``idealized_runtime.types``: a stored architecture is an
+They compose the domain types of ``idealized_runtime.core.types``: a stored architecture is an
 ``Architecture`` plus its id, an uploaded measurement is a ``Measurement``, a fit is a
 ``FittedCostModel`` plus where it came from. Only API-specific envelopes are defined here.
 """
@@ -12,7 +12,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from idealized_runtime.types import (
+from idealized_runtime.core.types import (
     Architecture,
     FitMethod,
     FittedCostModel,

@@ -17,14 +17,14 @@ from sqlalchemy.orm import Session
 from api import crud
 from api.models import ArchitectureRow, HardwareRow, MeasurementSetRow
 from api.schemas import CapabilityScore
-from idealized_runtime.catalog import (
+from idealized_runtime.core.catalog import (
     MEGATRON_A100_STACK,
     architectures,
     hardware_catalog,
     helm_table,
     megatron_a100_measurements,
 )
-from idealized_runtime.scenarios import helm_scenario_results
+from idealized_runtime.core.scenarios import helm_scenario_results
 
 REFERENCE_SET = "helm-megatron-a100-reference"
 

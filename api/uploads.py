@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from cost_model.measurements_io import parse_measurements
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Measurement
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Measurement
 
 UPLOAD_NAME = "upload"
 

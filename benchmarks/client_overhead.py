@@ -30,9 +30,9 @@ import httpx
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from idealized_runtime.grids import GridPoint  # noqa: E402
 from idealized_runtime.processes import free_port, stop_process, wait_until_healthy  # noqa: E402
-from idealized_runtime.timing_client import MeasureConfig, measure  # noqa: E402
+from idealized_runtime.timing.client import MeasureConfig, measure  # noqa: E402
+from idealized_runtime.timing.grids import GridPoint  # noqa: E402
 
 PROMPT, OUTPUT = 4, 1
 ANSWER = json.dumps(

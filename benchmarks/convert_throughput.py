@@ -15,7 +15,7 @@ from cost_model.convert import convert_requests
 from cost_model.fitting import fit_measurements
 from cost_model.helm_format import import_helm_table
 from cost_model.measurements_io import RequestTable
-from idealized_runtime import catalog
+from idealized_runtime.core import catalog
 
 ROWS = 1_000_000
 NAIVE_SAMPLE = 20_000

@@ -15,8 +15,8 @@ from rich.table import Table
 
 from cost_model.evaluate import predict_runtime
 from cost_model.fitting import fit_measurements
-from idealized_runtime import catalog
-from idealized_runtime.types import Measurement
+from idealized_runtime.core import catalog
+from idealized_runtime.core.types import Measurement
 
 METHODS = ("helm", "default")
 

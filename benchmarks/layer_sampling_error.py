@@ -18,7 +18,7 @@ import statistics
 
 import torch
 
-from idealized_runtime.catalog import get_architecture
+from idealized_runtime.core.catalog import get_architecture
 from local_runner.generate import Generator
 from local_runner.profile import GridPoint, Timing, extrapolate_layers, time_point
 

@@ -27,8 +27,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 
-from idealized_runtime.catalog import get_architecture
-from idealized_runtime.types import DTYPE_BYTES, Architecture
+from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.types import DTYPE_BYTES, Architecture
 from local_runner.generate import Generator
 from local_runner.model import TORCH_DTYPES
 

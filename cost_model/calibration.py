@@ -33,7 +33,7 @@ from numpy.typing import NDArray
 from scipy.optimize import least_squares
 
 from cost_model.roofline import Efficiency, predict_alpha, predict_runtime
-from idealized_runtime.catalog import (
+from idealized_runtime.core.catalog import (
     MEGATRON_A100_STACK,
     REFERENCE_DIR,
     data_path,
@@ -42,9 +42,9 @@ from idealized_runtime.catalog import (
     megatron_a100_measurements,
     megatron_profile_name,
 )
-from idealized_runtime.errors import InputError
-from idealized_runtime.files import atomic_writer
-from idealized_runtime.types import Architecture, Dtype, Hardware, Measurement
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.core.types import Architecture, Dtype, Hardware, Measurement
 
 SHIPPED_CALIBRATION = "a100-megatron-2022"
 CALIBRATIONS_DIR = "calibrations"

@@ -20,9 +20,9 @@ from numpy.typing import NDArray
 
 from cost_model.evaluate import predict_runtime
 from cost_model.measurements_io import OUTPUT, PROMPT, RUNTIME, RequestTable, file_format
-from idealized_runtime.errors import InputError
-from idealized_runtime.files import atomic_writer
-from idealized_runtime.types import FittedCostModel
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.core.types import FittedCostModel
 
 IDEALIZED = "idealized_runtime_s"
 DENOISED = "denoised_runtime_s"

@@ -25,8 +25,8 @@ from scipy.optimize import linprog
 
 from cost_model.fitting import _finish, alpha_knots, interpolation_basis
 from cost_model.timings import ModelTimings
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import FittedCostModel, Stack
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import FittedCostModel, Stack
 
 DEFAULT_QUANTILE = 0.1
 CONFIDENCE = 0.95

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from idealized_runtime.types import FittedCostModel
+from idealized_runtime.core.types import FittedCostModel
 
 
 def predict_alpha(fit: FittedCostModel, num_prompt_tokens: ArrayLike) -> NDArray[np.float64]:

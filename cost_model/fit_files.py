@@ -15,9 +15,9 @@ from pydantic import ValidationError
 
 from cost_model.helm_format import OVERHEAD_KEY, export_helm_table, import_helm_table
 from cost_model.helm_format import looks_like_helm_table as _looks_like_helm_table
-from idealized_runtime.errors import InputError
-from idealized_runtime.files import atomic_writer
-from idealized_runtime.types import FittedCostModel
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.core.types import FittedCostModel
 
 NATIVE_FORMAT = "idealized-runtime/fit"
 NATIVE_VERSION = 1

@@ -33,8 +33,8 @@ from sklearn.linear_model import LinearRegression
 from cost_model.evaluate import predict_runtime
 from cost_model.quality import fit_quality
 from cost_model.timings import ModelTimings, decode_context_tokens, group_by_model
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import FitMethod, FittedCostModel, Measurement, Stack
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import FitMethod, FittedCostModel, Measurement, Stack
 
 FIT_METHODS: tuple[str, ...] = get_args(FitMethod)
 # Up to this many distinct prompt sizes, alpha gets one value per size (a profiling grid);

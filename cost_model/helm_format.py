@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from cost_model.evaluate import predict_runtime
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import FitMethod, FittedCostModel
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import FitMethod, FittedCostModel
 
 BETA_KEY = "runtime_per_output_token"
 ALPHA_KEY = "runtime_for_prompt_tokens"

@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import (
     MAX_RUNTIME_S,
     MAX_TOKENS,
     MIN_RUNTIME_S,

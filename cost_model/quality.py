@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numpy.typing import ArrayLike
 
-from idealized_runtime.types import FitQuality
+from idealized_runtime.core.types import FitQuality
 
 
 def fit_quality(actual: ArrayLike, predicted: ArrayLike) -> FitQuality:

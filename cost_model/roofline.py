@@ -43,8 +43,8 @@ from dataclasses import asdict, dataclass, fields
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import (
     DTYPE_BYTES,
     Architecture,
     Dtype,

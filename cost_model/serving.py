@@ -28,8 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from cost_model.roofline import IDEAL, Efficiency, decode_step_time
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import DTYPE_BYTES, Architecture, Dtype, FittedCostModel, Hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import DTYPE_BYTES, Architecture, Dtype, FittedCostModel, Hardware
 
 GPUS_PER_NODE = 8
 DEFAULT_RESERVE_FRACTION = 0.10
@@ -330,7 +330,7 @@ def estimate_from_fit(
     gpus = num_gpus or (stack.num_devices if stack else 1)
     notes = []
     if hardware is None and stack is not None:
-        from idealized_runtime.catalog import hardware_catalog
+        from idealized_runtime.core.catalog import hardware_catalog
 
         hardware = hardware_catalog().get(stack.hardware)
     if hardware is None:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Measurement
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Measurement
 
 
 @dataclass(frozen=True)

@@ -34,10 +34,10 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from idealized_runtime import __version__
-from idealized_runtime.catalog import UnknownNameError, get_architecture, hardware_catalog
-from idealized_runtime.errors import InputError
-from idealized_runtime.files import atomic_writer
-from idealized_runtime.types import Dtype, FittedCostModel, Stack
+from idealized_runtime.core.catalog import UnknownNameError, get_architecture, hardware_catalog
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.core.types import Dtype, FittedCostModel, Stack
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "idealized-runtime/bench"
@@ -211,7 +211,7 @@ def load_config(path: str | Path) -> BenchConfig:
 def _check_runnable(config: BenchConfig, path: Path) -> None:
     """What the schema cannot see but would fail an item (or the run) later: the device, the
     dtype on it, the API grids."""
-    from idealized_runtime.grids import load_grid
+    from idealized_runtime.timing.grids import load_grid
 
     local = [spec for spec in config.models if isinstance(spec, LocalModelSpec)]
     if local and config.device.startswith("cuda"):
@@ -454,8 +454,8 @@ def _run_api(
 ) -> dict[str, FittedCostModel]:
     from cost_model.fitting import fit_measurements
     from cost_model.measurements_io import read_measurements
-    from idealized_runtime.grids import load_grid
-    from idealized_runtime.timing_client import MeasureConfig, run_measure
+    from idealized_runtime.timing.client import MeasureConfig, run_measure
+    from idealized_runtime.timing.grids import load_grid
 
     check_reachable(spec.base_url)
     output = item_dir / "timings.jsonl"

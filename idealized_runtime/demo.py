@@ -33,13 +33,13 @@ from idealized_runtime.bench import (
     read_fits,
     run_bench,
 )
-from idealized_runtime.catalog import (
+from idealized_runtime.core.catalog import (
     MEGATRON_A100_STACK,
     architectures,
     hardware_catalog,
     megatron_a100_measurements,
 )
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.errors import InputError
 from idealized_runtime.leaderboard import Leaderboard, build_leaderboard
 from idealized_runtime.processes import LOOPBACK, ServerStartError, free_port, running_server
 from idealized_runtime.report.render import ReportFiles, write_report
@@ -125,9 +125,9 @@ def _checked(result: BenchResult) -> BenchResult:
 def store_helm_reference(database_url: str, *, say: Say) -> None:
     """Step 3-4 for the bundled data: A100 profiles (fitted helm + default), HELM's tables and
     scenario results, the architectures and hardware catalog."""
+    from idealized_runtime.core.scenarios import helm_scenario_results
     from idealized_runtime.report import database
     from idealized_runtime.report.inputs import a100_reference_profiles, helm_reference_models
-    from idealized_runtime.scenarios import helm_scenario_results
 
     say("fitting the bundled A100 reference profiles (helm, default); loading HELM's tables")
     profiles = a100_reference_profiles()

@@ -25,8 +25,8 @@ from datetime import datetime
 from typing import Literal
 
 from cost_model.evaluate import predict_runtime
-from idealized_runtime.scenarios import ScenarioResult, Workload
-from idealized_runtime.types import (
+from idealized_runtime.core.scenarios import ScenarioResult, Workload
+from idealized_runtime.core.types import (
     Architecture,
     FittedCostModel,
     Hardware,
@@ -343,7 +343,7 @@ def accelerators_needed(model: ModelInput, rates: Mapping[str, CostRates]) -> in
         return None
     try:
         from cost_model.serving import min_gpus
-        from idealized_runtime.catalog import get_hardware
+        from idealized_runtime.core.catalog import get_hardware
 
         hardware = get_hardware(model.hardware)
     except (ImportError, KeyError):

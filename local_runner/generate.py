@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 import torch
 
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.types import Architecture
 from local_runner.model import Transformer, build_model
 from local_runner.parallel import SINGLE, TensorParallel
 

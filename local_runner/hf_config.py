@@ -15,9 +15,9 @@ from typing import Any
 
 import torch
 
-from idealized_runtime.catalog import get_architecture
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Architecture
 from local_runner.model import Transformer
 
 SUPPORTED_FAMILIES = (

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.types import Architecture
 from local_runner.parallel import (
     SINGLE,
     ShardSpec,

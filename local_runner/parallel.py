@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Architecture
 
 
 @dataclass(frozen=True)

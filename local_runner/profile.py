@@ -4,7 +4,7 @@ Each point is timed ``repeats`` times after ``warmup`` runs (CUDA events on GPU,
 after a synchronize on CPU); the CSV row holds the median, the standard deviation and the median
 time to first token (prefill + first token). Rows are appended and fsynced one by one, so a run
 that is killed and restarted with the same arguments skips what is done and duplicates nothing.
-The sidecar ``<output>.meta.json`` records the stack (an ``idealized_runtime.types.Stack``) and
+The sidecar ``<output>.meta.json`` records the stack (an ``idealized_runtime.core.types.Stack``) and
 the settings; resuming into a file written with other settings is refused.
 
 Layer sampling (models that do not fit): build ``k`` of the ``L`` layers, time every point with
@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.files import append_line_durably, atomic_writer, truncate_partial_line
-from idealized_runtime.types import Architecture, Stack
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import append_line_durably, atomic_writer, truncate_partial_line
+from idealized_runtime.core.types import Architecture, Stack
 from local_runner.generate import Generator
 from local_runner.parallel import SINGLE, TensorParallel, check_divisible
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from idealized_runtime import catalog
-from idealized_runtime.files import truncate_partial_line
-from idealized_runtime.types import Architecture, Measurement
+from idealized_runtime.core import catalog
+from idealized_runtime.core.files import truncate_partial_line
+from idealized_runtime.core.types import Architecture, Measurement
 
 
 def test_shipped_architectures_validate_and_have_published_sizes() -> None:

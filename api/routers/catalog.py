@@ -14,7 +14,7 @@ from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
 from api.schemas import HardwareOut, ModelOut, Page
 from api.security import Principal, reader
 from api.state import invalidate_caches
-from idealized_runtime.types import Architecture, Hardware
+from idealized_runtime.core.types import Architecture, Hardware
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 

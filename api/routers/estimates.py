@@ -40,12 +40,12 @@ from api.schemas import (
 from api.security import Principal, reader
 from api.settings import get_settings
 from api.state import estimate_cache
-from idealized_runtime.scenarios import (
+from idealized_runtime.core.scenarios import (
     helm_scenario_results,
     scenario_workload,
     workload_names,
 )
-from idealized_runtime.types import Hardware
+from idealized_runtime.core.types import Hardware
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
 ESTIMATE_ERRORS = {**READ_ERRORS, 404: ERRORS[404]}

@@ -19,8 +19,8 @@ from api.security import Principal, reader
 from api.state import invalidate_caches
 from cost_model.fitting import fit_measurements
 from cost_model.helm_format import export_helm_table, import_helm_table
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import FitMethod, Stack
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import FitMethod, Stack
 
 router = APIRouter(prefix="/v1/fits", tags=["fits"])
 

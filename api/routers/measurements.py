@@ -23,8 +23,8 @@ from api.schemas import (
 from api.security import Principal, reader
 from api.settings import get_settings
 from api.uploads import parse_measurements_csv
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Dtype, Measurement, Stack
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Dtype, Measurement, Stack
 
 router = APIRouter(prefix="/v1/measurement-sets", tags=["measurements"])
 CSV_TYPES = ("text/csv", "application/csv", "text/plain")

@@ -15,8 +15,8 @@ try:  # recent typer vendors its own click
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import exceptions as click_exceptions
 
-from idealized_runtime.catalog import UnknownNameError
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.catalog import UnknownNameError
+from idealized_runtime.core.errors import InputError
 
 app = typer.Typer(
     name="idealized-runtime",

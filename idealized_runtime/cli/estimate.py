@@ -17,11 +17,11 @@ from pathlib import Path
 import typer
 
 from cost_model.serving import Estimate, estimate_from_architecture, estimate_from_fit
-from idealized_runtime.catalog import UnknownNameError, get_architecture, get_hardware
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import DTYPE_BYTES, MAX_TOKENS, FittedCostModel
+from idealized_runtime.core.catalog import UnknownNameError, get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS, FittedCostModel
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",

@@ -14,8 +14,8 @@ from cost_model.fitting import FIT_METHODS, check_method, fit_measurements
 from cost_model.measurements_io import file_format, read_measurements, read_requests
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import FittedCostModel
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import FittedCostModel
 
 FIT_FORMATS = ("native", "helm")
 

@@ -1,5 +1,5 @@
 """CLI: ``measure`` (time an OpenAI-compatible API) and ``serve-model`` (the local runner behind
-an OpenAI-compatible endpoint). Thin layers over ``idealized_runtime.timing_client`` and
+an OpenAI-compatible endpoint). Thin layers over ``idealized_runtime.timing.client`` and
 ``local_runner.openai_server``."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import typer
 
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.errors import InputError
 
 # Exit code of a process stopped by SIGINT, by shell convention (128 + 2).
 EXIT_INTERRUPTED = 130
@@ -63,8 +63,8 @@ def measure_command(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Time an OpenAI-compatible API over a grid of prompt/output sizes (raw JSONL for `fit`)."""
-    from idealized_runtime.grids import load_grid
-    from idealized_runtime.timing_client import MeasureConfig, run_measure
+    from idealized_runtime.timing.client import MeasureConfig, run_measure
+    from idealized_runtime.timing.grids import load_grid
 
     if endpoint not in ("completions", "chat"):
         fail(f"--endpoint must be completions or chat, got {endpoint!r}")

@@ -18,10 +18,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session
 
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.scenarios import ScenarioResult
+from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware, Measurement, Stack
 from idealized_runtime.leaderboard import LeaderboardInputs, ProfileInput
-from idealized_runtime.scenarios import ScenarioResult
-from idealized_runtime.types import Architecture, FittedCostModel, Hardware, Measurement, Stack
 
 # Metric names of the HELM scenario results stored as capability scores; they are the names
 # ``idealized_runtime.report.inputs.scenario_results_from_scores`` reads back.

@@ -9,7 +9,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from idealized_runtime.catalog import (
+from idealized_runtime.core.catalog import (
     MEGATRON_A100_STACK,
     architectures,
     hardware_catalog,
@@ -17,16 +17,16 @@ from idealized_runtime.catalog import (
     helm_table,
     megatron_a100_measurements,
 )
-from idealized_runtime.errors import InputError
-from idealized_runtime.leaderboard import CostRates, LeaderboardInputs, ModelInput, ProfileInput
-from idealized_runtime.scenarios import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.scenarios import (
     ScenarioResult,
     Workload,
     helm_scenario_results,
     scenario_workload,
     workload_names,
 )
-from idealized_runtime.types import Architecture, FittedCostModel, Measurement, Stack
+from idealized_runtime.core.types import Architecture, FittedCostModel, Measurement, Stack
+from idealized_runtime.leaderboard import CostRates, LeaderboardInputs, ModelInput, ProfileInput
 
 HELM_HARDWARE = "a100-80gb"  # the paper profiled on A100 80 GB (fp16, Megatron-LM)
 # Method whose fit stands for a profiled shape's idealized runtime: the better default first.

@@ -13,7 +13,7 @@ from pathlib import Path
 import jinja2
 
 from idealized_runtime import __version__
-from idealized_runtime.files import atomic_writer
+from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.leaderboard import (
     FRONTIER_KINDS,
     Cost,

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cost_model.evaluate import predict_runtime
-from idealized_runtime.types import FittedCostModel
+from idealized_runtime.core.types import FittedCostModel
 from tests.api.conftest import Service
 from tests.servers import cli_command, free_port, running_server
 

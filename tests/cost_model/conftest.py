@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from idealized_runtime import catalog
-from idealized_runtime.types import Measurement
+from idealized_runtime.core import catalog
+from idealized_runtime.core.types import Measurement
 
 
 @pytest.fixture(scope="session")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from idealized_runtime import catalog
+from idealized_runtime.core import catalog
 from tests.servers import cli_command
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s\n"

@@ -12,8 +12,8 @@ from cost_model.evaluate import predict_runtime
 from cost_model.fitting import fit_measurements
 from cost_model.helm_format import import_helm_table
 from cost_model.measurements_io import RequestTable, read_requests
-from idealized_runtime import catalog
-from idealized_runtime.errors import InputError
+from idealized_runtime.core import catalog
+from idealized_runtime.core.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ import pytest
 from cost_model.fit_files import read_fit_file, write_fit_file
 from cost_model.fitting import fit_measurements
 from cost_model.helm_format import export_helm_table, import_helm_table
-from idealized_runtime import catalog
-from idealized_runtime.errors import InputError
+from idealized_runtime.core import catalog
+from idealized_runtime.core.errors import InputError
 
 
 @pytest.mark.parametrize("kind", ["idealized", "denoised"])

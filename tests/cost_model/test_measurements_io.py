@@ -14,7 +14,7 @@ from cost_model.measurements_io import (
     read_measurements,
     read_requests,
 )
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.errors import InputError
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s,notes\n"
 

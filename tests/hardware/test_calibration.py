@@ -15,8 +15,8 @@ from cost_model.calibration import (
     shipped_calibration,
 )
 from cost_model.roofline import IDEAL, predict_runtime
-from idealized_runtime.catalog import get_architecture, get_hardware
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
 
 
 def test_pooled_beta_recovers_a_slope() -> None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from cost_model.fit_files import write_fit_file
-from idealized_runtime.types import FittedCostModel, Stack
+from idealized_runtime.core.types import FittedCostModel, Stack
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

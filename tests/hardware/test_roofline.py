@@ -21,9 +21,9 @@ from cost_model.roofline import (
     to_fitted_cost_model,
     unaligned_factor,
 )
-from idealized_runtime.catalog import get_architecture, get_hardware
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Architecture
 
 # A small GPT: 2 layers, h = 64, 4 heads of 16, MLP 256, vocab 512, biases, tied embeddings.
 GPT = Architecture(

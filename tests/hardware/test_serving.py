@@ -12,8 +12,8 @@ from cost_model.serving import (
     plan_gpus,
     valid_tensor_parallel_sizes,
 )
-from idealized_runtime.catalog import get_architecture, get_hardware
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
 
 H100 = get_hardware("h100-sxm")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from idealized_runtime.catalog import get_architecture
+from idealized_runtime.core.catalog import get_architecture
 from local_runner.generate import Generator
 
 ARCHS = ["tiny-llama", "tiny-gpt2"]

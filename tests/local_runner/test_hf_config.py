@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from idealized_runtime.catalog import get_architecture
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.errors import InputError
 from local_runner.hf_config import architecture_from_hf_config, architecture_from_hf_file
 
 LLAMA_31_8B = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from cost_model.serving import memory_per_gpu
-from idealized_runtime.catalog import get_architecture
+from idealized_runtime.core.catalog import get_architecture
 from local_runner.memory import bytes_needed
 
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from idealized_runtime.catalog import get_architecture
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Architecture
 from local_runner.parallel import ShardSpec, TensorParallel, check_divisible
 from tests.local_runner.tp_worker import run
 from tests.servers import REPO_ROOT, free_port

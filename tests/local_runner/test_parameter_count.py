@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.types import Architecture
 from local_runner.model import build_model
 
 BASE: dict[str, Any] = dict(

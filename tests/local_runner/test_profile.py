@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from idealized_runtime.catalog import get_architecture
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.errors import InputError
 from local_runner.profile import (
     CSV_COLUMNS,
     GridPoint,

@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from idealized_runtime.types import Architecture
+from idealized_runtime.core.types import Architecture
 from local_runner.generate import Generator
 from local_runner.parallel import init_from_env
 

@@ -8,7 +8,9 @@ from hypothesis import strategies as st
 
 from cost_model.evaluate import predict_runtime
 from cost_model.helm_format import import_helm_table
-from idealized_runtime.catalog import helm_table
+from idealized_runtime.core.catalog import helm_table
+from idealized_runtime.core.scenarios import ScenarioResult, helm_scenario_results
+from idealized_runtime.core.types import FittedCostModel
 from idealized_runtime.leaderboard import (
     CostRates,
     LeaderboardInputs,
@@ -19,8 +21,6 @@ from idealized_runtime.leaderboard import (
 )
 from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
 from idealized_runtime.report.render import render_markdown
-from idealized_runtime.scenarios import ScenarioResult, helm_scenario_results
-from idealized_runtime.types import FittedCostModel
 
 
 def brute_force_front(points: dict[str, tuple[float, float]]) -> set[str]:

@@ -144,8 +144,8 @@ def test_report_from_unreachable_database_is_one_line_error(tmp_path: Path) -> N
 
 
 def test_demo_fails_fast_on_an_unusable_database(tmp_path: Path) -> None:
+    from idealized_runtime.core.errors import InputError
     from idealized_runtime.demo import run_demo
-    from idealized_runtime.errors import InputError
 
     with pytest.raises(InputError, match="cannot use the database"):
         run_demo(tmp_path, "postgresql+psycopg://u:secret@127.0.0.1:1/x", progress=False)
@@ -166,7 +166,7 @@ def test_bench_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     import torch
 
     from idealized_runtime.bench import load_config
-    from idealized_runtime.errors import InputError
+    from idealized_runtime.core.errors import InputError
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a CUDA device")

@@ -11,15 +11,15 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.grids import GridPoint, load_grid
-from idealized_runtime.timing_client import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.timing.client import (
     MeasureConfig,
     _Client,
     _ConnectionPool,
     measure,
     one_line,
 )
+from idealized_runtime.timing.grids import GridPoint, load_grid
 from tests.timing_client.conftest import measure_args, read_rows, run_cli
 
 HTML_501 = """<!DOCTYPE HTML>

@@ -11,9 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.grids import HELM_OUTPUT_LENGTHS, HELM_PROMPT_SIZES, GridPoint, load_grid
-from idealized_runtime.prompts import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.timing.client import backoff_delay, read_done_keys, retry_after_seconds
+from idealized_runtime.timing.grids import (
+    HELM_OUTPUT_LENGTHS,
+    HELM_PROMPT_SIZES,
+    GridPoint,
+    load_grid,
+)
+from idealized_runtime.timing.prompts import (
     WORDS,
     ByteTokenizer,
     PromptBuilder,
@@ -21,7 +27,6 @@ from idealized_runtime.prompts import (
     calibrate,
     load_tokenizer,
 )
-from idealized_runtime.timing_client import backoff_delay, read_done_keys, retry_after_seconds
 
 
 def _train(kind: str, path: Path) -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from idealized_runtime.prompts import WORDS
+from idealized_runtime.timing.prompts import WORDS
 from tests.servers import free_port, running_server
 from tests.timing_client.conftest import ENV, read_rows, run_cli
 

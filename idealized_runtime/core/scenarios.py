@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from functools import lru_cache
 
-from idealized_runtime.catalog import UnknownNameError, helm_scenarios_csv_path
+from idealized_runtime.core.catalog import UnknownNameError, helm_scenarios_csv_path
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
-from idealized_runtime.errors import InputError
+from idealized_runtime.core.errors import InputError
 
 # Common English words; most BPE vocabularies have each of them (with its leading space) as one
 # token. Which ones really are is checked against the tokenizer at hand.

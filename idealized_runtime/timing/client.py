@@ -41,11 +41,11 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from idealized_runtime import __version__
-from idealized_runtime.errors import InputError
-from idealized_runtime.files import append_line_durably, atomic_writer, truncate_partial_line
-from idealized_runtime.grids import GridPoint
-from idealized_runtime.load_patterns import run_poisson, run_with_concurrency
-from idealized_runtime.prompts import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import append_line_durably, atomic_writer, truncate_partial_line
+from idealized_runtime.timing.grids import GridPoint
+from idealized_runtime.timing.load_patterns import run_poisson, run_with_concurrency
+from idealized_runtime.timing.prompts import (
     LocalTokenizer,
     PromptBuilder,
     PromptRecipe,

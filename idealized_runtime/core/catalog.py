@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from idealized_runtime.types import Architecture, Hardware, Measurement, Stack
+from idealized_runtime.core.types import Architecture, Hardware, Measurement, Stack
 
 REFERENCE_DIR = "reference"
 # mt_nlg was profiled with 35 of its 105 layers; the paper multiplied its runtimes by 3.

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from idealized_runtime.errors import InputError
-from idealized_runtime.types import MAX_TOKENS
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import MAX_TOKENS
 
 HELM_PROMPT_SIZES = (1, 256, 512, 1024, 1536)
 HELM_OUTPUT_LENGTHS = (1, 2, 4, 8, 16, 32, 64)
