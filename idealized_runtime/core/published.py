@@ -1,0 +1,258 @@
+"""Published measurements of real inference engines (``data/published/``).
+
+Each row is one figure exactly as an engine's README, documentation, benchmark page or MLPerf
+result published it, with the source it came from. Reference stacks are calibrated on these rows
+and the hardware model's errors are measured against them.
+
+pandas is imported inside :func:`published_frame` only, so that loading the rows stays light.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from functools import lru_cache
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from idealized_runtime.core.catalog import data_path
+from idealized_runtime.core.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas
+
+PUBLISHED_DIR = "published"
+MEASUREMENTS_FILE = "measurements.csv"
+SOURCES_FILE = "sources.csv"
+
+Metric = Literal[
+    "decode_tokens_per_s",  # tokens/s of one sequence (batch-1, latency-style)
+    "ttft_s",  # time to first token, seconds
+    "time_per_output_token_s",  # seconds between output tokens of one sequence
+    "request_latency_s",  # seconds from request to last token
+    "output_throughput_tokens_per_s",  # generated tokens/s summed over all sequences
+    "total_throughput_tokens_per_s",  # (prompt + generated) tokens/s over all sequences
+    "prefill_tokens_per_s",  # prompt tokens/s processed
+]
+METRICS: tuple[str, ...] = Metric.__args__  # type: ignore[attr-defined]
+# Unit of each metric, for tables and plots.
+METRIC_UNITS: dict[str, str] = {
+    "decode_tokens_per_s": "tokens/s per sequence",
+    "ttft_s": "s",
+    "time_per_output_token_s": "s",
+    "request_latency_s": "s",
+    "output_throughput_tokens_per_s": "tokens/s",
+    "total_throughput_tokens_per_s": "tokens/s",
+    "prefill_tokens_per_s": "tokens/s",
+}
+
+# Weight formats: a base number format, optionally with a quantization group size (int4-g128).
+_WEIGHTS = re.compile(r"^(fp32|bf16|fp16|fp8|fp6|int8|int4|fp4|nvfp4|mxfp4|mxfp8)(-g\d+)?$")
+CacheDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
+ActivationDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "nvfp4", "mxfp8"]
+_DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
+_ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+
+# Bytes per weight of each base format, used to compare precisions of the same model.
+WEIGHT_BITS: dict[str, float] = {
+    "fp32": 32,
+    "bf16": 16,
+    "fp16": 16,
+    "fp8": 8,
+    "mxfp8": 8,
+    "int8": 8,
+    "fp6": 6,
+    "int4": 4,
+    "fp4": 4,
+    "nvfp4": 4,
+    "mxfp4": 4,
+}
+
+OptionalInt = Annotated[int | None, Field(default=None, ge=1)]
+
+
+class _Row(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        # CSV cells are strings; an empty cell means "not stated".
+        return None if value == "" else value
+
+
+class PublishedSource(_Row):
+    """Where figures come from: a page (url) or a file in a repository at a commit."""
+
+    source_id: str
+    title: str
+    url: str | None = None
+    repository: str | None = None
+    commit: str | None = None
+    path: str | None = None
+    source_date: str
+    retrieved: str
+    notes: str | None = None
+
+    @field_validator("source_id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError(f"source_id {value!r} must be lower-case letters, digits, . _ -")
+        return value
+
+    @field_validator("source_date", "retrieved")
+    @classmethod
+    def _check_date(cls, value: str) -> str:
+        if not _DATE.match(value):
+            raise ValueError(f"date {value!r} must be YYYY-MM or YYYY-MM-DD")
+        return value
+
+
+class PublishedRow(_Row):
+    """One published figure: the engine, hardware, model, precision and workload it was measured
+    with, and the value in the unit of its ``metric``. Fields the source does not state are None
+    (empty in the CSV), and ``notes`` says so."""
+
+    row_id: str
+    source_id: str
+    engine: str
+    engine_version: str | None = None
+    cuda_graphs_or_compiled: bool | None = None
+    gpu: str
+    gpu_count: int = Field(ge=1)
+    power_cap_w: float | None = Field(default=None, gt=0)
+    model: str
+    model_hf_id: str | None = None
+    weights: str
+    kv_cache: CacheDtype | None = None
+    activations: ActivationDtype | None = None
+    quantization_method: str | None = None
+    tensor_parallel_size: int = Field(ge=1)
+    pipeline_parallel_size: OptionalInt = None
+    batch_size: OptionalInt = None
+    num_requests: OptionalInt = None
+    prompt_tokens: OptionalInt = None
+    output_tokens: OptionalInt = None
+    metric: Metric
+    value: float = Field(gt=0, allow_inf_nan=False)
+    notes: str | None = None
+
+    @field_validator("row_id")
+    @classmethod
+    def _check_id(cls, value: str) -> str:
+        if not _ID.match(value):
+            raise ValueError(f"row_id {value!r} must be lower-case letters, digits, . _ -")
+        return value
+
+    @field_validator("weights")
+    @classmethod
+    def _check_weights(cls, value: str) -> str:
+        if not _WEIGHTS.match(value):
+            raise ValueError(
+                f"weights {value!r} is not a known format (bf16, fp16, fp8, int8, int4, "
+                "int4-g128, nvfp4, ...)"
+            )
+        return value
+
+    @property
+    def weight_format(self) -> str:
+        """The base number format of the weights, without a group size: int4-g128 -> int4."""
+        return self.weights.split("-g")[0]
+
+    @property
+    def weight_bits(self) -> float:
+        return WEIGHT_BITS[self.weight_format]
+
+    @property
+    def unit(self) -> str:
+        return METRIC_UNITS[self.metric]
+
+
+def _read_csv(name: str) -> list[dict[str, str]]:
+    with data_path(PUBLISHED_DIR, name).open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def _validated(model: type[_Row], record: dict[str, str], name: str, line: int) -> _Row:
+    try:
+        return model(**record)
+    except ValidationError as error:
+        first = error.errors()[0]
+        column = ".".join(str(part) for part in first["loc"]) or None
+        raise InputError(first["msg"], path=name, row=line, column=column) from None
+
+
+@lru_cache(maxsize=1)
+def published_sources() -> dict[str, PublishedSource]:
+    """The sources of the table, by source_id."""
+    sources: dict[str, PublishedSource] = {}
+    for line, record in enumerate(_read_csv(SOURCES_FILE), start=2):
+        source = _validated(PublishedSource, record, SOURCES_FILE, line)
+        assert isinstance(source, PublishedSource)
+        if source.source_id in sources:
+            message = f"duplicate source_id {source.source_id!r}"
+            raise InputError(message, path=SOURCES_FILE, row=line)
+        sources[source.source_id] = source
+    return sources
+
+
+@lru_cache(maxsize=1)
+def _published_rows() -> tuple[PublishedRow, ...]:
+    sources = published_sources()
+    rows: list[PublishedRow] = []
+    seen: set[str] = set()
+    for line, record in enumerate(_read_csv(MEASUREMENTS_FILE), start=2):
+        row = _validated(PublishedRow, record, MEASUREMENTS_FILE, line)
+        assert isinstance(row, PublishedRow)
+        if row.row_id in seen:
+            raise InputError(f"duplicate row_id {row.row_id!r}", path=MEASUREMENTS_FILE, row=line)
+        if row.source_id not in sources:
+            raise InputError(
+                f"source_id {row.source_id!r} is not in {SOURCES_FILE}",
+                path=MEASUREMENTS_FILE,
+                row=line,
+                column="source_id",
+            )
+        seen.add(row.row_id)
+        rows.append(row)
+    return tuple(rows)
+
+
+def load_published() -> list[PublishedRow]:
+    """Every published figure shipped with the package, validated."""
+    return list(_published_rows())
+
+
+def published_frame() -> pandas.DataFrame:
+    """The table as a DataFrame, one row per figure, with the source's title, url and date
+    joined in (columns ``source_title``, ``source_url``, ``source_date``)."""
+    import pandas
+
+    sources = published_sources()
+    records = []
+    for row in _published_rows():
+        source = sources[row.source_id]
+        record = row.model_dump()
+        record["source_title"] = source.title
+        record["source_url"] = source.url
+        record["source_date"] = source.source_date
+        records.append(record)
+    frame = pandas.DataFrame.from_records(records, columns=_frame_columns())
+    for column in (
+        "gpu_count",
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "batch_size",
+        "num_requests",
+        "prompt_tokens",
+        "output_tokens",
+    ):
+        frame[column] = frame[column].astype("Int64")
+    frame["cuda_graphs_or_compiled"] = frame["cuda_graphs_or_compiled"].astype("boolean")
+    return frame
+
+
+def _frame_columns() -> list[str]:
+    return [*PublishedRow.model_fields, "source_title", "source_url", "source_date"]

@@ -1,0 +1,188 @@
+"""The published-measurements table (data/published/): it loads, validates, resolves every name
+in the catalogs, and covers what calibrating reference stacks needs."""
+
+from __future__ import annotations
+
+import csv
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from idealized_runtime.core import catalog, published
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.published import (
+    METRICS,
+    PublishedRow,
+    load_published,
+    published_frame,
+    published_sources,
+)
+
+# Architectures that ship with the new model families (added to data/architectures.yaml with
+# their family support); rows may name them before that lands.
+ADDED_WITH_NEW_FAMILIES = frozenset(
+    {"llama-3.3-70b", "gemma-3-27b", "deepseek-v3", "gpt-oss-20b", "gpt-oss-120b", "phi-4"}
+) | {f"qwen3-{size}" for size in ("8b", "14b", "32b", "30b-a3b", "235b-a22b")}
+SMALL_MEMORY_GPUS = {"l4", "l40s", "mi300x"}
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[PublishedRow]:
+    return load_published()
+
+
+def _valid_record(**changes: str) -> dict[str, str]:
+    record = {
+        "row_id": "x-1",
+        "source_id": "gptfast-readme",
+        "engine": "gpt-fast",
+        "gpu": "a100-80gb",
+        "gpu_count": "1",
+        "model": "llama-2-7b",
+        "weights": "bf16",
+        "tensor_parallel_size": "1",
+        "metric": "decode_tokens_per_s",
+        "value": "104.9",
+    }
+    record.update(changes)
+    return record
+
+
+# --- the table loads and validates ---------------------------------------------------------------
+
+
+def test_rows_load_with_unique_ids_and_positive_values(rows: list[PublishedRow]) -> None:
+    assert len({row.row_id for row in rows}) == len(rows)
+    assert all(row.value > 0 and row.metric in METRICS for row in rows)
+
+
+def test_every_source_is_used_and_every_used_source_exists(rows: list[PublishedRow]) -> None:
+    used = {row.source_id for row in rows}
+    assert used == set(published_sources())
+
+
+def test_sources_say_where_and_when(rows: list[PublishedRow]) -> None:
+    for source in published_sources().values():
+        assert source.url or (source.repository and source.path), source.source_id
+        if source.repository and source.commit:
+            assert len(source.commit) == 40, source.source_id
+
+
+def test_every_gpu_is_in_the_hardware_catalog(rows: list[PublishedRow]) -> None:
+    hardware = catalog.hardware_catalog()
+    assert {row.gpu for row in rows} <= set(hardware)
+
+
+def test_every_model_resolves_in_the_architecture_catalog(rows: list[PublishedRow]) -> None:
+    architectures = catalog.architectures()
+    missing = {row.model for row in rows} - set(architectures) - ADDED_WITH_NEW_FAMILIES
+    assert not missing
+
+
+def test_parallelism_is_consistent(rows: list[PublishedRow]) -> None:
+    for row in rows:
+        pipeline = row.pipeline_parallel_size or 1
+        assert row.tensor_parallel_size * pipeline <= row.gpu_count, row.row_id
+
+
+def test_unstated_workload_fields_are_explained_in_notes(rows: list[PublishedRow]) -> None:
+    for row in rows:
+        if row.batch_size is None or row.prompt_tokens is None or row.output_tokens is None:
+            assert row.notes, row.row_id
+
+
+def test_frame_has_the_schema_columns_and_nullable_integers(rows: list[PublishedRow]) -> None:
+    frame = published_frame()
+    assert len(frame) == len(rows)
+    with (catalog.data_path("published", "measurements.csv")).open(encoding="utf-8") as handle:
+        header = next(csv.reader(handle))
+    assert list(frame.columns[: len(header)]) == header
+    assert str(frame["batch_size"].dtype) == "Int64"
+    assert frame["source_date"].notna().all()
+    assert (frame["value"] > 0).all()
+
+
+# --- validation of single rows ------------------------------------------------------------
+
+
+def test_a_valid_record_parses_and_empty_cells_are_unstated() -> None:
+    row = PublishedRow(**_valid_record(batch_size="", power_cap_w="330"))
+    assert row.batch_size is None and row.power_cap_w == 330.0
+    assert row.weight_bits == 16 and row.unit == "tokens/s per sequence"
+    assert PublishedRow(**_valid_record(weights="int4-g128")).weight_format == "int4"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"metric": "tokens_per_minute"},
+        {"value": "0"},
+        {"value": "-3"},
+        {"value": "nan"},
+        {"weights": "int3"},
+        {"kv_cache": "fp12"},
+        {"tensor_parallel_size": "0"},
+        {"gpu_count": ""},
+        {"row_id": "Has Spaces"},
+        {"unknown_column": "1"},
+    ],
+)
+def test_bad_records_are_rejected(changes: dict[str, str]) -> None:
+    with pytest.raises(ValidationError):
+        PublishedRow(**_valid_record(**changes))
+
+
+def test_a_row_with_an_unknown_source_is_one_located_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = catalog.data_path("published")
+    copy = tmp_path / "published"
+    shutil.copytree(shipped, copy)
+    with (copy / "measurements.csv").open("a", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(PublishedRow.model_fields))
+        writer.writerow(_valid_record(row_id="extra-row", source_id="nowhere"))
+    monkeypatch.setattr(published, "data_path", lambda *parts: tmp_path.joinpath(*parts))
+    published.published_sources.cache_clear()
+    published._published_rows.cache_clear()
+    try:
+        with pytest.raises(InputError, match=r"nowhere.*sources\.csv"):
+            load_published()
+    finally:
+        published.published_sources.cache_clear()
+        published._published_rows.cache_clear()
+
+
+# --- pairs needed to compare precisions and tensor-parallel sizes -------------------------
+
+
+def _pairs(rows: list[PublishedRow], vary: str) -> dict[tuple, dict[str, float]]:
+    """Groups rows that differ only in ``vary`` (weights or tensor_parallel_size)."""
+    groups: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        key_fields = {
+            "source": row.source_id,
+            "model": row.model,
+            "gpu": row.gpu,
+            "metric": row.metric,
+            "batch": row.batch_size,
+            "prompt": row.prompt_tokens,
+            "output": row.output_tokens,
+            "weights": row.weights,
+            "activations": row.activations,
+            "tp": row.tensor_parallel_size,
+        }
+        key_fields.pop("weights" if vary == "weights" else "tp")
+        if vary == "weights":
+            key_fields.pop("activations")
+        label = row.weights if vary == "weights" else str(row.tensor_parallel_size)
+        groups[tuple(key_fields.values())][label] = row.value
+    return groups
+
+
+def test_quantized_pairs_exist(rows: list[PublishedRow]) -> None:
+    groups = _pairs(rows, "weights").values()
+    formats = {label.split("-g")[0] for group in groups if "bf16" in group for label in group}
+    assert {"int8", "int4", "fp8"} <= formats
