@@ -177,12 +177,79 @@ def _pairs(rows: list[PublishedRow], vary: str) -> dict[tuple, dict[str, float]]
         key_fields.pop("weights" if vary == "weights" else "tp")
         if vary == "weights":
             key_fields.pop("activations")
-        label = row.weights if vary == "weights" else str(row.tensor_parallel_size)
+        label = (
+            f"{row.weights}/{row.activations}"
+            if vary == "weights"
+            else str(row.tensor_parallel_size)
+        )
         groups[tuple(key_fields.values())][label] = row.value
     return groups
 
 
 def test_quantized_pairs_exist(rows: list[PublishedRow]) -> None:
     groups = _pairs(rows, "weights").values()
-    formats = {label.split("-g")[0] for group in groups if "bf16" in group for label in group}
+    formats = {
+        label.split("/")[0].split("-g")[0]
+        for group in groups
+        if any(label.startswith(("bf16/", "fp16/")) for label in group)
+        for label in group
+    }
     assert {"int8", "int4", "fp8"} <= formats
+
+
+def test_tensor_parallel_pairs_exist(rows: list[PublishedRow]) -> None:
+    sizes_with_tp1 = {
+        size
+        for group in _pairs(rows, "tp").values()
+        if "1" in group and len(group) > 1
+        for size in group
+    }
+    assert {"2", "4", "8"} <= sizes_with_tp1
+
+
+def test_ratios_within_one_source_are_plausible(rows: list[PublishedRow]) -> None:
+    # Against the bf16/fp16 run (or the smallest TP size) of the same model, source and workload,
+    # no figure is 16x faster or slower (int8 dynamic quantization at batch 1 is the slowest
+    # published, about 11x): a wrong unit or a swapped column shows up here.
+    for vary in ("weights", "tp"):
+        for group in _pairs(rows, vary).values():
+            if vary == "weights":
+                baselines = [v for k, v in group.items() if k.startswith(("bf16/", "fp16/"))]
+            else:
+                baselines = [group[min(group, key=int)]]
+            for baseline in baselines:
+                assert all(1 / 16 < value / baseline < 16 for value in group.values()), group
+
+
+# --- coverage the reference stacks need ---------------------------------------------
+
+
+def test_coverage_of_engines_gpus_parallelism_and_workloads(rows: list[PublishedRow]) -> None:
+    architectures = catalog.architectures()
+    assert len(rows) >= 60
+    assert len({row.engine for row in rows}) >= 4
+    gpus = {row.gpu for row in rows}
+    assert (
+        {"a100-80gb", "h100-sxm"} <= gpus and gpus & {"h200", "b200"} and gpus & SMALL_MEMORY_GPUS
+    )
+    assert {1, 2, 4, 8} <= {row.tensor_parallel_size for row in rows}
+    moe = {
+        row.model
+        for row in rows
+        if row.model in architectures and architectures[row.model].num_experts > 1
+    }
+    assert moe and any(row.model not in moe for row in rows)
+    batches = {row.batch_size for row in rows}
+    assert 1 in batches and any(batch and batch > 1 for batch in batches)
+    assert len({row.weight_format for row in rows}) >= 3
+    metrics = {row.metric for row in rows}
+    assert {"decode_tokens_per_s", "ttft_s", "output_throughput_tokens_per_s"} <= metrics
+
+
+def test_per_gpu_throughput_scales_to_the_system() -> None:
+    row = PublishedRow(
+        **_valid_record(metric="output_throughput_tokens_per_s_per_gpu", value="600", gpu_count="4")
+    )
+    assert row.system_figure() == ("output_throughput_tokens_per_s", 2400.0)
+    batch_one = PublishedRow(**_valid_record())
+    assert batch_one.system_figure() == ("decode_tokens_per_s", 104.9)

@@ -32,6 +32,7 @@ Metric = Literal[
     "time_per_output_token_s",  # seconds between output tokens of one sequence
     "request_latency_s",  # seconds from request to last token
     "output_throughput_tokens_per_s",  # generated tokens/s summed over all sequences
+    "output_throughput_tokens_per_s_per_gpu",  # the same divided by the GPUs used, as some publish
     "total_throughput_tokens_per_s",  # (prompt + generated) tokens/s over all sequences
     "prefill_tokens_per_s",  # prompt tokens/s processed
 ]
@@ -43,6 +44,7 @@ METRIC_UNITS: dict[str, str] = {
     "time_per_output_token_s": "s",
     "request_latency_s": "s",
     "output_throughput_tokens_per_s": "tokens/s",
+    "output_throughput_tokens_per_s_per_gpu": "tokens/s per GPU",
     "total_throughput_tokens_per_s": "tokens/s",
     "prefill_tokens_per_s": "tokens/s",
 }
@@ -168,6 +170,13 @@ class PublishedRow(_Row):
     @property
     def unit(self) -> str:
         return METRIC_UNITS[self.metric]
+
+    def system_figure(self) -> tuple[str, float]:
+        """(metric, value) for the whole system: a per-GPU throughput times ``gpu_count``; every
+        other metric unchanged."""
+        if self.metric == "output_throughput_tokens_per_s_per_gpu":
+            return "output_throughput_tokens_per_s", self.value * self.gpu_count
+        return self.metric, self.value
 
 
 def _read_csv(name: str) -> list[dict[str, str]]:
