@@ -257,3 +257,19 @@ def test_per_gpu_throughput_scales_to_the_system() -> None:
     assert row.system_figure() == ("output_throughput_tokens_per_s", 2400.0)
     batch_one = PublishedRow(**_valid_record())
     assert batch_one.system_figure() == ("decode_tokens_per_s", 104.9)
+
+
+def test_a_row_with_a_stray_comma_is_one_located_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    copy = tmp_path / "published"
+    shutil.copytree(catalog.data_path("published"), copy)
+    with (copy / "sources.csv").open("a", encoding="utf-8") as handle:
+        handle.write("extra,Title, with a comma,https://example.org,,,,2024-01,2026-11-23,\n")
+    monkeypatch.setattr(published, "data_path", lambda *parts: tmp_path.joinpath(*parts))
+    published.published_sources.cache_clear()
+    try:
+        with pytest.raises(InputError, match=r"sources\.csv, row \d+: wrong number of cells"):
+            published_sources()
+    finally:
+        published.published_sources.cache_clear()

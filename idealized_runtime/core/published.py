@@ -185,6 +185,10 @@ def _read_csv(name: str) -> list[dict[str, str]]:
 
 
 def _validated(model: type[_Row], record: dict[str, str], name: str, line: int) -> _Row:
+    # csv.DictReader files surplus cells under None and fills missing ones with None.
+    if None in record or None in record.values():
+        message = "wrong number of cells (an unquoted comma?)"
+        raise InputError(message, path=name, row=line)
     try:
         return model(**record)
     except ValidationError as error:
