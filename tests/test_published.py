@@ -9,6 +9,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from idealized_runtime.core import catalog, published
@@ -273,3 +275,43 @@ def test_a_row_with_a_stray_comma_is_one_located_error(
             published_sources()
     finally:
         published.published_sources.cache_clear()
+
+
+def test_frame_round_trips_through_parquet(tmp_path: Path) -> None:
+    import pandas
+
+    frame = published_frame()
+    path = tmp_path / "published.parquet"
+    frame.to_parquet(path, index=False)
+    pandas.testing.assert_frame_equal(pandas.read_parquet(path), frame)
+
+
+def test_readme_states_the_shipped_counts(rows: list[PublishedRow]) -> None:
+    readme = catalog.data_path("published", "README.md").read_text(encoding="utf-8")
+    sources = published_sources()
+    assert f"{len(rows)} figures from {len(sources)} sources" in readme
+
+
+@given(
+    gpu_count=st.integers(min_value=1, max_value=64),
+    value=st.floats(min_value=1e-3, max_value=1e7, allow_nan=False, allow_infinity=False),
+    metric=st.sampled_from(METRICS),
+)
+def test_system_figure_scales_only_per_gpu_throughput(
+    gpu_count: int, value: float, metric: str
+) -> None:
+    row = PublishedRow(**_valid_record(gpu_count=str(gpu_count), value=repr(value), metric=metric))
+    system_metric, system_value = row.system_figure()
+    assert system_metric in METRICS and not system_metric.endswith("_per_gpu")
+    expected = value * gpu_count if metric.endswith("_per_gpu") else value
+    assert system_value == pytest.approx(expected)
+
+
+@given(
+    base=st.sampled_from(sorted(published.WEIGHT_BITS)),
+    group=st.one_of(st.none(), st.integers(min_value=1, max_value=4096)),
+)
+def test_every_weight_format_with_a_group_size_parses(base: str, group: int | None) -> None:
+    weights = base if group is None else f"{base}-g{group}"
+    row = PublishedRow(**_valid_record(weights=weights))
+    assert row.weight_format == base and row.weight_bits == published.WEIGHT_BITS[base]
