@@ -17,6 +17,12 @@ import torch
 from idealized_runtime.core.types import Architecture
 from local_runner.model import Transformer, build_model
 from local_runner.parallel import SINGLE, TensorParallel
+from local_runner.quantize import (
+    parse_kv_format,
+    parse_weight_format,
+    quantize_kv_cache,
+    quantize_weights,
+)
 
 GRAPH_BUCKET = 256
 WARMUP_STEPS = 2  # runs of a step on a side stream before it is captured
@@ -39,6 +45,8 @@ class Generator:
         tensor_parallel: TensorParallel = SINGLE,
         cuda_graphs: bool | None = None,
         compile: bool = False,
+        weights: str | None = None,
+        kv_cache: str | None = None,
     ) -> None:
         self.arch = arch
         self.device = torch.device(device)
@@ -47,7 +55,12 @@ class Generator:
         self.model: Transformer = build_model(
             arch, device=device, dtype=dtype, num_layers=num_layers, tp=tensor_parallel, seed=seed
         )
+        # Quantized weights and caches (local_runner/quantize.py): None keeps the compute dtype.
+        if weights is not None:
+            quantize_weights(self.model, parse_weight_format(weights))
         self.model.setup_cache(max_batch_size, self.max_seq_len)
+        if kv_cache is not None:
+            quantize_kv_cache(self.model, parse_kv_format(kv_cache))
         on_cuda = self.device.type == "cuda"
         self.use_graphs = on_cuda if cuda_graphs is None else (cuda_graphs and on_cuda)
         self._step = self.model.forward

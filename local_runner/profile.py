@@ -284,6 +284,27 @@ def _settings(
     }
 
 
+def _precision(
+    arch: Architecture, weights: str | None, kv_cache: str | None, tp_size: int
+) -> tuple[str | None, str | None]:
+    """Canonical labels of a quantized precision (None: the compute dtype), checked against
+    the model's weight shapes."""
+    from local_runner.quantize import check_weight_format, parse_kv_format, parse_weight_format
+
+    weight_format = parse_weight_format(weights) if weights else None
+    if weight_format is not None:
+        check_weight_format(arch, weight_format, tp_size)
+    label = weight_format.label if weight_format and weight_format.quantized else None
+    return label, parse_kv_format(kv_cache) if kv_cache else None
+
+
+def model_label(name: str, weights: str | None, kv_cache: str | None) -> str:
+    """The model name rows carry: quantized runs are their own model, so fits of different
+    precisions never mix (``llama-3.1-8b@int4-g128+kv-fp8``)."""
+    parts = [part for part in (weights, f"kv-{kv_cache}" if kv_cache else None) if part]
+    return f"{name}@{'+'.join(parts)}" if parts else name
+
+
 def _read_done(output: Path) -> set[GridPoint]:
     """Points already in the CSV; a trailing partial line (killed mid-write) is ignored."""
     done: set[GridPoint] = set()
@@ -360,6 +381,8 @@ def check_profile(
     layers: int | None = None,
     repeats: int = 3,
     warmup: int = 1,
+    weights: str | None = None,
+    kv_cache: str | None = None,
 ) -> dict[str, Any]:
     """Everything about a profile run that can be refused before any work (the CLI calls it
     before relaunching under torchrun, so that a bad input is one line, not a failure per rank):
@@ -379,6 +402,7 @@ def check_profile(
             f"of {arch.name!r}"
         )
     _check_output_path(output)
+    weights, kv_cache = _precision(arch, weights, kv_cache, tp_size)
     settings = _settings(
         arch,
         sorted(dict.fromkeys(points)),
@@ -389,6 +413,8 @@ def check_profile(
         repeats=repeats,
         warmup=warmup,
     )
+    # Only quantized runs record a precision, so files of dense runs resume as before.
+    settings.update({k: v for k, v in (("weights", weights), ("kv_cache", kv_cache)) if v})
     _check_resume(output, settings)
     return settings
 
@@ -407,6 +433,8 @@ def profile_grid(
     progress: bool = True,
     seed: int = 0,
     command: str | None = None,
+    weights: str | None = None,
+    kv_cache: str | None = None,
 ) -> Path:
     """Time every grid point not already in ``output_path`` and append it there. Returns the
     CSV path. With ``tp_size`` > 1 this must run under torchrun (one process per rank); rank 0
@@ -423,7 +451,11 @@ def profile_grid(
         layers=layers,
         repeats=repeats,
         warmup=warmup,
+        weights=weights,
+        kv_cache=kv_cache,
     )
+    weights, kv_cache = settings.get("weights"), settings.get("kv_cache")
+    label = model_label(arch.name, weights, kv_cache)
     max_seq_len = max(point.max_seq_len for point in points)
     done = _read_done(output)
     todo = [point for point in points if point not in done]
@@ -457,14 +489,16 @@ def profile_grid(
         seed=seed,
         num_layers=depth,
         tensor_parallel=tp,
+        weights=weights,
+        kv_cache=kv_cache,
     )
-    with _progress(progress and writer, len(todo), arch.name) as advance:
+    with _progress(progress and writer, len(todo), label) as advance:
         handle = output.open("a", encoding="utf-8") if writer else None
         try:
             for point in todo:
                 timing = _time_sampled(generator, point, repeats, warmup, shallow, depth, sampled)
                 if handle is not None:
-                    append_line_durably(handle, _csv_line(arch.name, point, timing))
+                    append_line_durably(handle, _csv_line(label, point, timing))
                 advance(point)
         finally:
             if handle is not None:
@@ -548,7 +582,13 @@ def _write_meta(
         previous = json.loads(meta_file.read_text(encoding="utf-8"))
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     meta = {
-        "model": arch.name,
+        "model": model_label(arch.name, settings.get("weights"), settings.get("kv_cache")),
+        "architecture": arch.name,
+        "precision": {
+            "compute": dtype,
+            "weights": settings.get("weights") or dtype,
+            "kv_cache": settings.get("kv_cache") or dtype,
+        },
         "stack": stack_for(torch.device(device), dtype, tp_size).model_dump(mode="json"),
         "settings": settings,
         "layer_sampling": {

@@ -26,6 +26,11 @@ def profile_command(
     warmup: int = typer.Option(1, help="Untimed runs per point."),
     max_prompt_tokens: int = typer.Option(None, help="Leave out longer prompts."),
     batch_size: list[int] = typer.Option([1], "--batch-size", help="Batch sizes (repeatable)."),
+    weights: str = typer.Option(
+        None,
+        help="Weight format: int8, int4[-gN] (groups of N, default 128) or fp8; default: dtype.",
+    ),
+    kv_cache: str = typer.Option(None, "--kv-cache", help="KV-cache format: fp8 or int8."),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
@@ -34,7 +39,8 @@ def profile_command(
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")
-    dtype = dtype or ("bfloat16" if device == "cuda" else "float32")
+    # Quantized kernels take bf16 activations (int4 on CUDA only those).
+    dtype = dtype or ("bfloat16" if device == "cuda" or weights else "float32")
     if dtype not in ("float32", "float16", "bfloat16"):
         fail(f"--dtype must be float32, float16 or bfloat16, got {dtype!r}")
     if device == "cpu" and dtype == "float16":
@@ -46,7 +52,14 @@ def profile_command(
         grid, architecture, max_prompt_tokens=max_prompt_tokens, batch_sizes=batch_size
     )
     settings = dict(
-        device=device, dtype=dtype, tp_size=tp, layers=layers, repeats=repeats, warmup=warmup
+        device=device,
+        dtype=dtype,
+        tp_size=tp,
+        layers=layers,
+        repeats=repeats,
+        warmup=warmup,
+        weights=weights,
+        kv_cache=kv_cache,
     )
     # Everything that can be refused is refused here, once: under torchrun every rank would
     # fail on its own, and the CUDA memory check needs valid settings.

@@ -1,0 +1,449 @@
+"""Quantized weights and KV caches for the runner, through PyTorch's own kernels.
+
+A model is built and initialised in its compute dtype (bf16 for quantized runs), then
+``quantize_weights`` replaces each linear weight by a ``QuantizedWeight``: an object that holds the
+packed data and its scales and takes part in torch's function dispatch (``__torch_function__``),
+so ``F.linear(x, weight, bias)`` in model.py runs the packed kernel without model.py knowing:
+
+    int8      per-output-channel symmetric scales; ``torch.ops.aten._weight_int8pack_mm``
+    int4-gN   groups of N input channels with a scale and a zero point each (the "tinygemm"
+              layout); ``_weight_int4pack_mm`` on CUDA, ``_weight_int4pack_mm_for_cpu`` on CPU
+    fp8       e4m3 with per-output-channel scales, dequantized to the compute dtype per matmul
+              (storage and bytes read are fp8; no fp8 GEMM is assumed)
+
+Expert weights of a mixture of experts ([experts, out, in]) are quantized per expert, and index
+like the dense tensor (``weight[experts]``) so the MoE code paths stay as they are. Embeddings,
+norms and routers stay in the compute dtype. ``quantize_kv_cache`` stores keys and values in fp8
+(e4m3, no scale: the values of a normalised model are far inside its range) or int8 (symmetric,
+one scale per token and head), dequantized when attention reads them.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Architecture
+from local_runner.model import KVCache
+
+# Compute dtypes by their short names; a weight format that is one of these is no quantization.
+DENSE_FORMATS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+DENSE_FORMATS.update({name: name for name in ("float32", "float16", "bfloat16")})
+DEFAULT_INT4_GROUP = 128
+INT4_GROUPS = (32, 64, 128, 256)
+KV_FORMATS = ("fp8", "int8")
+FP8_MAX = 448.0  # largest finite float8_e4m3fn
+INT4_INNER_K_TILES = 8  # CUDA tinygemm tiling; in_features must be a multiple of 16 * this / 2
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """How linear weights are stored: ``dense`` (the compute dtype), int8, int4 in groups, fp8."""
+
+    kind: str  # "dense" | "int8" | "int4" | "fp8"
+    group_size: int | None = None  # int4 only
+
+    @property
+    def label(self) -> str:
+        if self.kind == "int4":
+            return f"int4-g{self.group_size}"
+        return self.kind
+
+    @property
+    def quantized(self) -> bool:
+        return self.kind != "dense"
+
+
+def parse_weight_format(text: str) -> WeightFormat:
+    """``bf16|fp16|fp32|int8|int4|int4-gN|fp8`` -> WeightFormat (an InputError otherwise)."""
+    value = text.strip().lower()
+    if value in DENSE_FORMATS:
+        return WeightFormat("dense")
+    if value in ("int8", "fp8"):
+        return WeightFormat(value)
+    match = re.fullmatch(r"int4(?:-g(\d+))?", value)
+    if match:
+        group = int(match.group(1)) if match.group(1) else DEFAULT_INT4_GROUP
+        if group not in INT4_GROUPS:
+            raise InputError(
+                f"int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, got {group}"
+            )
+        return WeightFormat("int4", group)
+    raise InputError(
+        f"unknown weight format {text!r}; use bf16, fp16, fp32, int8, int4[-gN] or fp8"
+    )
+
+
+def parse_kv_format(text: str) -> str | None:
+    """``bf16|fp16|fp32`` (None: the compute dtype), ``fp8`` or ``int8``."""
+    value = text.strip().lower()
+    if value in DENSE_FORMATS:
+        return None
+    if value in KV_FORMATS:
+        return value
+    raise InputError(f"unknown KV-cache format {text!r}; use bf16, fp16, fp32, fp8 or int8")
+
+
+# --- quantized weights ------------------------------------------------------------------------
+
+
+class QuantizedWeight:
+    """A linear weight [out, in] (or experts [E, out, in]) in a packed format.
+
+    Subclasses implement ``_matmul_2d(x2d, index)`` (x @ W^T for one matrix) and
+    ``dequantize()``; everything else in torch sees the dense weight (slow, but correct), so a
+    model that uses a weight in some other way still computes the right thing."""
+
+    def __init__(self, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> None:
+        self.shape = torch.Size(shape)
+        self.dtype, self.device = dtype, device
+
+    # Subclass API
+    def _matmul_2d(self, x: torch.Tensor, index: int | None) -> torch.Tensor:
+        raise NotImplementedError
+
+    def dequantize(self) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _select(self, index: torch.Tensor | int) -> QuantizedWeight:
+        raise NotImplementedError
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held on the device: packed data plus scales (and zero points)."""
+        raise NotImplementedError
+
+    # The dense-tensor surface model.py uses
+    def dim(self) -> int:
+        return len(self.shape)
+
+    def __getitem__(self, index: torch.Tensor | int) -> QuantizedWeight:
+        if self.dim() != 3:
+            raise TypeError("only expert weights [E, out, in] can be indexed")
+        return self._select(index)
+
+    def linear(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        lead = x.shape[:-1]
+        y = self._matmul_2d(x.reshape(-1, x.shape[-1]).to(self.dtype), None)
+        y = y.reshape(*lead, self.shape[-2])
+        return y + bias if bias is not None else y
+
+    def bmm(self, x: torch.Tensor) -> torch.Tensor:
+        """weight[i] @ x[i] for experts i: x [n, in, m] -> [n, out, m]."""
+        outs = [
+            self._matmul_2d(x[i].transpose(0, 1).to(self.dtype), i).transpose(0, 1)
+            for i in range(self.shape[0])
+        ]
+        return torch.stack(outs)
+
+    @classmethod
+    def __torch_function__(
+        cls, func: Callable, types: Any, args: Sequence[Any] = (), kwargs: Any = None
+    ) -> Any:
+        kwargs = kwargs or {}
+        if func is F.linear and isinstance(args[1], QuantizedWeight):
+            bias = args[2] if len(args) > 2 else kwargs.get("bias")
+            return args[1].linear(args[0], bias)
+        if func is torch.bmm and isinstance(args[0], QuantizedWeight):
+            return args[0].bmm(args[1])
+
+        def dense(value: Any) -> Any:
+            return value.dequantize() if isinstance(value, QuantizedWeight) else value
+
+        return func(*map(dense, args), **{key: dense(val) for key, val in kwargs.items()})
+
+
+class Int8Weight(QuantizedWeight):
+    def __init__(self, data: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+        super().__init__(data.shape, dtype, data.device)
+        self.data, self.scales = data, scales  # int8 [..., out, in]; dtype [..., out]
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor) -> Int8Weight:
+        w = weight.float()
+        scales = (w.abs().amax(dim=-1) / 127.0).clamp(min=1e-12)
+        data = torch.round(w / scales.unsqueeze(-1)).clamp(-128, 127).to(torch.int8)
+        return cls(data.contiguous(), scales.to(weight.dtype), weight.dtype)
+
+    def _matmul_2d(self, x: torch.Tensor, index: int | None) -> torch.Tensor:
+        data = self.data if index is None else self.data[index]
+        scales = self.scales if index is None else self.scales[index]
+        return torch.ops.aten._weight_int8pack_mm(x.contiguous(), data, scales)
+
+    def dequantize(self) -> torch.Tensor:
+        return (self.data.to(self.dtype) * self.scales.unsqueeze(-1)).to(self.dtype)
+
+    def _select(self, index: torch.Tensor | int) -> Int8Weight:
+        return Int8Weight(self.data[index], self.scales[index], self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.scales.nbytes
+
+
+class Fp8Weight(QuantizedWeight):
+    def __init__(self, data: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
+        super().__init__(data.shape, dtype, data.device)
+        self.data, self.scales = data, scales  # float8_e4m3fn [..., out, in]; float32 [..., out]
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor) -> Fp8Weight:
+        w = weight.float()
+        scales = (w.abs().amax(dim=-1) / FP8_MAX).clamp(min=1e-12)
+        data = (w / scales.unsqueeze(-1)).to(torch.float8_e4m3fn)
+        return cls(data.contiguous(), scales, weight.dtype)
+
+    def _matmul_2d(self, x: torch.Tensor, index: int | None) -> torch.Tensor:
+        data = self.data if index is None else self.data[index]
+        scales = self.scales if index is None else self.scales[index]
+        return F.linear(x, data.to(self.dtype)) * scales.to(self.dtype)
+
+    def dequantize(self) -> torch.Tensor:
+        return (self.data.float() * self.scales.unsqueeze(-1)).to(self.dtype)
+
+    def _select(self, index: torch.Tensor | int) -> Fp8Weight:
+        return Fp8Weight(self.data[index], self.scales[index], self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.scales.nbytes
+
+
+class Int4Weight(QuantizedWeight):
+    """4-bit groups with a scale and zero point each: w = (q - 8) * scale + zero, q in 0..15.
+    Packed per matrix for the device's kernel; experts are a list of matrices."""
+
+    def __init__(
+        self,
+        shape: Sequence[int],
+        packed: list[torch.Tensor],
+        scales_and_zeros: list[torch.Tensor],
+        group_size: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        super().__init__(shape, dtype, device)
+        self.packed, self.scales_and_zeros, self.group_size = packed, scales_and_zeros, group_size
+
+    @classmethod
+    def quantize(cls, weight: torch.Tensor, group_size: int) -> Int4Weight:
+        matrices = list(weight) if weight.dim() == 3 else [weight]
+        packed, scales = zip(*(_int4_pack(m, group_size) for m in matrices), strict=True)
+        return cls(
+            weight.shape, list(packed), list(scales), group_size, weight.dtype, weight.device
+        )
+
+    def _matmul_2d(self, x: torch.Tensor, index: int | None) -> torch.Tensor:
+        i = 0 if index is None else index
+        packed, scales = self.packed[i], self.scales_and_zeros[i]
+        if self.device.type == "cuda":
+            return torch.ops.aten._weight_int4pack_mm(
+                x.contiguous(), packed, self.group_size, scales
+            )
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(
+            x.contiguous(), packed, self.group_size, scales
+        )
+
+    def dequantize(self) -> torch.Tensor:
+        eye = torch.eye(self.shape[-1], dtype=self.dtype, device=self.device)
+        mats = [self._matmul_2d(eye, i).t() for i in range(len(self.packed))]
+        return torch.stack(mats) if self.dim() == 3 else mats[0]
+
+    def _select(self, index: torch.Tensor | int) -> Int4Weight:
+        if isinstance(index, int):
+            ids = [index]
+            shape = self.shape[1:]
+        else:
+            ids = [int(i) for i in index.reshape(-1).tolist()]
+            shape = (len(ids), *self.shape[1:])
+        return Int4Weight(
+            shape,
+            [self.packed[i] for i in ids],
+            [self.scales_and_zeros[i] for i in ids],
+            self.group_size,
+            self.dtype,
+            self.device,
+        )
+
+    @property
+    def nbytes(self) -> int:
+        return sum(p.nbytes for p in self.packed) + sum(s.nbytes for s in self.scales_and_zeros)
+
+
+def _int4_pack(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    out_features, in_features = weight.shape
+    groups = weight.float().reshape(out_features, in_features // group_size, group_size)
+    low, high = groups.amin(dim=-1, keepdim=True), groups.amax(dim=-1, keepdim=True)
+    scale = ((high - low) / 15.0).clamp(min=1e-12)
+    q = torch.clamp(torch.round((groups - low) / scale), 0, 15).to(torch.int32)
+    q = q.reshape(out_features, in_features)
+    zero = low + 8.0 * scale
+    scales_and_zeros = (
+        torch.cat([scale, zero], dim=-1).transpose(0, 1).contiguous().to(weight.dtype)
+    )  # [in / group, out, 2]
+    if weight.device.type == "cuda":
+        pairs = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
+        packed = torch.ops.aten._convert_weight_to_int4pack(pairs, INT4_INNER_K_TILES)
+    else:
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+    return packed, scales_and_zeros
+
+
+def _check_int4_shape(name: str, shape: torch.Size, group_size: int) -> None:
+    out_features, in_features = shape[-2], shape[-1]
+    if in_features % group_size or out_features % 8:
+        raise InputError(
+            f"int4 with groups of {group_size} needs input features divisible by {group_size} "
+            f"and output features by 8; {name} is {out_features} x {in_features} (try another "
+            f"group size ({', '.join(f'int4-g{g}' for g in INT4_GROUPS)}) or int8)"
+        )
+
+
+def _quantizable(name: str, param: torch.Tensor) -> bool:
+    """Linear weights: matrices and expert stacks named ``*_weight`` or ``lm_head``; not the
+    embeddings, norms or routers (small, or read by lookup rather than a matmul)."""
+    leaf = name.rsplit(".", 1)[-1]
+    return param.dim() in (2, 3) and (leaf.endswith("_weight") or leaf == "lm_head")
+
+
+def _targets(model: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:
+    return [
+        (module, leaf, param)
+        for module_name, module in model.named_modules()
+        for leaf, param in list(module.named_parameters(recurse=False))
+        if _quantizable(f"{module_name}.{leaf}", param)
+    ]
+
+
+def check_weight_format(arch: Architecture, fmt: WeightFormat, tp_size: int = 1) -> None:
+    """Refuse, before any work, a format the model's (per-rank) weight shapes cannot take:
+    the shapes come from one layer built on the meta device, so nothing is allocated."""
+    if fmt.kind != "int4":
+        return
+    from local_runner.model import Transformer
+    from local_runner.parallel import TensorParallel
+
+    shapes = Transformer(arch, num_layers=1, tp=TensorParallel(0, tp_size), device="meta")
+    for module, leaf, param in _targets(shapes):
+        _check_int4_shape(f"{type(module).__name__}.{leaf}", param.shape, fmt.group_size or 0)
+
+
+def quantize_weights(model: nn.Module, fmt: WeightFormat) -> nn.Module:
+    """Replace every linear weight of ``model`` by its quantized form, in place."""
+    if not fmt.quantized:
+        return model
+    targets = _targets(model)
+    if fmt.kind == "int4":
+        if targets and targets[0][2].is_cuda and targets[0][2].dtype != torch.bfloat16:
+            raise InputError("int4 weights on CUDA need bfloat16 activations (--dtype bfloat16)")
+        for module, leaf, param in targets:
+            _check_int4_shape(f"{type(module).__name__}.{leaf}", param.shape, fmt.group_size or 0)
+    for module, leaf, param in targets:
+        with torch.no_grad():
+            if fmt.kind == "int8":
+                quantized: QuantizedWeight = Int8Weight.quantize(param.data)
+            elif fmt.kind == "fp8":
+                quantized = Fp8Weight.quantize(param.data)
+            else:
+                quantized = Int4Weight.quantize(param.data, fmt.group_size or DEFAULT_INT4_GROUP)
+        del module._parameters[leaf]
+        object.__setattr__(module, leaf, quantized)
+    return model
+
+
+def weight_bytes(model: nn.Module) -> int:
+    """Bytes of every weight the model holds: dense parameters plus quantized weights."""
+    dense = sum(param.nbytes for param in model.parameters())
+    packed = sum(
+        value.nbytes
+        for module in model.modules()
+        for value in vars(module).values()
+        if isinstance(value, QuantizedWeight)
+    )
+    return dense + packed
+
+
+# --- quantized KV cache -----------------------------------------------------------------------
+
+
+class QuantizedKVCache(KVCache):
+    """Keys and values stored in fp8 or int8 (with one scale per token and head), handed to
+    attention in the compute dtype."""
+
+    def __init__(self, cache: KVCache, fmt: str, dtype: torch.dtype) -> None:
+        nn.Module.__init__(self)
+        self.fmt, self.compute_dtype = fmt, dtype
+        storage = torch.float8_e4m3fn if fmt == "fp8" else torch.int8
+        shape, device = cache.k.shape, cache.k.device
+        self.register_buffer("k", torch.zeros(shape, device=device, dtype=storage), False)
+        self.register_buffer("v", torch.zeros(shape, device=device, dtype=storage), False)
+        if fmt == "int8":
+            scale_shape = (*shape[:-1], 1)
+            self.register_buffer(
+                "k_scale", torch.ones(scale_shape, device=device, dtype=dtype), False
+            )
+            self.register_buffer(
+                "v_scale", torch.ones(scale_shape, device=device, dtype=dtype), False
+            )
+
+    def _store(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if self.fmt == "fp8":
+            return values.to(torch.float8_e4m3fn), None
+        scale = (values.abs().amax(dim=-1, keepdim=True).float() / 127.0).clamp(min=1e-12)
+        return torch.round(values.float() / scale).to(torch.int8), scale.to(self.compute_dtype)
+
+    def update(
+        self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        batch = k.shape[0]
+        out = []
+        for name, values in (("k", k), ("v", v)):
+            data, scale = self._store(values)
+            stored = getattr(self, name)[:batch]
+            # Copied as bytes: index_copy_ has no fp8 kernel on every device.
+            stored.view(torch.uint8).index_copy_(2, input_pos, data.view(torch.uint8))
+            prefix = stored[:, :, :kv_len].to(self.compute_dtype)
+            if scale is not None:
+                scales = getattr(self, f"{name}_scale")[:batch]
+                scales.index_copy_(2, input_pos, scale)
+                prefix = prefix * scales[:, :, :kv_len]
+            out.append(prefix)
+        return out[0], out[1]
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Cache bytes one token adds in this layer (keys, values and their scales)."""
+        per_slot = self.k[0, :, 0].nbytes + self.v[0, :, 0].nbytes
+        if self.fmt == "int8":
+            per_slot += self.k_scale[0, :, 0].nbytes + self.v_scale[0, :, 0].nbytes
+        return per_slot
+
+
+def quantize_kv_cache(model: nn.Module, fmt: str | None) -> nn.Module:
+    """Swap every layer's KV cache for an fp8 or int8 one (after ``setup_cache``), in place."""
+    if fmt is None:
+        return model
+    dtype = next(model.parameters()).dtype
+    for module in model.modules():
+        for name, child in list(module.named_children()):
+            if type(child) is KVCache:
+                setattr(module, name, QuantizedKVCache(child, fmt, dtype))
+    return model
+
+
+def kv_cache_bytes_per_token(model: nn.Module) -> int:
+    """Bytes the runner's caches hold per token of one sequence, over all layers."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, QuantizedKVCache):
+            total += module.bytes_per_token
+        elif isinstance(module, KVCache):
+            total += module.k[0, :, 0].nbytes + module.v[0, :, 0].nbytes
+    return total
