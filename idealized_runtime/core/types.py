@@ -101,7 +101,7 @@ class Architecture(_Frozen):
     moe_ffn_hidden_size: PositiveInt | None = None  # one expert's width; None: ffn_hidden_size
     num_shared_experts: NonNegativeInt = 0  # DeepSeek: experts every token goes through
     first_k_dense_layers: NonNegativeInt = 0  # DeepSeek: first k layers use a dense MLP (ffn)
-    router_scoring: RouterScoring = "softmax"  # sigmoid: DeepSeek-V3, with a selection bias
+    router_scoring: RouterScoring = "softmax"  # sigmoid: DeepSeek-V3 (+ selection bias buffer)
     norm_topk_prob: bool = True  # renormalise the chosen experts' weights to sum to 1
     n_group: PositiveInt = 1  # DeepSeek-V3 group-limited routing: experts in n_group groups,
     topk_group: PositiveInt = 1  # tokens choose experts only in their topk_group best groups
@@ -211,9 +211,8 @@ class Architecture(_Frozen):
         h, e = self.hidden_size, self.num_experts
         expert = self._mlp_parameters(self.expert_ffn_hidden_size)
         experts = self.experts_per_token if active_only else e
-        router = (
-            h * e + (e if self.router_bias else 0) + (e if self.router_scoring == "sigmoid" else 0)
-        )
+        # DeepSeek-V3's per-expert selection bias is a buffer, not a weight (as in HF).
+        router = h * e + (e if self.router_bias else 0)
         shared = self.num_shared_experts * expert
         return router + experts * expert + shared
 
