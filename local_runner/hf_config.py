@@ -1,226 +1,34 @@
-"""Hugging Face ``config.json`` -> ``Architecture``, and HF weights -> our model.
+"""HF weights -> our model: a ``*ForCausalLM`` state dict copied into a ``Transformer``.
 
-Supported ``model_type``s: gpt2, gptj, gpt_neox, llama, mistral, mixtral, qwen2, opt, bloom.
-Anything we cannot represent faithfully is refused with an ``InputError`` naming the file and the
-key, rather than silently profiling a different architecture. Loading weights does not need
-``transformers``: it takes a plain state dict (the ``*ForCausalLM`` layout).
+The config.json -> Architecture mapping lives in ``idealized_runtime.core.architectures`` (no
+torch); this module maps each family's weight names and layouts onto the runner's. Loading does
+not need ``transformers``: it takes a plain state dict.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import torch
 
-from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.architectures import (
+    SUPPORTED_FAMILIES,
+    architecture_from_hf_config,
+    architecture_from_hf_file,
+)
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
 from local_runner.model import Transformer
 
-SUPPORTED_FAMILIES = (
-    "gpt2",
-    "gptj",
-    "gpt_neox",
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "opt",
-    "bloom",
-)
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2")
-_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_new",
-    "gelu_pytorch_tanh": "gelu_new",
-    "gelu_fast": "gelu_new",
-    "relu": "relu",
-}
+__all__ = [
+    "SUPPORTED_FAMILIES",
+    "architecture_from_hf_config",
+    "architecture_from_hf_file",
+    "load_hf_state_dict",
+]
 
-
-class _Config:
-    """Typed reads from a config dict; a missing or unusable key is an InputError."""
-
-    def __init__(self, raw: dict[str, Any], path: str) -> None:
-        self.raw, self.path = raw, path
-
-    def get(self, *keys: str, default: Any = None, required: bool = True) -> Any:
-        for key in keys:
-            if self.raw.get(key) is not None:
-                return self.raw[key]
-        if default is None and required:
-            raise InputError(f"missing key {keys[0]!r}", path=self.path)
-        return default
-
-    def rope(self, key: str, default: Any) -> Any:
-        """transformers 5 nests RoPE settings in ``rope_parameters``; 4.x keeps them on top."""
-        nested = self.raw.get("rope_parameters") or {}
-        return nested.get(key, self.raw.get(key, default))
-
-    def unsupported(self, key: str, why: str) -> InputError:
-        return InputError(f"unsupported {key}={self.raw.get(key)!r}: {why}", path=self.path)
-
-    def activation(self, *keys: str) -> str:
-        name = self.get(*keys)
-        if name not in _ACTIVATIONS:
-            raise self.unsupported(keys[0], f"known: {', '.join(_ACTIVATIONS)}")
-        return _ACTIVATIONS[name]
-
-
-def architecture_from_hf_config(config: dict[str, Any], *, name: str, path: str = "config.json"):
-    """Map an HF config dict to an Architecture (``path`` only labels errors)."""
-    c = _Config(config, path)
-    family = config.get("model_type")
-    if family not in SUPPORTED_FAMILIES:
-        raise InputError(
-            f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}",
-            path=path,
-            column="model_type",
-        )
-    common: dict[str, Any] = {"name": name, "family": family, "source": f"HF config {path}"}
-    if family == "gpt2":
-        hidden = c.get("n_embd", "hidden_size")
-        fields = dict(
-            num_layers=c.get("n_layer", "num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("n_head", "num_attention_heads"),
-            ffn_hidden_size=c.get("n_inner", default=4 * hidden, required=False),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("n_positions", "max_position_embeddings"),
-            activation=c.activation("activation_function"),
-            norm_eps=c.get("layer_norm_epsilon", default=1e-5),
-            position="learned",
-            tie_embeddings=c.get("tie_word_embeddings", default=True),
-        )
-    elif family == "gptj":
-        hidden = c.get("n_embd", "hidden_size")
-        fields = dict(
-            num_layers=c.get("n_layer", "num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("n_head", "num_attention_heads"),
-            ffn_hidden_size=c.get("n_inner", default=4 * hidden, required=False),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("n_positions", "max_position_embeddings"),
-            activation=c.activation("activation_function"),
-            norm_eps=c.get("layer_norm_epsilon", default=1e-5),
-            position="rotary",
-            rotary_dim=c.get("rotary_dim"),
-            parallel_attn_mlp=True,
-            qkv_bias=False,  # GPT-J's attention has no biases (see load_hf_state_dict)
-            tie_embeddings=c.get("tie_word_embeddings", default=False),
-        )
-    elif family == "gpt_neox":
-        hidden, heads = c.get("hidden_size"), c.get("num_attention_heads")
-        fraction = c.rope("partial_rotary_factor", c.get("rotary_pct", default=1.0))
-        parallel = c.get("use_parallel_residual", default=True)
-        fields = dict(
-            num_layers=c.get("num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=heads,
-            ffn_hidden_size=c.get("intermediate_size"),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("max_position_embeddings"),
-            activation=c.activation("hidden_act"),
-            norm_eps=c.get("layer_norm_eps", default=1e-5),
-            position="rotary",
-            rotary_dim=int(hidden // heads * fraction),
-            rope_theta=c.rope("rope_theta", c.get("rotary_emb_base", default=10000.0)),
-            parallel_attn_mlp=parallel,
-            parallel_mlp_norm=parallel,
-            bias=c.get("attention_bias", default=True),
-            tie_embeddings=c.get("tie_word_embeddings", default=False),
-        )
-    elif family in _LLAMA_LIKE:
-        if c.get("hidden_act") != "silu":
-            raise c.unsupported("hidden_act", "llama-like models are built with SwiGLU (silu)")
-        bias = bool(c.get("mlp_bias", default=False) or c.get("attention_bias", default=False))
-        fields = dict(
-            num_layers=c.get("num_hidden_layers"),
-            hidden_size=c.get("hidden_size"),
-            num_heads=c.get("num_attention_heads"),
-            num_kv_heads=c.get("num_key_value_heads", "num_attention_heads"),
-            head_dim=c.get("head_dim", required=False),
-            ffn_hidden_size=c.get("intermediate_size"),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("max_position_embeddings"),
-            activation="swiglu",
-            norm="rmsnorm",
-            norm_eps=c.get("rms_norm_eps", default=1e-6),
-            position="rotary",
-            rope_theta=c.rope("rope_theta", 10000.0),
-            bias=bias,
-            qkv_bias=True if family == "qwen2" else None,
-            tie_embeddings=c.get("tie_word_embeddings", default=False),
-        )
-        if family == "mixtral":
-            fields["num_experts"] = c.get("num_local_experts")
-            fields["experts_per_token"] = c.get("num_experts_per_tok")
-    elif family == "opt":
-        hidden = c.get("hidden_size")
-        if not c.get("do_layer_norm_before", default=True):
-            raise c.unsupported("do_layer_norm_before", "post-LN OPT (opt-350m) is not built")
-        if c.get("word_embed_proj_dim", default=hidden) != hidden:
-            raise c.unsupported("word_embed_proj_dim", "must equal hidden_size")
-        fields = dict(
-            num_layers=c.get("num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("num_attention_heads"),
-            ffn_hidden_size=c.get("ffn_dim"),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("max_position_embeddings"),
-            activation=c.activation("activation_function"),
-            position="learned",
-            bias=c.get("enable_bias", default=True),
-            tie_embeddings=c.get("tie_word_embeddings", default=True),
-        )
-    else:  # bloom
-        hidden = c.get("hidden_size", "n_embed")
-        fields = dict(
-            num_layers=c.get("n_layer", "num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("n_head", "num_attention_heads"),
-            ffn_hidden_size=4 * hidden,
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("seq_length", default=2048),
-            activation="gelu_new",  # BLOOM's bloom_gelu is the tanh approximation
-            norm_eps=c.get("layer_norm_epsilon", default=1e-5),
-            position="alibi",
-            embedding_norm=True,
-            tie_embeddings=c.get("tie_word_embeddings", default=True),
-        )
-        if c.get("apply_residual_connection_post_layernorm", default=False):
-            raise c.unsupported("apply_residual_connection_post_layernorm", "not built")
-    try:
-        return Architecture(**common, **fields)
-    except ValueError as error:
-        raise InputError(f"cannot build an architecture: {error}", path=path) from None
-
-
-def architecture_from_hf_file(path: str | Path, *, name: str | None = None) -> Architecture:
-    """Read an HF ``config.json`` (or a folder holding one)."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "config.json"
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("file not found", path=str(file)) from None
-    except (OSError, json.JSONDecodeError) as error:
-        raise InputError(f"not a readable JSON config: {error}", path=str(file)) from None
-    if not isinstance(raw, dict):
-        raise InputError("not a JSON object", path=str(file))
-    default_name = raw.get("_name_or_path") or file.parent.name or file.stem
-    return architecture_from_hf_config(raw, name=name or str(default_name), path=str(file))
-
-
-def resolve_architecture(spec: str) -> Architecture:
-    """A catalog name, or a path to an HF config.json (or its folder)."""
-    if spec.endswith(".json") or Path(spec).is_dir() or "/" in spec:
-        return architecture_from_hf_file(spec)
-    return get_architecture(spec)
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3")
+_GEMMA = ("gemma2", "gemma3_text")
 
 
 # --- weights -------------------------------------------------------------------------------
@@ -344,27 +152,113 @@ def _map_bloom(sd, arch):
     return out
 
 
-def _map_llama_like(sd, arch):
+def _map_llama_like(sd, arch, with_mlp: bool = True):
+    """Llama and its descendants: Mistral, Mixtral, Qwen2/3, Qwen3-MoE, Phi-3 (fused qkv and
+    gate|up), Gemma 2/3 (sandwich norms); ``with_mlp`` False: the caller maps the MLPs."""
     out = {"embed": sd["model.embed_tokens.weight"], "final_norm.weight": sd["model.norm.weight"]}
     if "lm_head.weight" in sd and not arch.tie_embeddings:
         out["lm_head"] = sd["lm_head.weight"]
+    gemma = arch.family in _GEMMA
+    for i in range(arch.num_layers):
+        src, dst = f"model.layers.{i}.", f"layers.{i}."
+        out[f"{dst}attn_norm.weight"] = sd[f"{src}input_layernorm.weight"]
+        if gemma:
+            for ours, theirs in (
+                ("attn_post_norm", "post_attention_layernorm"),
+                ("mlp_norm", "pre_feedforward_layernorm"),
+                ("mlp_post_norm", "post_feedforward_layernorm"),
+            ):
+                out[f"{dst}{ours}.weight"] = sd[f"{src}{theirs}.weight"]
+        else:
+            out[f"{dst}mlp_norm.weight"] = sd[f"{src}post_attention_layernorm.weight"]
+        attn = f"{src}self_attn."
+        if f"{attn}qkv_proj.weight" in sd:  # Phi-3
+            out[f"{dst}attn.qkv_weight"] = sd[f"{attn}qkv_proj.weight"]
+        else:
+            out[f"{dst}attn.qkv_weight"] = torch.cat([sd[f"{attn}{x}_proj.weight"] for x in "qkv"])
+        if f"{attn}q_proj.bias" in sd:
+            out[f"{dst}attn.qkv_bias"] = torch.cat([sd[f"{attn}{x}_proj.bias"] for x in "qkv"])
+        if arch.qk_norm:
+            out[f"{dst}attn.q_norm.weight"] = sd[f"{attn}q_norm.weight"]
+            out[f"{dst}attn.k_norm.weight"] = sd[f"{attn}k_norm.weight"]
+        out[f"{dst}attn.out_weight"] = sd[f"{attn}o_proj.weight"]
+        if f"{attn}o_proj.bias" in sd:
+            out[f"{dst}attn.out_bias"] = sd[f"{attn}o_proj.bias"]
+        if not with_mlp:
+            continue
+        if arch.is_moe_layer(i):
+            out.update(_map_mixtral_experts(sd, arch, src, dst))
+            continue
+        out.update(_map_dense_mlp(sd, f"{src}mlp.", f"{dst}mlp."))
+    return out
+
+
+def _map_dense_mlp(sd, src, dst):
+    if f"{src}gate_up_proj.weight" in sd:  # Phi-3: already fused gate|up
+        return {f"{dst}in_weight": sd[f"{src}gate_up_proj.weight"],
+                f"{dst}out_weight": sd[f"{src}down_proj.weight"]}  # fmt: skip
+    return {
+        f"{dst}in_weight": torch.cat([sd[f"{src}gate_proj.weight"], sd[f"{src}up_proj.weight"]]),
+        f"{dst}out_weight": sd[f"{src}down_proj.weight"],
+    }
+
+
+def _half_rotary_rows(weight: torch.Tensor, groups: int, rope: int) -> torch.Tensor:
+    """Rows of each group's last ``rope`` outputs reordered from interleaved pairs to halves."""
+    order = torch.cat([torch.arange(0, rope, 2), torch.arange(1, rope, 2)])
+    view = weight.view(groups, -1, *weight.shape[1:])
+    head = view.shape[1] - rope
+    return torch.cat([view[:, :head], view[:, head:][:, order]], 1).reshape(weight.shape)
+
+
+def _map_deepseek_v3(sd, arch):
+    """MLA + DeepSeek MoE. DeepSeek's RoPE dims are interleaved pairs; permuting the q and key
+    projection rows into our half-split layout leaves the attention scores unchanged."""
+    out = {"embed": sd["model.embed_tokens.weight"], "final_norm.weight": sd["model.norm.weight"]}
+    if not arch.tie_embeddings:
+        out["lm_head"] = sd["lm_head.weight"]
+    rope, heads = arch.qk_rope_head_dim or 0, arch.num_heads
     for i in range(arch.num_layers):
         src, dst = f"model.layers.{i}.", f"layers.{i}."
         out[f"{dst}attn_norm.weight"] = sd[f"{src}input_layernorm.weight"]
         out[f"{dst}mlp_norm.weight"] = sd[f"{src}post_attention_layernorm.weight"]
-        attn = f"{src}self_attn."
-        out[f"{dst}attn.qkv_weight"] = torch.cat([sd[f"{attn}{x}_proj.weight"] for x in "qkv"])
-        if f"{attn}q_proj.bias" in sd:
-            out[f"{dst}attn.qkv_bias"] = torch.cat([sd[f"{attn}{x}_proj.bias"] for x in "qkv"])
-        out[f"{dst}attn.out_weight"] = sd[f"{attn}o_proj.weight"]
-        if arch.num_experts > 1:
-            out.update(_map_mixtral_experts(sd, arch, src, dst))
+        attn, ours = f"{src}self_attn.", f"{dst}attn."
+        if arch.q_lora_rank:
+            out[f"{ours}q_down"] = sd[f"{attn}q_a_proj.weight"]
+            out[f"{ours}q_norm.weight"] = sd[f"{attn}q_a_layernorm.weight"]
+            q_up = sd[f"{attn}q_b_proj.weight"]
+        else:
+            q_up = sd[f"{attn}q_proj.weight"]
+        out[f"{ours}q_up"] = _half_rotary_rows(q_up, heads, rope)
+        out[f"{ours}kv_down"] = _half_rotary_rows(sd[f"{attn}kv_a_proj_with_mqa.weight"], 1, rope)
+        out[f"{ours}kv_norm.weight"] = sd[f"{attn}kv_a_layernorm.weight"]
+        out[f"{ours}kv_up"] = sd[f"{attn}kv_b_proj.weight"]
+        out[f"{ours}out_weight"] = sd[f"{attn}o_proj.weight"]
+        if not arch.is_moe_layer(i):
+            out.update(_map_dense_mlp(sd, f"{src}mlp.", f"{dst}mlp."))
             continue
-        mlp = f"{src}mlp."
-        out[f"{dst}mlp.in_weight"] = torch.cat(
-            [sd[f"{mlp}gate_proj.weight"], sd[f"{mlp}up_proj.weight"]]
-        )
-        out[f"{dst}mlp.out_weight"] = sd[f"{mlp}down_proj.weight"]
+        out.update(_map_mixtral_experts(sd, arch, src, dst))
+        out[f"{dst}mlp.selection_bias"] = sd[f"{src}mlp.gate.e_score_correction_bias"]
+        out.update(_map_dense_mlp(sd, f"{src}mlp.shared_experts.", f"{dst}mlp.shared."))
+    return out
+
+
+def _map_gpt_oss(sd, arch):
+    """gpt-oss: attention with biases and sinks; experts stored [in, out] with gate and up
+    interleaved column by column."""
+    out = _map_llama_like(sd, arch, with_mlp=False)
+    for i in range(arch.num_layers):
+        src, dst = f"model.layers.{i}.", f"layers.{i}."
+        out[f"{dst}attn.sinks"] = sd[f"{src}self_attn.sinks"]
+        experts = f"{src}mlp.experts."
+        gate_up = sd[f"{experts}gate_up_proj"].transpose(1, 2)  # [E, 2f, h], rows g0 u0 g1 ...
+        gate_up_bias = sd[f"{experts}gate_up_proj_bias"]
+        out[f"{dst}mlp.router"] = sd[f"{src}mlp.router.weight"]
+        out[f"{dst}mlp.router_bias"] = sd[f"{src}mlp.router.bias"]
+        out[f"{dst}mlp.in_weight"] = torch.cat([gate_up[:, 0::2], gate_up[:, 1::2]], 1)
+        out[f"{dst}mlp.in_bias"] = torch.cat([gate_up_bias[:, 0::2], gate_up_bias[:, 1::2]], 1)
+        out[f"{dst}mlp.out_weight"] = sd[f"{experts}down_proj"].transpose(1, 2)
+        out[f"{dst}mlp.out_bias"] = sd[f"{experts}down_proj_bias"]
     return out
 
 
@@ -425,7 +319,9 @@ _MAPPERS: dict[str, Callable[[dict[str, torch.Tensor], Architecture], dict[str, 
     "gpt_neox": _map_gpt_neox,
     "bloom": _map_bloom,
     "opt": _map_opt,
-    **dict.fromkeys(_LLAMA_LIKE, _map_llama_like),
+    **dict.fromkeys(_LLAMA_LIKE + _GEMMA, _map_llama_like),
+    "deepseek_v3": _map_deepseek_v3,
+    "gpt_oss": _map_gpt_oss,
 }
 
 
@@ -442,6 +338,11 @@ def load_hf_state_dict(
         full = _MAPPERS[family](hf_state_dict, arch)
     except KeyError as error:
         raise InputError(f"{family} state dict lacks {error.args[0]!r}") from None
+    # DeepSeek's expert selection bias is a buffer (as in HF), but it is loaded like a weight.
+    buffers = [(n, b) for n, b in model.named_buffers() if n.endswith("selection_bias")]
+    for name, buffer in buffers:
+        if name in full:
+            buffer.copy_(full[name].to(buffer.device, buffer.dtype))
     for name, param in model.named_parameters():
         tensor = full.get(name)
         if tensor is None:
