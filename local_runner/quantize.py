@@ -31,7 +31,7 @@ from torch import nn
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
-from local_runner.model import KVCache
+from local_runner.model import KVCache, LatentCache
 
 # Compute dtypes by their short names; a weight format that is one of these is no quantization.
 DENSE_FORMATS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -373,77 +373,138 @@ def weight_bytes(model: nn.Module) -> int:
 # --- quantized KV cache -----------------------------------------------------------------------
 
 
-class QuantizedKVCache(KVCache):
-    """Keys and values stored in fp8 or int8 (with one scale per token and head), handed to
-    attention in the compute dtype."""
+def _encode(values: torch.Tensor, fmt: str) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """fp8: a plain cast; int8: symmetric, one scale per vector along the last dim."""
+    if fmt == "fp8":
+        return values.to(torch.float8_e4m3fn), None
+    scale = (values.abs().amax(dim=-1, keepdim=True).float() / 127.0).clamp(min=1e-12)
+    return torch.round(values.float() / scale).to(torch.int8), scale.to(values.dtype)
 
-    def __init__(self, cache: KVCache, fmt: str, dtype: torch.dtype) -> None:
-        nn.Module.__init__(self)
-        self.fmt, self.compute_dtype = fmt, dtype
+
+def _decode(data: torch.Tensor, scale: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    values = data.to(dtype)
+    return values * scale if scale is not None else values
+
+
+class _Store:
+    """One cache tensor held in fp8 or int8 (buffers ``name`` and ``name_scale`` of ``owner``)."""
+
+    def __init__(self, owner: nn.Module, name: str, like: torch.Tensor, fmt: str) -> None:
+        self.owner, self.name, self.fmt, self.dtype = owner, name, fmt, like.dtype
         storage = torch.float8_e4m3fn if fmt == "fp8" else torch.int8
-        shape, device = cache.k.shape, cache.k.device
-        self.register_buffer("k", torch.zeros(shape, device=device, dtype=storage), False)
-        self.register_buffer("v", torch.zeros(shape, device=device, dtype=storage), False)
-        if fmt == "int8":
-            scale_shape = (*shape[:-1], 1)
-            self.register_buffer(
-                "k_scale", torch.ones(scale_shape, device=device, dtype=dtype), False
-            )
-            self.register_buffer(
-                "v_scale", torch.ones(scale_shape, device=device, dtype=dtype), False
-            )
+        owner.register_buffer(name, torch.zeros_like(like, dtype=storage), persistent=False)
+        scale = torch.ones((*like.shape[:-1], 1), device=like.device, dtype=like.dtype)
+        owner.register_buffer(f"{name}_scale", scale if fmt == "int8" else None, persistent=False)
 
-    def _store(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if self.fmt == "fp8":
-            return values.to(torch.float8_e4m3fn), None
-        scale = (values.abs().amax(dim=-1, keepdim=True).float() / 127.0).clamp(min=1e-12)
-        return torch.round(values.float() / scale).to(torch.int8), scale.to(self.compute_dtype)
+    def data(self, batch: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        scale = getattr(self.owner, f"{self.name}_scale")
+        data = getattr(self.owner, self.name)[:batch]
+        return data, scale[:batch] if scale is not None else None
+
+    def write(self, batch: int, dim: int, index: torch.Tensor, values: torch.Tensor) -> None:
+        data, scale = self.data(batch)
+        encoded, encoded_scale = _encode(values, self.fmt)
+        # Copied as bytes: index_copy_ has no fp8 kernel on every device.
+        data.view(torch.uint8).index_copy_(dim, index, encoded.view(torch.uint8))
+        if scale is not None:
+            scale.index_copy_(dim, index, encoded_scale)
+
+    def read(self, batch: int, length: int | None = None, dim: int = 2) -> torch.Tensor:
+        data, scale = self.data(batch)
+        if length is not None:
+            data = data.narrow(dim, 0, length)
+            scale = scale.narrow(dim, 0, length) if scale is not None else None
+        return _decode(data, scale, self.dtype)
+
+    def bytes_per_slot(self, dim: int) -> int:
+        """Bytes of one position (all heads) of one sequence: data plus scales."""
+        data, scale = self.data(1)
+        total = data.select(dim, 0).nbytes
+        return total + (scale.select(dim, 0).nbytes if scale is not None else 0)
+
+
+class QuantizedKVCache(KVCache):
+    """A layer's keys and values stored in fp8 or int8 and handed to attention in the compute
+    dtype; full caches and sliding-window rings alike (the same bookkeeping as ``KVCache``)."""
+
+    def __init__(self, cache: KVCache, fmt: str) -> None:
+        nn.Module.__init__(self)
+        self.ring = cache.ring
+        self.register_buffer("positions", cache.positions, persistent=False)
+        self.keys, self.values = _Store(self, "k", cache.k, fmt), _Store(self, "v", cache.v, fmt)
 
     def update(
         self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kv_len: int
     ) -> tuple[torch.Tensor, torch.Tensor]:
         batch = k.shape[0]
-        out = []
-        for name, values in (("k", k), ("v", v)):
-            data, scale = self._store(values)
-            stored = getattr(self, name)[:batch]
-            # Copied as bytes: index_copy_ has no fp8 kernel on every device.
-            stored.view(torch.uint8).index_copy_(2, input_pos, data.view(torch.uint8))
-            prefix = stored[:, :, :kv_len].to(self.compute_dtype)
-            if scale is not None:
-                scales = getattr(self, f"{name}_scale")[:batch]
-                scales.index_copy_(2, input_pos, scale)
-                prefix = prefix * scales[:, :, :kv_len]
-            out.append(prefix)
-        return out[0], out[1]
+        self.keys.write(batch, 2, input_pos, k)
+        self.values.write(batch, 2, input_pos, v)
+        return self.keys.read(batch, kv_len), self.values.read(batch, kv_len)
+
+    def update_ring(
+        self, input_pos: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        batch, slots, seq = k.shape[0], self.positions.shape[0], k.shape[2]
+        if seq == 1:
+            slot = input_pos % slots
+            self.keys.write(batch, 2, slot, k)
+            self.values.write(batch, 2, slot, v)
+            self.positions.index_copy_(0, slot, input_pos)
+            return self.keys.read(batch), self.values.read(batch), self.positions
+        older = self.positions.masked_fill(self.positions >= input_pos[0], -1)
+        keys = torch.cat([self.keys.read(batch), k], 2)
+        values = torch.cat([self.values.read(batch), v], 2)
+        key_pos = torch.cat([older, input_pos])
+        keep = input_pos[-slots:]
+        self.keys.write(batch, 2, keep % slots, k[:, :, -slots:])
+        self.values.write(batch, 2, keep % slots, v[:, :, -slots:])
+        self.positions.index_copy_(0, keep % slots, keep)
+        return keys, values, key_pos
 
     @property
     def bytes_per_token(self) -> int:
-        """Cache bytes one token adds in this layer (keys, values and their scales)."""
-        per_slot = self.k[0, :, 0].nbytes + self.v[0, :, 0].nbytes
-        if self.fmt == "int8":
-            per_slot += self.k_scale[0, :, 0].nbytes + self.v_scale[0, :, 0].nbytes
-        return per_slot
+        return self.keys.bytes_per_slot(2) + self.values.bytes_per_slot(2)
+
+
+class QuantizedLatentCache(LatentCache):
+    """MLA's latent cache (kv latent + RoPE key per token) stored in fp8 or int8."""
+
+    def __init__(self, cache: LatentCache, fmt: str) -> None:
+        nn.Module.__init__(self)
+        self.store = _Store(self, "latent", cache.latent, fmt)
+
+    def update(self, input_pos: torch.Tensor, latent: torch.Tensor, kv_len: int) -> torch.Tensor:
+        batch = latent.shape[0]
+        self.store.write(batch, 1, input_pos, latent)
+        return self.store.read(batch, kv_len, dim=1)
+
+    @property
+    def bytes_per_token(self) -> int:
+        return self.store.bytes_per_slot(1)
 
 
 def quantize_kv_cache(model: nn.Module, fmt: str | None) -> nn.Module:
-    """Swap every layer's KV cache for an fp8 or int8 one (after ``setup_cache``), in place."""
+    """Swap every layer's cache for an fp8 or int8 one (after ``setup_cache``), in place."""
     if fmt is None:
         return model
-    dtype = next(model.parameters()).dtype
     for module in model.modules():
         for name, child in list(module.named_children()):
             if type(child) is KVCache:
-                setattr(module, name, QuantizedKVCache(child, fmt, dtype))
+                setattr(module, name, QuantizedKVCache(child, fmt))
+            elif type(child) is LatentCache:
+                setattr(module, name, QuantizedLatentCache(child, fmt))
     return model
 
 
 def kv_cache_bytes_per_token(model: nn.Module) -> int:
-    """Bytes the runner's caches hold per token of one sequence, over all layers."""
+    """Bytes the runner's caches hold per cached position of one sequence, over all layers
+    (keys, values or latents, and their scales)."""
     total = 0
     for module in model.modules():
-        if isinstance(module, QuantizedKVCache):
+        if isinstance(module, QuantizedKVCache | QuantizedLatentCache):
             total += module.bytes_per_token
         elif isinstance(module, KVCache):
             total += module.k[0, :, 0].nbytes + module.v[0, :, 0].nbytes
+        elif isinstance(module, LatentCache):
+            total += module.latent[0, 0].nbytes
     return total

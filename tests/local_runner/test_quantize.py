@@ -163,3 +163,19 @@ def test_profile_refuses_bad_precisions_writing_nothing(tmp_path, args, message)
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("name", ["gemma2", "gpt_oss", "deepseek_v3"])
+def test_new_families_quantize_weights_and_caches(name):
+    """Sliding-window rings, sinks with a routed MoE, and MLA's latent cache."""
+    from idealized_runtime.core.architectures import architecture_from_hf_config
+    from tests.test_architectures import TINY
+
+    arch = architecture_from_hf_config(TINY[name], name=name)
+    dense, reference = _logits(arch)
+    quantized, logits = _logits(arch, weights="int8", kv_cache="fp8")
+    assert _relative_error(logits, reference) < LOGIT_TOLERANCE["int8"] + KV_TOLERANCE["fp8"]
+    assert weight_bytes(quantized.model) < weight_bytes(dense.model)
+    assert 2 * kv_cache_bytes_per_token(quantized.model) == kv_cache_bytes_per_token(dense.model)
+    prompt = torch.randint(0, arch.vocab_size, (1, 12), generator=torch.Generator().manual_seed(3))
+    assert quantized.generate(prompt, 6).shape == (1, 6)  # past the 8-token sliding window
