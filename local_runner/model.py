@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from idealized_runtime.core.types import Architecture
+from idealized_runtime.core.types import Architecture, RopeScaling
 from local_runner.parallel import (
     SINGLE,
     ShardSpec,
@@ -41,6 +41,7 @@ from local_runner.parallel import (
     padded_vocab_size,
     vocab_parallel_embedding,
 )
+from local_runner.rope import yarn_attention_factor, yarn_inv_freq, yarn_softmax_scale
 
 INIT_STD = 0.02
 
@@ -102,14 +103,19 @@ class Norm(nn.Module):
 
 
 def rotary_tables(
-    rotary_dim: int, max_seq_len: int, theta: float, device
+    rotary_dim: int, max_seq_len: int, theta: float, device, scaling: RopeScaling | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [max_seq_len, rotary_dim / 2] (fp32)."""
-    inv_freq = 1.0 / theta ** (
-        torch.arange(0, rotary_dim, 2, device=device, dtype=torch.float32) / rotary_dim
-    )
+    """cos, sin of shape [max_seq_len, rotary_dim / 2] (fp32); YaRN-scaled when ``scaling``."""
+    if scaling is None:
+        inv_freq = 1.0 / theta ** (
+            torch.arange(0, rotary_dim, 2, device=device, dtype=torch.float32) / rotary_dim
+        )
+        factor = 1.0
+    else:
+        inv_freq = yarn_inv_freq(rotary_dim, theta, scaling, device)
+        factor = yarn_attention_factor(scaling)
     angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
+    return angles.cos() * factor, angles.sin() * factor
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -390,7 +396,7 @@ class LatentAttention(nn.Module):
         self.out_weight = _param(
             (h, heads * v_dim), tp, ShardSpec(1, (heads * v_dim,)), "normal_out", device, dtype
         )
-        self.scale = (nope + rope) ** -0.5
+        self.scale = (nope + rope) ** -0.5 * yarn_softmax_scale(arch.rope_scaling)
         self.kv_cache: LatentCache | None = None
 
     def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
@@ -714,7 +720,9 @@ class Transformer(nn.Module):
                 ring=slots < max_seq_len,
             )
         if arch.position == "rotary":
-            cos, sin = rotary_tables(self.rotary_dim, max_seq_len, arch.rope_theta, device)
+            cos, sin = rotary_tables(
+                self.rotary_dim, max_seq_len, arch.rope_theta, device, arch.rope_scaling
+            )
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
             if arch.sliding_rope_theta is not None:
