@@ -224,15 +224,17 @@ def _map_deepseek_v3(sd, arch):
         out[f"{dst}mlp_norm.weight"] = sd[f"{src}post_attention_layernorm.weight"]
         attn, ours = f"{src}self_attn.", f"{dst}attn."
         if arch.q_lora_rank:
-            out[f"{ours}q_down"] = sd[f"{attn}q_a_proj.weight"]
+            out[f"{ours}q_down_weight"] = sd[f"{attn}q_a_proj.weight"]
             out[f"{ours}q_norm.weight"] = sd[f"{attn}q_a_layernorm.weight"]
             q_up = sd[f"{attn}q_b_proj.weight"]
         else:
             q_up = sd[f"{attn}q_proj.weight"]
-        out[f"{ours}q_up"] = _half_rotary_rows(q_up, heads, rope)
-        out[f"{ours}kv_down"] = _half_rotary_rows(sd[f"{attn}kv_a_proj_with_mqa.weight"], 1, rope)
+        out[f"{ours}q_up_weight"] = _half_rotary_rows(q_up, heads, rope)
+        out[f"{ours}kv_down_weight"] = _half_rotary_rows(
+            sd[f"{attn}kv_a_proj_with_mqa.weight"], 1, rope
+        )
         out[f"{ours}kv_norm.weight"] = sd[f"{attn}kv_a_layernorm.weight"]
-        out[f"{ours}kv_up"] = sd[f"{attn}kv_b_proj.weight"]
+        out[f"{ours}kv_up_weight"] = sd[f"{attn}kv_b_proj.weight"]
         out[f"{ours}out_weight"] = sd[f"{attn}o_proj.weight"]
         if not arch.is_moe_layer(i):
             out.update(_map_dense_mlp(sd, f"{src}mlp.", f"{dst}mlp."))

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from idealized_runtime.core.types import Architecture
+from idealized_runtime.core.types import Architecture, RopeScaling
 from local_runner.parallel import (
     SINGLE,
     ShardSpec,
@@ -41,6 +41,7 @@ from local_runner.parallel import (
     padded_vocab_size,
     vocab_parallel_embedding,
 )
+from local_runner.rope import yarn_attention_factor, yarn_inv_freq, yarn_softmax_scale
 
 INIT_STD = 0.02
 
@@ -102,14 +103,19 @@ class Norm(nn.Module):
 
 
 def rotary_tables(
-    rotary_dim: int, max_seq_len: int, theta: float, device
+    rotary_dim: int, max_seq_len: int, theta: float, device, scaling: RopeScaling | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin of shape [max_seq_len, rotary_dim / 2] (fp32)."""
-    inv_freq = 1.0 / theta ** (
-        torch.arange(0, rotary_dim, 2, device=device, dtype=torch.float32) / rotary_dim
-    )
+    """cos, sin of shape [max_seq_len, rotary_dim / 2] (fp32); YaRN-scaled when ``scaling``."""
+    if scaling is None:
+        inv_freq = 1.0 / theta ** (
+            torch.arange(0, rotary_dim, 2, device=device, dtype=torch.float32) / rotary_dim
+        )
+        factor = 1.0
+    else:
+        inv_freq = yarn_inv_freq(rotary_dim, theta, scaling, device)
+        factor = yarn_attention_factor(scaling)
     angles = torch.outer(torch.arange(max_seq_len, device=device, dtype=torch.float32), inv_freq)
-    return angles.cos(), angles.sin()
+    return angles.cos() * factor, angles.sin() * factor
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -378,35 +384,41 @@ class LatentAttention(nn.Module):
         self.nope, self.rope, self.rank, self.v_dim = nope, rope, rank, v_dim
         q_out, kv_up = heads * (nope + rope), heads * (nope + v_dim)
         if arch.q_lora_rank:
-            self.q_down = _param((arch.q_lora_rank, h), tp, None, "normal", device, dtype)
+            self.q_down_weight = _param((arch.q_lora_rank, h), tp, None, "normal", device, dtype)
             self.q_norm = Norm(arch, tp, device, dtype, size=arch.q_lora_rank)
             q_in = arch.q_lora_rank
         else:
-            self.q_down, self.q_norm, q_in = None, None, h
-        self.q_up = _param((q_out, q_in), tp, ShardSpec(0, (q_out,)), "normal", device, dtype)
-        self.kv_down = _param((rank + rope, h), tp, None, "normal", device, dtype)
+            self.q_down_weight, self.q_norm, q_in = None, None, h
+        self.q_up_weight = _param(
+            (q_out, q_in), tp, ShardSpec(0, (q_out,)), "normal", device, dtype
+        )
+        self.kv_down_weight = _param((rank + rope, h), tp, None, "normal", device, dtype)
         self.kv_norm = Norm(arch, tp, device, dtype, size=rank)
-        self.kv_up = _param((kv_up, rank), tp, ShardSpec(0, (kv_up,)), "normal", device, dtype)
+        self.kv_up_weight = _param(
+            (kv_up, rank), tp, ShardSpec(0, (kv_up,)), "normal", device, dtype
+        )
         self.out_weight = _param(
             (h, heads * v_dim), tp, ShardSpec(1, (heads * v_dim,)), "normal_out", device, dtype
         )
-        self.scale = (nope + rope) ** -0.5
+        self.scale = (nope + rope) ** -0.5 * yarn_softmax_scale(arch.rope_scaling)
         self.kv_cache: LatentCache | None = None
 
     def forward(self, x: torch.Tensor, ctx: StepContext) -> torch.Tensor:
         batch, seq, _ = x.shape
         heads, nope, rope, rank = self.local_heads, self.nope, self.rope, self.rank
-        q = x if self.q_down is None else self.q_norm(F.linear(x, self.q_down))
-        q = F.linear(q, self.q_up).view(batch, seq, heads, nope + rope)
+        q = x if self.q_down_weight is None else self.q_norm(F.linear(x, self.q_down_weight))
+        q = F.linear(q, self.q_up_weight).view(batch, seq, heads, nope + rope)
         q_nope, q_rope = q.split([nope, rope], dim=-1)
-        latent, k_rope = F.linear(x, self.kv_down).split([rank, rope], dim=-1)
+        latent, k_rope = F.linear(x, self.kv_down_weight).split([rank, rope], dim=-1)
         q_rope = apply_rotary(q_rope, ctx.cos, ctx.sin)
         k_rope = apply_rotary(k_rope.unsqueeze(2), ctx.cos, ctx.sin).squeeze(2)
         assert self.kv_cache is not None, "call setup_cache() first"
         cached = self.kv_cache.update(
             ctx.input_pos, torch.cat([self.kv_norm(latent), k_rope], dim=-1), ctx.kv_len
         )
-        w_uk, w_uv = self.kv_up.view(heads, nope + self.v_dim, rank).split([nope, self.v_dim], 1)
+        w_uk, w_uv = torch.reshape(self.kv_up_weight, (heads, nope + self.v_dim, rank)).split(
+            [nope, self.v_dim], 1
+        )
         if seq == 1:
             q_latent = torch.einsum("bthn,hnr->bhtr", q_nope, w_uk)
             q_all = torch.cat([q_latent, q_rope.transpose(1, 2)], dim=-1)
@@ -421,7 +433,7 @@ class LatentAttention(nn.Module):
             y = torch.einsum("bhtr,hvr->bthv", y, w_uv)
         else:
             kv_len = cached.shape[1]
-            kv = F.linear(cached[..., :rank], self.kv_up).view(batch, kv_len, heads, -1)
+            kv = F.linear(cached[..., :rank], self.kv_up_weight).view(batch, kv_len, heads, -1)
             k_nope, v = kv.split([nope, self.v_dim], dim=-1)
             k_shared = cached[..., rank:].unsqueeze(2).expand(-1, -1, heads, -1)
             k = torch.cat([k_nope, k_shared], dim=-1).transpose(1, 2)
@@ -714,7 +726,9 @@ class Transformer(nn.Module):
                 ring=slots < max_seq_len,
             )
         if arch.position == "rotary":
-            cos, sin = rotary_tables(self.rotary_dim, max_seq_len, arch.rope_theta, device)
+            cos, sin = rotary_tables(
+                self.rotary_dim, max_seq_len, arch.rope_theta, device, arch.rope_scaling
+            )
             self.register_buffer("rope_cos", cos, persistent=False)
             self.register_buffer("rope_sin", sin, persistent=False)
             if arch.sliding_rope_theta is not None:

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from idealized_runtime.core.catalog import UnknownNameError, get_architecture
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture
+from idealized_runtime.core.types import Architecture, RopeScaling
 
 SUPPORTED_FAMILIES = (
     "gpt2",
@@ -275,6 +275,41 @@ def _gemma(c: _Config, family: str) -> dict[str, Any]:
     )
 
 
+def _yarn(c: _Config) -> RopeScaling | None:
+    """The YaRN RoPE extension of DeepSeek-V3 and gpt-oss (transformers 5 ``rope_parameters``,
+    4.x ``rope_scaling``); plain RoPE gives None, any other scaling is refused."""
+    raw = c.raw.get("rope_scaling") or c.raw.get("rope_parameters") or {}
+    if not isinstance(raw, dict):
+        raise c.unsupported("rope_scaling", "expected an object")
+    kind = raw.get("rope_type", raw.get("type", "default"))
+    if kind == "default":
+        return None
+    if kind != "yarn":
+        raise InputError(
+            f"unsupported rope_scaling type {kind!r}: known: default, yarn", path=c.path
+        )
+    original = raw.get("original_max_position_embeddings")
+    if not isinstance(original, int) or isinstance(original, bool) or original <= 0:
+        raise InputError(
+            "rope_scaling needs original_max_position_embeddings, a positive integer", path=c.path
+        )
+    factor = raw.get("factor") or c.get("max_position_embeddings") / original
+    try:
+        return RopeScaling(
+            factor=factor,
+            original_max_context=original,
+            beta_fast=raw.get("beta_fast") or 32.0,
+            beta_slow=raw.get("beta_slow") or 1.0,
+            mscale=raw.get("mscale"),
+            mscale_all_dim=raw.get("mscale_all_dim"),
+            attention_factor=raw.get("attention_factor"),
+            truncate=raw.get("truncate", True),
+        )
+    except ValidationError as error:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
+        raise InputError(f"bad rope_scaling: {detail}", path=c.path) from None
+
+
 def _deepseek_v3(c: _Config) -> dict[str, Any]:
     if c.get("hidden_act", default="silu") != "silu":
         raise c.unsupported("hidden_act", "DeepSeek-V3 is built with SwiGLU (silu)")
@@ -297,6 +332,7 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
         norm_eps=c.get("rms_norm_eps", default=1e-6),
         position="rotary",
         rope_theta=c.rope("rope_theta", 10000.0),
+        rope_scaling=_yarn(c),
         bias=False,
         tie_embeddings=c.get("tie_word_embeddings", default=False),
         q_lora_rank=c.get("q_lora_rank", required=False),
@@ -333,6 +369,7 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
         norm_eps=c.get("rms_norm_eps", default=1e-5),
         position="rotary",
         rope_theta=c.rope("rope_theta", 150000.0),
+        rope_scaling=_yarn(c),
         bias=c.get("attention_bias", default=True),
         tie_embeddings=c.get("tie_word_embeddings", default=False),
         sliding_window=c.get("sliding_window"),

@@ -47,6 +47,23 @@ class _Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class RopeScaling(_Frozen):
+    """YaRN context extension of RoPE (DeepSeek-V3, gpt-oss; Peng et al. 2023): low frequencies
+    interpolated by ``factor``, high ones kept, a linear ramp between the dimensions that turn
+    ``beta_fast`` and ``beta_slow`` times over ``original_max_context``; cos and sin scaled by
+    ``attention_factor`` (None: derived from factor and the mscales)."""
+
+    kind: Literal["yarn"] = "yarn"
+    factor: float = Field(gt=0)
+    original_max_context: PositiveInt
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    mscale: float | None = None
+    mscale_all_dim: float | None = None  # DeepSeek: softmax scale times mscale(all_dim) ** 2
+    attention_factor: float | None = None
+    truncate: bool = True  # round the ramp's ends to whole dimensions (gpt-oss: False)
+
+
 class Architecture(_Frozen):
     """Shape of a decoder-only transformer; enough to build it with random weights and to count
     its FLOPs and bytes."""
@@ -67,6 +84,7 @@ class Architecture(_Frozen):
     position: PositionEncoding = "learned"
     rotary_dim: PositiveInt | None = None  # partial rotary (GPT-J, GPT-NeoX); None: whole head
     rope_theta: float = 10000.0
+    rope_scaling: RopeScaling | None = None  # None: plain RoPE
     parallel_attn_mlp: bool = False  # GPT-J / GPT-NeoX: x + attn(ln(x)) + mlp(ln(x))
     parallel_mlp_norm: bool = False  # GPT-NeoX: parallel MLP has its own norm (GPT-J shares one)
     embedding_norm: bool = False  # BLOOM: LayerNorm right after the token embedding
