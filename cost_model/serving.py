@@ -482,3 +482,41 @@ def estimate_from_architecture(
         notes=tuple(notes),
         precision=precision.label,
     )
+
+
+def hardware_model_estimate(
+    arch: Architecture,
+    hardware: Hardware,
+    num_prompt_tokens: int,
+    num_output_tokens: int,
+    *,
+    batch_size: int = 1,
+    tp: int | None = None,
+    precision: Precision | None = None,
+    ideal: bool = False,
+) -> tuple[Estimate, str]:
+    """The hardware model's estimate as ``estimate --arch`` and the REST API give it: with the
+    shipped calibration's efficiencies (source ``calibrated``; the calibration's name is
+    returned) or the ideal roofline (``ideal``: source ``analytic``, name ""). ``precision``
+    defaults to the checkpoint's own (``arch.precision``), else bf16."""
+    precision = precision or arch.precision or Precision()
+    if ideal:
+        efficiency, source, calibration = IDEAL, "analytic", ""
+    else:
+        from cost_model.calibration import shipped_calibration
+
+        shipped = shipped_calibration()
+        efficiency, source, calibration = shipped.efficiency, "calibrated", shipped.name
+    estimate = estimate_from_architecture(
+        arch,
+        hardware,
+        num_prompt_tokens,
+        num_output_tokens,
+        batch_size=batch_size,
+        tp=tp,
+        dtype=precision.compute_dtype,
+        efficiency=efficiency,
+        source=source,
+        precision=precision,
+    )
+    return estimate, calibration

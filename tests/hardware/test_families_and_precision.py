@@ -218,7 +218,7 @@ def test_fp8_compute_is_refused_without_fp8_tensor_cores_but_weight_only_runs() 
     assert "\n" not in str(caught.value)
     weight_only = parse_precision("fp8", activations="bf16")
     estimate = estimate_from_architecture(arch, A100, 128, 16, precision=weight_only)
-    assert estimate.precision == "fp8"
+    assert estimate.precision == "fp8 (weight-only)"
     assert compute_hardware(H100, parse_precision("fp8")).peak_dense_tflops == 1979
 
 
@@ -226,7 +226,7 @@ def test_int4_speeds_up_memory_bound_decode_by_the_byte_ratio() -> None:
     llama = get_architecture("llama-3.1-70b")
     int4 = parse_precision("int4")
     fits = estimate_from_architecture(llama, H100, 1, 257, precision=int4)
-    assert (fits.num_gpus, fits.precision) == (1, "int4-g128")
+    assert (fits.num_gpus, fits.precision) == (1, "int4-g128 (weight-only)")
     two = estimate_from_architecture(llama, H100, 1, 257)  # bf16 needs tp 2
     assert two.num_gpus == 2 and fits.beta_s < two.beta_s
     # Same GPU count: batch-1 decode is memory bound, so the speed-up is the bytes ratio.
