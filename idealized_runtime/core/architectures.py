@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from idealized_runtime.core.catalog import UnknownNameError, get_architecture
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture, RopeScaling
+from idealized_runtime.core.types import Architecture, Precision, RopeScaling
 
 SUPPORTED_FAMILIES = (
     "gpt2",
@@ -452,6 +452,7 @@ def architecture_from_hf_config(
             "gpt_oss": _gpt_oss,
         }
         fields = mappers[family](c)
+    fields["precision"] = checkpoint_precision(config, path)
     try:
         return Architecture(name=name, family=family, source=f"HF config {path}", **fields)
     except ValidationError as error:
@@ -459,6 +460,46 @@ def architecture_from_hf_config(
             f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in error.errors()
         )
         raise InputError(f"cannot build an architecture: {detail}", path=path) from None
+
+
+QUANTIZATION_METHODS = ("fp8", "mxfp4", "awq", "gptq")
+
+
+def checkpoint_precision(config: dict[str, Any], path: str = "config.json") -> Precision | None:
+    """The precision a checkpoint ships in, from its ``quantization_config`` (None: none).
+
+    fp8 (DeepSeek-V3's block-scaled e4m3) computes in fp8 when activations are quantized too
+    (``activation_scheme``); mxfp4 (gpt-oss) covers the MoE experts only; AWQ and GPTQ are
+    weight-only int4/int8 in groups of ``group_size``."""
+    quant = config.get("quantization_config")
+    if quant is None:
+        return None
+    if not isinstance(quant, dict):
+        raise InputError("quantization_config is not a JSON object", path=path)
+    method = str(quant.get("quant_method", "")).lower()
+    if method == "fp8":
+        scheme = quant.get("activation_scheme")
+        return Precision(weights="fp8", activations="fp8" if scheme else "bf16")
+    if method == "mxfp4":
+        return Precision(weights="mxfp4", scope="experts")
+    if method in ("awq", "gptq"):
+        bits, group = quant.get("bits", quant.get("w_bit")), quant.get("group_size")
+        group = group or quant.get("q_group_size")
+        if bits not in (4, 8):
+            raise InputError(
+                f"unsupported quantization_config bits={bits!r}: use 4 or 8", path=path
+            )
+        label = f"int{bits}" + (f"-g{group}" if isinstance(group, int) and group > 0 else "")
+        try:
+            return Precision(weights=label)
+        except ValidationError as error:
+            detail = error.errors()[0]["msg"].removeprefix("Value error, ")
+            raise InputError(f"quantization_config: {detail}", path=path) from None
+    raise InputError(
+        f"unsupported quantization_config quant_method={method or None!r}; supported: "
+        f"{', '.join(QUANTIZATION_METHODS)}",
+        path=path,
+    )
 
 
 def architecture_from_hf_file(path: str | Path, *, name: str | None = None) -> Architecture:

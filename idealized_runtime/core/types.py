@@ -10,7 +10,14 @@ import math
 from datetime import datetime, timezone
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -127,6 +134,8 @@ class Architecture(_Frozen):
     router_bias: bool = False  # gpt-oss: the router linear has a bias
     swiglu_limit: float | None = None  # gpt-oss: clamped SwiGLU (up + 1) * g * sigmoid(alpha g)
     swiglu_alpha: float = 1.702
+    # The precision the published checkpoint ships in (quantization_config: fp8, mxfp4); None: bf16.
+    precision: Precision | None = None
     source: str = ""  # where the figures come from (paper, config URL)
 
     @model_validator(mode="after")
@@ -292,10 +301,222 @@ class Hardware(_Frozen):
     unaligned_matmul_tflops: float | None = Field(
         default=None, gt=0, description="fp16 TFLOP/s of GEMMs off 16-byte alignment; None: peak"
     )
+    peak_fp8_tflops: float | None = Field(
+        default=None, gt=0, description="dense fp8 tensor-core TFLOP/s; None: no fp8 tensor cores"
+    )
+    peak_int8_tops: float | None = Field(
+        default=None, gt=0, description="dense int8 tensor-core TOP/s; None: none"
+    )
     interconnect_gbps: float = Field(default=0, ge=0, description="per-GPU in-node, GB/s, one way")
     board_power_w: float = Field(default=0, ge=0)
     hourly_price_usd: float = Field(default=0, ge=0)
     sources: dict[str, str] = Field(default_factory=dict)
+
+
+# --- Numeric precision ------------------------------------------------------------------------
+# Formats by their short names. Weights may be quantized (weight-only: dequantized into the
+# activation dtype per matmul; fp8 weights with fp8 activations: fp8 tensor-core GEMMs).
+WeightFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4"]
+KvCacheFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
+ActivationFormat = Literal["fp32", "bf16", "fp16", "fp8"]
+QuantizedScope = Literal["linear", "experts"]
+WEIGHT_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8", "int8", "int4", "mxfp4")
+KV_CACHE_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8", "int8")
+ACTIVATION_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8")
+FORMAT_BITS: dict[str, int] = {
+    "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4, "mxfp4": 4,
+}  # fmt: skip
+DENSE_FORMATS: dict[str, Dtype] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+FORMAT_OF_DTYPE: dict[str, str] = {dtype: name for name, dtype in DENSE_FORMATS.items()}
+# Groupwise quantization stores, per group of N weights along the input dimension, a 16-bit
+# scale, and for int4 also a 4-bit zero point (the AWQ/GPTQ/tinygemm layouts). int4 without a
+# group size means groups of 128, the common checkpoint layout; int8 without one means one scale
+# per output channel (negligible bytes). MXFP4 (OCP microscaling): groups of 32 share an 8-bit
+# power-of-two scale, 4.25 bits per weight.
+DEFAULT_INT4_GROUP = 128
+MXFP4_GROUP = 32
+GROUPED_FORMATS: tuple[str, ...] = ("int8", "int4")
+_GROUP_SCALE_BITS = {"int8": 16, "int4": 16 + 4, "mxfp4": 8}
+
+
+def _parse_weight_label(text: str) -> tuple[str, int | None]:
+    """``int4-g128`` -> ("int4", 128); a one-line ValueError for anything else."""
+    value = text.strip().lower()
+    name, _, suffix = value.partition("-g")
+    if name in DENSE_FORMATS or name == "fp8":
+        if suffix or "-" in value:
+            raise ValueError(f"weight format {text!r} takes no group size")
+        return name, None
+    if name == "mxfp4":
+        if suffix and suffix != str(MXFP4_GROUP):
+            raise ValueError(f"mxfp4 groups are {MXFP4_GROUP} weights, got {text!r}")
+        return name, MXFP4_GROUP
+    if name in GROUPED_FORMATS:
+        if not suffix and value == name:
+            return name, DEFAULT_INT4_GROUP if name == "int4" else None
+        if not suffix.isdigit() or int(suffix) < 8 or int(suffix) & (int(suffix) - 1):
+            raise ValueError(
+                f"weight format {text!r}: the group size after -g must be a power of two >= 8"
+            )
+        return name, int(suffix)
+    raise ValueError(
+        f"unknown weight format {text!r}; use one of bf16, fp16, fp32, fp8, int8[-gN], "
+        "int4[-gN], mxfp4"
+    )
+
+
+class Precision(_Frozen):
+    """Number formats of a deployment: weights (possibly quantized, with a group size), the KV
+    cache, and the activations the matmuls run in.
+
+    Quantized weights cover the linear layers (``scope`` "linear": attention and MLP
+    projections, experts) or only the MoE experts (``scope`` "experts": gpt-oss's MXFP4
+    checkpoint); embeddings, norms, routers and the LM head stay in the 16-bit compute dtype.
+    """
+
+    weights: str = "bf16"  # canonical label: bf16 | fp16 | fp32 | fp8 | int8[-gN] | int4-gN | mxfp4
+    kv_cache: KvCacheFormat = "bf16"
+    activations: ActivationFormat = "bf16"
+    scope: QuantizedScope = "linear"
+
+    @field_validator("weights")
+    @classmethod
+    def _canonical_weights(cls, value: str) -> str:
+        name, group = _parse_weight_label(value)
+        if name == "mxfp4" or group is None:
+            return name
+        return f"{name}-g{group}"
+
+    @model_validator(mode="after")
+    def _check_pairs(self) -> Precision:
+        fmt = self.weight_format
+        if fmt in DENSE_FORMATS and self.activations != fmt:
+            raise ValueError(
+                f"{fmt} weights compute in {fmt}; activations {self.activations} need "
+                "quantized weights (fp8 activations: --weights fp8)"
+            )
+        if fmt not in DENSE_FORMATS and self.activations == "fp32":
+            raise ValueError(f"{fmt} weights dequantize into bf16 or fp16 activations, not fp32")
+        if self.activations == "fp8" and fmt != "fp8":
+            raise ValueError(f"fp8 activations need fp8 weights, got {self.weights} weights")
+        return self
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        return self.weights.partition("-g")[0]  # type: ignore[return-value]
+
+    @property
+    def group_size(self) -> int | None:
+        return _parse_weight_label(self.weights)[1]
+
+    @property
+    def quantized(self) -> bool:
+        return self.weight_format not in DENSE_FORMATS
+
+    @property
+    def compute_dtype(self) -> Dtype:
+        """The dtype unquantized weights (embeddings, norms, LM head) and fp8-less math use."""
+        return DENSE_FORMATS.get(self.activations, "bfloat16")
+
+    @property
+    def dense_weight_bytes(self) -> int:
+        """Bytes per unquantized weight (embeddings, norms, routers, LM head)."""
+        return DTYPE_BYTES[self.compute_dtype]
+
+    @property
+    def bytes_per_weight(self) -> float:
+        """Bytes per quantized (linear-layer) weight, scales and zero points included."""
+        bits = float(FORMAT_BITS[self.weight_format])
+        group = self.group_size
+        if group is not None:
+            bits += _GROUP_SCALE_BITS[self.weight_format] / group
+        return bits / 8.0
+
+    @property
+    def kv_bytes_per_element(self) -> int:
+        return FORMAT_BITS[self.kv_cache] // 8
+
+    @property
+    def activation_bytes(self) -> int:
+        return FORMAT_BITS[self.activations] // 8
+
+    @property
+    def fp8_compute(self) -> bool:
+        """Matmuls run on fp8 tensor cores (W8A8) rather than at the 16-bit rate."""
+        return self.activations == "fp8"
+
+    @property
+    def label(self) -> str:
+        """``bf16``; ``int4-g128 (weight-only)``; ``fp8 (fp8 compute), kv fp8``; ..."""
+        label = self.weights
+        if self.quantized:
+            label += " experts" if self.scope == "experts" else ""
+            label += " (fp8 compute)" if self.fp8_compute else " (weight-only)"
+        if self.kv_cache != FORMAT_OF_DTYPE[self.compute_dtype]:
+            label += f", kv {self.kv_cache}"
+        return label
+
+    @classmethod
+    def from_dtype(cls, dtype: Dtype) -> Precision:
+        fmt = FORMAT_OF_DTYPE[dtype]
+        return cls(weights=fmt, kv_cache=fmt, activations=fmt)  # type: ignore[arg-type]
+
+
+BF16 = Precision()
+Architecture.model_rebuild()
+
+
+def parse_precision(
+    weights: str | None = None,
+    kv_cache: str | None = None,
+    activations: str | None = None,
+    *,
+    default: Precision | None = None,
+) -> Precision:
+    """A Precision from user strings; unset parts come from ``default`` (a checkpoint's own
+    precision) or follow the weights: dense weights compute in their own dtype, fp8 weights in
+    fp8 (W8A8), other quantized weights in bf16; the KV cache defaults to the 16-bit compute
+    dtype. Raises ``InputError`` with one line naming the bad value."""
+    from idealized_runtime.core.errors import InputError
+
+    base = default or BF16
+    try:
+        if weights is None:
+            weight_label, scope = base.weights, base.scope
+        else:
+            weight_label, scope = weights, "linear"
+        fmt, _ = _parse_weight_label(weight_label)
+        if activations is None:
+            if weights is None:
+                act = base.activations
+            elif fmt in DENSE_FORMATS or fmt == "fp8":
+                act = fmt
+            else:
+                act = "bf16"
+        else:
+            act = activations.strip().lower()
+            if act not in ACTIVATION_FORMATS:
+                raise ValueError(
+                    f"unknown activation format {activations!r}; use one of "
+                    f"{', '.join(ACTIVATION_FORMATS)}"
+                )
+        if kv_cache is None:
+            kv = base.kv_cache if weights is None and activations is None else None
+            kv = kv or ("fp32" if act == "fp32" else "fp16" if act == "fp16" else "bf16")
+        else:
+            kv = kv_cache.strip().lower()
+            if kv not in KV_CACHE_FORMATS:
+                raise ValueError(
+                    f"unknown KV-cache format {kv_cache!r}; use one of "
+                    f"{', '.join(KV_CACHE_FORMATS)}"
+                )
+        return Precision(weights=weight_label, kv_cache=kv, activations=act, scope=scope)  # type: ignore[arg-type]
+    except ValidationError as error:
+        raise InputError(
+            f"precision: {error.errors()[0]['msg'].removeprefix('Value error, ')}"
+        ) from None
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
 class Stack(_Frozen):
