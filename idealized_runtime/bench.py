@@ -34,7 +34,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from idealized_runtime import __version__
-from idealized_runtime.core.catalog import UnknownNameError, get_architecture, hardware_catalog
+from idealized_runtime.core.architectures import load_architecture
+from idealized_runtime.core.catalog import hardware_catalog
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.core.types import Dtype, FittedCostModel, Stack
@@ -71,10 +72,7 @@ class LocalModelSpec(_Spec):
     @field_validator("architecture")
     @classmethod
     def _known(cls, value: str) -> str:
-        try:
-            get_architecture(value)
-        except UnknownNameError as error:
-            raise ValueError(str(error)) from None  # the message lists the known names
+        load_architecture(value)  # an InputError (a ValueError) lists the known names
         return value
 
     @field_validator("grid")
@@ -87,7 +85,7 @@ class LocalModelSpec(_Spec):
     @model_validator(mode="after")
     def _layers_in_range(self) -> LocalModelSpec:
         if self.layers is not None:
-            total = get_architecture(self.architecture).num_layers
+            total = load_architecture(self.architecture).num_layers
             if self.layers > total:
                 raise ValueError(f"layers must be in [1, {total}] for {self.architecture!r}")
         return self
@@ -398,7 +396,7 @@ def _run_local(
     from cost_model.measurements_io import read_measurements
     from local_runner.profile import make_grid, meta_path, profile_grid
 
-    arch = get_architecture(spec.architecture)
+    arch = load_architecture(spec.architecture)
     output = item_dir / "measurements.csv"
     profile_grid(
         arch,

@@ -1,226 +1,33 @@
-"""Hugging Face ``config.json`` -> ``Architecture``, and HF weights -> our model.
+"""HF weights -> our model: a ``*ForCausalLM`` state dict copied into a ``Transformer``.
 
-Supported ``model_type``s: gpt2, gptj, gpt_neox, llama, mistral, mixtral, qwen2, opt, bloom.
-Anything we cannot represent faithfully is refused with an ``InputError`` naming the file and the
-key, rather than silently profiling a different architecture. Loading weights does not need
-``transformers``: it takes a plain state dict (the ``*ForCausalLM`` layout).
+The config.json -> Architecture mapping lives in ``idealized_runtime.core.architectures`` (no
+torch); this module maps each family's weight names and layouts onto the runner's. Loading does
+not need ``transformers``: it takes a plain state dict.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
-from pathlib import Path
-from typing import Any
 
 import torch
 
-from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.architectures import (
+    SUPPORTED_FAMILIES,
+    architecture_from_hf_config,
+    architecture_from_hf_file,
+)
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
 from local_runner.model import Transformer
 
-SUPPORTED_FAMILIES = (
-    "gpt2",
-    "gptj",
-    "gpt_neox",
-    "llama",
-    "mistral",
-    "mixtral",
-    "qwen2",
-    "opt",
-    "bloom",
-)
+__all__ = [
+    "SUPPORTED_FAMILIES",
+    "architecture_from_hf_config",
+    "architecture_from_hf_file",
+    "load_hf_state_dict",
+]
+
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2")
-_ACTIVATIONS = {
-    "gelu": "gelu",
-    "gelu_new": "gelu_new",
-    "gelu_pytorch_tanh": "gelu_new",
-    "gelu_fast": "gelu_new",
-    "relu": "relu",
-}
-
-
-class _Config:
-    """Typed reads from a config dict; a missing or unusable key is an InputError."""
-
-    def __init__(self, raw: dict[str, Any], path: str) -> None:
-        self.raw, self.path = raw, path
-
-    def get(self, *keys: str, default: Any = None, required: bool = True) -> Any:
-        for key in keys:
-            if self.raw.get(key) is not None:
-                return self.raw[key]
-        if default is None and required:
-            raise InputError(f"missing key {keys[0]!r}", path=self.path)
-        return default
-
-    def rope(self, key: str, default: Any) -> Any:
-        """transformers 5 nests RoPE settings in ``rope_parameters``; 4.x keeps them on top."""
-        nested = self.raw.get("rope_parameters") or {}
-        return nested.get(key, self.raw.get(key, default))
-
-    def unsupported(self, key: str, why: str) -> InputError:
-        return InputError(f"unsupported {key}={self.raw.get(key)!r}: {why}", path=self.path)
-
-    def activation(self, *keys: str) -> str:
-        name = self.get(*keys)
-        if name not in _ACTIVATIONS:
-            raise self.unsupported(keys[0], f"known: {', '.join(_ACTIVATIONS)}")
-        return _ACTIVATIONS[name]
-
-
-def architecture_from_hf_config(config: dict[str, Any], *, name: str, path: str = "config.json"):
-    """Map an HF config dict to an Architecture (``path`` only labels errors)."""
-    c = _Config(config, path)
-    family = config.get("model_type")
-    if family not in SUPPORTED_FAMILIES:
-        raise InputError(
-            f"unsupported model_type {family!r}; supported: {', '.join(SUPPORTED_FAMILIES)}",
-            path=path,
-            column="model_type",
-        )
-    common: dict[str, Any] = {"name": name, "family": family, "source": f"HF config {path}"}
-    if family == "gpt2":
-        hidden = c.get("n_embd", "hidden_size")
-        fields = dict(
-            num_layers=c.get("n_layer", "num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("n_head", "num_attention_heads"),
-            ffn_hidden_size=c.get("n_inner", default=4 * hidden, required=False),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("n_positions", "max_position_embeddings"),
-            activation=c.activation("activation_function"),
-            norm_eps=c.get("layer_norm_epsilon", default=1e-5),
-            position="learned",
-            tie_embeddings=c.get("tie_word_embeddings", default=True),
-        )
-    elif family == "gptj":
-        hidden = c.get("n_embd", "hidden_size")
-        fields = dict(
-            num_layers=c.get("n_layer", "num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("n_head", "num_attention_heads"),
-            ffn_hidden_size=c.get("n_inner", default=4 * hidden, required=False),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("n_positions", "max_position_embeddings"),
-            activation=c.activation("activation_function"),
-            norm_eps=c.get("layer_norm_epsilon", default=1e-5),
-            position="rotary",
-            rotary_dim=c.get("rotary_dim"),
-            parallel_attn_mlp=True,
-            qkv_bias=False,  # GPT-J's attention has no biases (see load_hf_state_dict)
-            tie_embeddings=c.get("tie_word_embeddings", default=False),
-        )
-    elif family == "gpt_neox":
-        hidden, heads = c.get("hidden_size"), c.get("num_attention_heads")
-        fraction = c.rope("partial_rotary_factor", c.get("rotary_pct", default=1.0))
-        parallel = c.get("use_parallel_residual", default=True)
-        fields = dict(
-            num_layers=c.get("num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=heads,
-            ffn_hidden_size=c.get("intermediate_size"),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("max_position_embeddings"),
-            activation=c.activation("hidden_act"),
-            norm_eps=c.get("layer_norm_eps", default=1e-5),
-            position="rotary",
-            rotary_dim=int(hidden // heads * fraction),
-            rope_theta=c.rope("rope_theta", c.get("rotary_emb_base", default=10000.0)),
-            parallel_attn_mlp=parallel,
-            parallel_mlp_norm=parallel,
-            bias=c.get("attention_bias", default=True),
-            tie_embeddings=c.get("tie_word_embeddings", default=False),
-        )
-    elif family in _LLAMA_LIKE:
-        if c.get("hidden_act") != "silu":
-            raise c.unsupported("hidden_act", "llama-like models are built with SwiGLU (silu)")
-        bias = bool(c.get("mlp_bias", default=False) or c.get("attention_bias", default=False))
-        fields = dict(
-            num_layers=c.get("num_hidden_layers"),
-            hidden_size=c.get("hidden_size"),
-            num_heads=c.get("num_attention_heads"),
-            num_kv_heads=c.get("num_key_value_heads", "num_attention_heads"),
-            head_dim=c.get("head_dim", required=False),
-            ffn_hidden_size=c.get("intermediate_size"),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("max_position_embeddings"),
-            activation="swiglu",
-            norm="rmsnorm",
-            norm_eps=c.get("rms_norm_eps", default=1e-6),
-            position="rotary",
-            rope_theta=c.rope("rope_theta", 10000.0),
-            bias=bias,
-            qkv_bias=True if family == "qwen2" else None,
-            tie_embeddings=c.get("tie_word_embeddings", default=False),
-        )
-        if family == "mixtral":
-            fields["num_experts"] = c.get("num_local_experts")
-            fields["experts_per_token"] = c.get("num_experts_per_tok")
-    elif family == "opt":
-        hidden = c.get("hidden_size")
-        if not c.get("do_layer_norm_before", default=True):
-            raise c.unsupported("do_layer_norm_before", "post-LN OPT (opt-350m) is not built")
-        if c.get("word_embed_proj_dim", default=hidden) != hidden:
-            raise c.unsupported("word_embed_proj_dim", "must equal hidden_size")
-        fields = dict(
-            num_layers=c.get("num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("num_attention_heads"),
-            ffn_hidden_size=c.get("ffn_dim"),
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("max_position_embeddings"),
-            activation=c.activation("activation_function"),
-            position="learned",
-            bias=c.get("enable_bias", default=True),
-            tie_embeddings=c.get("tie_word_embeddings", default=True),
-        )
-    else:  # bloom
-        hidden = c.get("hidden_size", "n_embed")
-        fields = dict(
-            num_layers=c.get("n_layer", "num_hidden_layers"),
-            hidden_size=hidden,
-            num_heads=c.get("n_head", "num_attention_heads"),
-            ffn_hidden_size=4 * hidden,
-            vocab_size=c.get("vocab_size"),
-            max_context=c.get("seq_length", default=2048),
-            activation="gelu_new",  # BLOOM's bloom_gelu is the tanh approximation
-            norm_eps=c.get("layer_norm_epsilon", default=1e-5),
-            position="alibi",
-            embedding_norm=True,
-            tie_embeddings=c.get("tie_word_embeddings", default=True),
-        )
-        if c.get("apply_residual_connection_post_layernorm", default=False):
-            raise c.unsupported("apply_residual_connection_post_layernorm", "not built")
-    try:
-        return Architecture(**common, **fields)
-    except ValueError as error:
-        raise InputError(f"cannot build an architecture: {error}", path=path) from None
-
-
-def architecture_from_hf_file(path: str | Path, *, name: str | None = None) -> Architecture:
-    """Read an HF ``config.json`` (or a folder holding one)."""
-    file = Path(path)
-    if file.is_dir():
-        file = file / "config.json"
-    try:
-        raw = json.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError("file not found", path=str(file)) from None
-    except (OSError, json.JSONDecodeError) as error:
-        raise InputError(f"not a readable JSON config: {error}", path=str(file)) from None
-    if not isinstance(raw, dict):
-        raise InputError("not a JSON object", path=str(file))
-    default_name = raw.get("_name_or_path") or file.parent.name or file.stem
-    return architecture_from_hf_config(raw, name=name or str(default_name), path=str(file))
-
-
-def resolve_architecture(spec: str) -> Architecture:
-    """A catalog name, or a path to an HF config.json (or its folder)."""
-    if spec.endswith(".json") or Path(spec).is_dir() or "/" in spec:
-        return architecture_from_hf_file(spec)
-    return get_architecture(spec)
 
 
 # --- weights -------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import typer
 from cost_model.serving import Estimate, estimate_from_architecture, estimate_from_fit
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
-from idealized_runtime.core.catalog import UnknownNameError, get_architecture, get_hardware
+from idealized_runtime.core.architectures import load_architecture
+from idealized_runtime.core.catalog import UnknownNameError, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS, FittedCostModel
 
@@ -71,7 +72,7 @@ def estimate(
     output_tokens: int = typer.Option(..., "--output-tokens", "-o", help="Output tokens o."),
     fit: Path | None = typer.Option(None, "--fit", help="Fit file (native or HELM JSON)."),
     model: str | None = typer.Option(None, "--model", help="Model name in the fit file."),
-    arch: str | None = typer.Option(None, "--arch", help="Architecture (hardware model)."),
+    arch: str | None = typer.Option(None, "--arch", help="Catalog name or HF config.json."),
     hardware: str | None = typer.Option(None, "--hardware", help="Accelerator, e.g. h100-sxm."),
     batch: int = typer.Option(1, "--batch", help="Sequences decoded together (hardware model)."),
     tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size (default: fewest)."),
@@ -121,10 +122,11 @@ def _estimate(
             raise InputError("--batch and --tp apply to the hardware model (--arch) only")
         return estimate_from_fit(fits[model], prompt_tokens, output_tokens, hardware=hw), ""
 
-    architecture = get_architecture(arch_name)
+    architecture = load_architecture(arch_name)
     if hw is None:
         raise InputError("--arch needs --hardware (e.g. h100-sxm, a100-80gb)")
-    profiled = fits.get(model or arch_name)
+    label = model or architecture.name
+    profiled = fits.get(label)
     if profiled is not None and batch == 1:
         stack = profiled.stack
         if stack is None or stack.hardware in (hw.name, "unknown"):
@@ -132,7 +134,7 @@ def _estimate(
             return result, ""
     notes = []
     if fit_path is not None:
-        notes.append(f"no batch-1 fit of {model or arch_name} on {hw.name} in {fit_path}")
+        notes.append(f"no batch-1 fit of {label} on {hw.name} in {fit_path}")
     if ideal:
         from cost_model.roofline import IDEAL
 

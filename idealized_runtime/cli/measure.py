@@ -132,7 +132,7 @@ def serve_model_command(
     seed: int = typer.Option(0, "--seed"),
 ) -> None:
     """Serve the local runner (random weights) behind an OpenAI-compatible /v1/completions."""
-    from local_runner.hf_config import resolve_architecture
+    from idealized_runtime.core.architectures import load_architecture
     from local_runner.openai_server import serve
 
     if device not in ("cpu", "cuda"):
@@ -143,7 +143,7 @@ def serve_model_command(
         fail("float16 is not supported on CPU; use float32 or bfloat16")
     if tokenizer is not None and not Path(tokenizer).is_file():
         fail(f"--tokenizer {tokenizer}: no such file (give a tokenizer.json)")
-    architecture = resolve_architecture(arch)
+    architecture = load_architecture(arch)
     _check_can_listen(host, port)  # before building the model, which can take minutes
     if device == "cuda":
         import torch

@@ -29,7 +29,7 @@ def profile_command(
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
-    from local_runner.hf_config import resolve_architecture
+    from idealized_runtime.core.architectures import load_architecture
     from local_runner.profile import check_profile, make_grid, profile_grid
 
     if device not in ("cpu", "cuda"):
@@ -41,7 +41,7 @@ def profile_command(
         fail("float16 is not supported on CPU; use float32 or bfloat16")
     if any(b < 1 for b in batch_size):
         fail("--batch-size must be >= 1")
-    architecture = resolve_architecture(arch)
+    architecture = load_architecture(arch)
     points = make_grid(
         grid, architecture, max_prompt_tokens=max_prompt_tokens, batch_sizes=batch_size
     )

@@ -10,10 +10,18 @@ import math
 from datetime import datetime, timezone
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 PositiveInt = Annotated[int, Field(gt=0)]
+NonNegativeInt = Annotated[int, Field(ge=0)]
 # Token counts are bounded so that a typo (or an attack) cannot ask for a 10^12-token estimate.
 MAX_TOKENS = 10_000_000
 TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
@@ -22,7 +30,10 @@ TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 MIN_RUNTIME_S = 1e-7
 MAX_RUNTIME_S = 1e6
 
-Activation = Literal["gelu", "gelu_new", "relu", "silu", "swiglu", "geglu"]
+# geglu_tanh: gated GELU with the tanh approximation (Gemma's gelu_pytorch_tanh).
+Activation = Literal["gelu", "gelu_new", "relu", "silu", "swiglu", "geglu", "geglu_tanh"]
+AttentionKind = Literal["full", "sliding"]
+RouterScoring = Literal["softmax", "sigmoid"]
 Norm = Literal["layernorm", "rmsnorm"]
 PositionEncoding = Literal["rotary", "learned", "alibi", "none"]
 Dtype = Literal["float32", "float16", "bfloat16"]
@@ -71,6 +82,42 @@ class Architecture(_Frozen):
     tie_embeddings: bool = False
     num_experts: PositiveInt = 1  # > 1: mixture of experts in every layer's MLP
     experts_per_token: PositiveInt = 1
+    # Attention variants.
+    qk_norm: bool = False  # Qwen3, Gemma 3: RMSNorm over each head's q and k before RoPE
+    sliding_window: PositiveInt | None = None  # keys a sliding layer sees, itself included
+    # Layer i's attention is layer_pattern[i % len(layer_pattern)] (Gemma 3: 5 sliding, 1 full).
+    layer_pattern: tuple[AttentionKind, ...] = ("full",)
+    sliding_rope_theta: float | None = None  # Gemma 3: RoPE base of sliding layers
+    attn_logit_softcap: float | None = None  # Gemma 2: scores -> cap * tanh(scores / cap)
+    final_logit_softcap: float | None = None  # Gemma 2: the same on the output logits
+    query_pre_attn_scalar: float | None = None  # Gemma: scores scaled by 1/sqrt(this), not head
+    attention_sinks: bool = False  # gpt-oss: a learned logit per head joins every softmax
+    # Multi-head latent attention (DeepSeek-V2/V3), set when kv_lora_rank is: queries through a
+    # q_lora_rank bottleneck (None: a plain projection), keys and values from a cached
+    # kv_lora_rank latent, plus one shared qk_rope_head_dim RoPE key per token.
+    q_lora_rank: PositiveInt | None = None
+    kv_lora_rank: PositiveInt | None = None
+    qk_nope_head_dim: PositiveInt | None = None
+    qk_rope_head_dim: PositiveInt | None = None
+    v_head_dim: PositiveInt | None = None
+    # Norms and embeddings (Gemma).
+    sandwich_norm: bool = False  # RMSNorms on the attention and MLP outputs too (4 per layer)
+    norm_unit_offset: bool = False  # norms scale by (1 + weight)
+    scale_embeddings: bool = False  # token embeddings multiplied by sqrt(hidden_size)
+    # Mixture-of-experts details.
+    moe_ffn_hidden_size: PositiveInt | None = None  # one expert's width; None: ffn_hidden_size
+    num_shared_experts: NonNegativeInt = 0  # DeepSeek: experts every token goes through
+    first_k_dense_layers: NonNegativeInt = 0  # DeepSeek: first k layers use a dense MLP (ffn)
+    router_scoring: RouterScoring = "softmax"  # sigmoid: DeepSeek-V3 (+ selection bias buffer)
+    norm_topk_prob: bool = True  # renormalise the chosen experts' weights to sum to 1
+    n_group: PositiveInt = 1  # DeepSeek-V3 group-limited routing: experts in n_group groups,
+    topk_group: PositiveInt = 1  # tokens choose experts only in their topk_group best groups
+    routed_scaling_factor: float = 1.0  # routed experts' output multiplied by this
+    router_bias: bool = False  # gpt-oss: the router linear has a bias
+    swiglu_limit: float | None = None  # gpt-oss: clamped SwiGLU (up + 1) * g * sigmoid(alpha g)
+    swiglu_alpha: float = 1.702
+    # The precision the published checkpoint ships in (quantization_config: fp8, mxfp4); None: bf16.
+    precision: Precision | None = None
     source: str = ""  # where the figures come from (paper, config URL)
 
     @model_validator(mode="after")
@@ -85,6 +132,23 @@ class Architecture(_Frozen):
             )
         if self.experts_per_token > self.num_experts:
             raise ValueError("experts_per_token cannot exceed num_experts")
+        if "sliding" in self.layer_pattern and self.sliding_window is None:
+            raise ValueError("layer_pattern has sliding layers but sliding_window is not set")
+        if not self.layer_pattern:
+            raise ValueError("layer_pattern must name at least one attention kind")
+        mla = (self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim)
+        if any(value is not None for value in mla) and None in mla:
+            raise ValueError(
+                "multi-head latent attention needs kv_lora_rank, qk_nope_head_dim, "
+                "qk_rope_head_dim and v_head_dim"
+            )
+        if self.q_lora_rank is not None and self.kv_lora_rank is None:
+            raise ValueError("q_lora_rank needs multi-head latent attention (kv_lora_rank)")
+        if self.num_experts % self.n_group or self.topk_group > self.n_group:
+            raise ValueError(
+                f"group-limited routing needs n_group ({self.n_group}) dividing num_experts "
+                f"({self.num_experts}) and topk_group ({self.topk_group}) <= n_group"
+            )
         return self
 
     @property
@@ -97,11 +161,39 @@ class Architecture(_Frozen):
 
     @property
     def gated_mlp(self) -> bool:
-        return self.activation in ("swiglu", "geglu")
+        return self.activation in ("swiglu", "geglu", "geglu_tanh")
 
-    def layer_parameters(self, active_only: bool = False) -> int:
-        """Weights of one transformer layer (attention, MLP, norms, biases)."""
-        h, d = self.hidden_size, self.dim_per_head
+    @property
+    def mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek)."""
+        return self.kv_lora_rank is not None
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+    def attention_kind(self, layer: int) -> AttentionKind:
+        return self.layer_pattern[layer % len(self.layer_pattern)]
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.num_experts > 1 and layer >= self.first_k_dense_layers
+
+    def attention_parameters(self) -> int:
+        """Weights of one layer's attention (projections, biases, q/k norms, sinks)."""
+        h = self.hidden_size
+        if self.mla:
+            qk_dim = self.qk_nope_head_dim + self.qk_rope_head_dim  # type: ignore[operator]
+            q_out = self.num_heads * qk_dim
+            if self.q_lora_rank:  # down-projection, its norm, up-projection
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q_out
+            else:
+                q = h * q_out
+            kv_rank = self.kv_lora_rank or 0
+            kv_down = h * (kv_rank + self.qk_rope_head_dim) + kv_rank  # (+ latent norm)
+            kv_up = kv_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)  # type: ignore[operator]
+            out = self.num_heads * self.v_head_dim * h  # type: ignore[operator]
+            return q + kv_down + kv_up + out + (h if self.bias else 0)
+        d = self.dim_per_head
         q_out, kv_out = self.num_heads * d, self.kv_heads * d
         attn = h * q_out + 2 * h * kv_out + q_out * h
         qkv_bias = self.bias if self.qkv_bias is None else self.qkv_bias
@@ -109,15 +201,39 @@ class Architecture(_Frozen):
             attn += q_out + 2 * kv_out
         if self.bias:
             attn += h
-        mlp_in = 2 if self.gated_mlp else 1
-        expert = mlp_in * h * self.ffn_hidden_size + self.ffn_hidden_size * h
-        if self.bias:
-            expert += mlp_in * self.ffn_hidden_size + h
-        experts = self.experts_per_token if active_only else self.num_experts
-        mlp = experts * expert + (h * self.num_experts if self.num_experts > 1 else 0)
+        if self.qk_norm:
+            attn += 2 * d
+        if self.attention_sinks:
+            attn += self.num_heads
+        return attn
+
+    def _mlp_parameters(self, width: int) -> int:
+        h, mlp_in = self.hidden_size, 2 if self.gated_mlp else 1
+        params = mlp_in * h * width + width * h
+        return params + (mlp_in * width + h if self.bias else 0)
+
+    def mlp_parameters(self, layer: int, active_only: bool = False) -> int:
+        """Weights of layer ``layer``'s MLP: dense, or router + experts (+ shared experts);
+        ``active_only``: those one token touches."""
+        if not self.is_moe_layer(layer):
+            return self._mlp_parameters(self.ffn_hidden_size)
+        h, e = self.hidden_size, self.num_experts
+        expert = self._mlp_parameters(self.expert_ffn_hidden_size)
+        experts = self.experts_per_token if active_only else e
+        # DeepSeek-V3's per-expert selection bias is a buffer, not a weight (as in HF).
+        router = h * e + (e if self.router_bias else 0)
+        shared = self.num_shared_experts * expert
+        return router + experts * expert + shared
+
+    def layer_parameters(self, active_only: bool = False, layer: int | None = None) -> int:
+        """Weights of one transformer layer (attention, MLP, norms, biases); ``layer`` None: the
+        last layer (an MoE layer when the model mixes dense and MoE layers)."""
+        h = self.hidden_size
+        index = self.num_layers - 1 if layer is None else layer
         shared_norm = self.parallel_attn_mlp and not self.parallel_mlp_norm
-        norms = (1 if shared_norm else 2) * (2 * h if self.norm == "layernorm" else h)
-        return attn + mlp + norms
+        norm_count = (1 if shared_norm else 2) + (2 if self.sandwich_norm else 0)
+        norms = norm_count * (2 * h if self.norm == "layernorm" else h)
+        return self.attention_parameters() + self.mlp_parameters(index, active_only) + norms
 
     def num_parameters(self, active_only: bool = False) -> int:
         """All weights (or those one token touches, for MoE) including embeddings and head."""
@@ -126,11 +242,34 @@ class Architecture(_Frozen):
         pos = self.max_context * self.hidden_size if self.position == "learned" else 0
         norm = 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
         norms = norm * (2 if self.embedding_norm else 1)  # final norm (+ BLOOM's embedding norm)
-        layers = self.num_layers * self.layer_parameters(active_only)
+        layers = sum(self.layer_parameters(active_only, layer) for layer in range(self.num_layers))
         return embed + head + pos + norms + layers
 
-    def kv_cache_bytes_per_token(self, dtype: Dtype = "bfloat16") -> int:
-        return 2 * self.num_layers * self.kv_heads * self.dim_per_head * DTYPE_BYTES[dtype]
+    def kv_cache_values_per_token(self) -> int:
+        """Values one layer caches per token: keys and values of each KV head, or MLA's latent
+        plus its RoPE key."""
+        if self.mla:
+            return (self.kv_lora_rank or 0) + (self.qk_rope_head_dim or 0)
+        return 2 * self.kv_heads * self.dim_per_head
+
+    def kv_cache_bytes(self, num_tokens: int, dtype: Dtype = "bfloat16") -> int:
+        """Bytes of one sequence's KV cache holding ``num_tokens`` tokens: sliding-window
+        layers keep at most the window."""
+        window = min(num_tokens, self.sliding_window or num_tokens)
+        tokens = sum(
+            window if self.attention_kind(layer) == "sliding" else num_tokens
+            for layer in range(self.num_layers)
+        )
+        return tokens * self.kv_cache_values_per_token() * DTYPE_BYTES[dtype]
+
+    def kv_cache_bytes_per_token(
+        self, dtype: Dtype = "bfloat16", context_tokens: int | None = None
+    ) -> int | float:
+        """KV-cache bytes per token of context: every layer's share (None: contexts within
+        the sliding window), or the mean over a context of ``context_tokens`` tokens."""
+        if context_tokens is None:
+            return self.num_layers * self.kv_cache_values_per_token() * DTYPE_BYTES[dtype]
+        return self.kv_cache_bytes(context_tokens, dtype) / context_tokens
 
 
 class Hardware(_Frozen):
@@ -144,10 +283,221 @@ class Hardware(_Frozen):
     unaligned_matmul_tflops: float | None = Field(
         default=None, gt=0, description="fp16 TFLOP/s of GEMMs off 16-byte alignment; None: peak"
     )
+    peak_fp8_tflops: float | None = Field(
+        default=None, gt=0, description="dense fp8 tensor-core TFLOP/s; None: no fp8 tensor cores"
+    )
+    peak_int8_tops: float | None = Field(
+        default=None, gt=0, description="dense int8 tensor-core TOP/s; None: none"
+    )
     interconnect_gbps: float = Field(default=0, ge=0, description="per-GPU in-node, GB/s, one way")
     board_power_w: float = Field(default=0, ge=0)
     hourly_price_usd: float = Field(default=0, ge=0)
     sources: dict[str, str] = Field(default_factory=dict)
+
+
+# --- Numeric precision ------------------------------------------------------------------------
+# Formats by their short names. Weights may be quantized (weight-only: dequantized into the
+# activation dtype per matmul; fp8 weights with fp8 activations: fp8 tensor-core GEMMs).
+WeightFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4"]
+KvCacheFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
+ActivationFormat = Literal["fp32", "bf16", "fp16", "fp8"]
+QuantizedScope = Literal["linear", "experts"]
+WEIGHT_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8", "int8", "int4", "mxfp4")
+KV_CACHE_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8", "int8")
+ACTIVATION_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8")
+FORMAT_BITS: dict[str, int] = {
+    "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4, "mxfp4": 4,
+}  # fmt: skip
+DENSE_FORMATS: dict[str, Dtype] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+FORMAT_OF_DTYPE: dict[str, str] = {dtype: name for name, dtype in DENSE_FORMATS.items()}
+# Groupwise quantization stores, per group of N weights along the input dimension, a 16-bit
+# scale, and for int4 also a 4-bit zero point (the AWQ/GPTQ/tinygemm layouts). int4 without a
+# group size means groups of 128, the common checkpoint layout; int8 without one means one scale
+# per output channel (negligible bytes). MXFP4 (OCP microscaling): groups of 32 share an 8-bit
+# power-of-two scale, 4.25 bits per weight.
+DEFAULT_INT4_GROUP = 128
+MXFP4_GROUP = 32
+GROUPED_FORMATS: tuple[str, ...] = ("int8", "int4")
+_GROUP_SCALE_BITS = {"int8": 16, "int4": 16 + 4, "mxfp4": 8}
+
+
+def _parse_weight_label(text: str) -> tuple[str, int | None]:
+    """``int4-g128`` -> ("int4", 128); a one-line ValueError for anything else."""
+    value = text.strip().lower()
+    name, _, suffix = value.partition("-g")
+    if name in DENSE_FORMATS or name == "fp8":
+        if suffix or "-" in value:
+            raise ValueError(f"weight format {text!r} takes no group size")
+        return name, None
+    if name == "mxfp4":
+        if suffix and suffix != str(MXFP4_GROUP):
+            raise ValueError(f"mxfp4 groups are {MXFP4_GROUP} weights, got {text!r}")
+        return name, MXFP4_GROUP
+    if name in GROUPED_FORMATS:
+        if not suffix and value == name:
+            return name, DEFAULT_INT4_GROUP if name == "int4" else None
+        if not suffix.isdigit() or int(suffix) < 8 or int(suffix) & (int(suffix) - 1):
+            raise ValueError(
+                f"weight format {text!r}: the group size after -g must be a power of two >= 8"
+            )
+        return name, int(suffix)
+    raise ValueError(
+        f"unknown weight format {text!r}; use one of bf16, fp16, fp32, fp8, int8[-gN], "
+        "int4[-gN], mxfp4"
+    )
+
+
+class Precision(_Frozen):
+    """Number formats of a deployment: weights (possibly quantized, with a group size), the KV
+    cache, and the activations the matmuls run in.
+
+    Quantized weights cover the linear layers (``scope`` "linear": attention and MLP
+    projections, experts) or only the MoE experts (``scope`` "experts": gpt-oss's MXFP4
+    checkpoint); embeddings, norms, routers and the LM head stay in the 16-bit compute dtype.
+    """
+
+    weights: str = "bf16"  # canonical label: bf16 | fp16 | fp32 | fp8 | int8[-gN] | int4-gN | mxfp4
+    kv_cache: KvCacheFormat = "bf16"
+    activations: ActivationFormat = "bf16"
+    scope: QuantizedScope = "linear"
+
+    @field_validator("weights")
+    @classmethod
+    def _canonical_weights(cls, value: str) -> str:
+        name, group = _parse_weight_label(value)
+        if name == "mxfp4" or group is None:
+            return name
+        return f"{name}-g{group}"
+
+    @model_validator(mode="after")
+    def _check_pairs(self) -> Precision:
+        fmt = self.weight_format
+        if fmt in DENSE_FORMATS and self.activations != fmt:
+            raise ValueError(
+                f"{fmt} weights compute in {fmt}; activations {self.activations} need "
+                "quantized weights (fp8 activations: --weights fp8)"
+            )
+        if fmt not in DENSE_FORMATS and self.activations == "fp32":
+            raise ValueError(f"{fmt} weights dequantize into bf16 or fp16 activations, not fp32")
+        if self.activations == "fp8" and fmt != "fp8":
+            raise ValueError(f"fp8 activations need fp8 weights, got {self.weights} weights")
+        return self
+
+    @property
+    def weight_format(self) -> WeightFormat:
+        return self.weights.partition("-g")[0]  # type: ignore[return-value]
+
+    @property
+    def group_size(self) -> int | None:
+        return _parse_weight_label(self.weights)[1]
+
+    @property
+    def quantized(self) -> bool:
+        return self.weight_format not in DENSE_FORMATS
+
+    @property
+    def compute_dtype(self) -> Dtype:
+        """The dtype unquantized weights (embeddings, norms, LM head) and fp8-less math use."""
+        return DENSE_FORMATS.get(self.activations, "bfloat16")
+
+    @property
+    def dense_weight_bytes(self) -> int:
+        """Bytes per unquantized weight (embeddings, norms, routers, LM head)."""
+        return DTYPE_BYTES[self.compute_dtype]
+
+    @property
+    def bytes_per_weight(self) -> float:
+        """Bytes per quantized (linear-layer) weight, scales and zero points included."""
+        bits = float(FORMAT_BITS[self.weight_format])
+        group = self.group_size
+        if group is not None:
+            bits += _GROUP_SCALE_BITS[self.weight_format] / group
+        return bits / 8.0
+
+    @property
+    def kv_bytes_per_element(self) -> int:
+        return FORMAT_BITS[self.kv_cache] // 8
+
+    @property
+    def activation_bytes(self) -> int:
+        return FORMAT_BITS[self.activations] // 8
+
+    @property
+    def fp8_compute(self) -> bool:
+        """Matmuls run on fp8 tensor cores (W8A8) rather than at the 16-bit rate."""
+        return self.activations == "fp8"
+
+    @property
+    def label(self) -> str:
+        """``int4-g128`` for weights-only changes, ``fp8, kv fp8`` etc.; ``bf16`` for bf16."""
+        parts = [self.weights + (" experts" if self.quantized and self.scope == "experts" else "")]
+        if self.kv_cache != FORMAT_OF_DTYPE[self.compute_dtype]:
+            parts.append(f"kv {self.kv_cache}")
+        if self.quantized and self.activations != "bf16":
+            parts.append(f"act {self.activations}")
+        return ", ".join(parts)
+
+    @classmethod
+    def from_dtype(cls, dtype: Dtype) -> Precision:
+        fmt = FORMAT_OF_DTYPE[dtype]
+        return cls(weights=fmt, kv_cache=fmt, activations=fmt)  # type: ignore[arg-type]
+
+
+BF16 = Precision()
+Architecture.model_rebuild()
+
+
+def parse_precision(
+    weights: str | None = None,
+    kv_cache: str | None = None,
+    activations: str | None = None,
+    *,
+    default: Precision | None = None,
+) -> Precision:
+    """A Precision from user strings; unset parts come from ``default`` (a checkpoint's own
+    precision) or follow the weights: dense weights compute in their own dtype, fp8 weights in
+    fp8 (W8A8), other quantized weights in bf16; the KV cache defaults to the 16-bit compute
+    dtype. Raises ``InputError`` with one line naming the bad value."""
+    from idealized_runtime.core.errors import InputError
+
+    base = default or BF16
+    try:
+        if weights is None:
+            weight_label, scope = base.weights, base.scope
+        else:
+            weight_label, scope = weights, "linear"
+        fmt, _ = _parse_weight_label(weight_label)
+        if activations is None:
+            if weights is None:
+                act = base.activations
+            elif fmt in DENSE_FORMATS or fmt == "fp8":
+                act = fmt
+            else:
+                act = "bf16"
+        else:
+            act = activations.strip().lower()
+            if act not in ACTIVATION_FORMATS:
+                raise ValueError(
+                    f"unknown activation format {activations!r}; use one of "
+                    f"{', '.join(ACTIVATION_FORMATS)}"
+                )
+        if kv_cache is None:
+            kv = base.kv_cache if weights is None and activations is None else None
+            kv = kv or ("fp32" if act == "fp32" else "fp16" if act == "fp16" else "bf16")
+        else:
+            kv = kv_cache.strip().lower()
+            if kv not in KV_CACHE_FORMATS:
+                raise ValueError(
+                    f"unknown KV-cache format {kv_cache!r}; use one of "
+                    f"{', '.join(KV_CACHE_FORMATS)}"
+                )
+        return Precision(weights=weight_label, kv_cache=kv, activations=act, scope=scope)  # type: ignore[arg-type]
+    except ValidationError as error:
+        raise InputError(
+            f"precision: {error.errors()[0]['msg'].removeprefix('Value error, ')}"
+        ) from None
+    except ValueError as error:
+        raise InputError(str(error)) from None
 
 
 class Stack(_Frozen):

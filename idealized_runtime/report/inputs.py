@@ -9,6 +9,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import (
     MEGATRON_A100_STACK,
     architectures,
@@ -159,7 +160,6 @@ def results_dir_inputs(path: str | Path, *, with_helm: bool = True) -> Leaderboa
 
     root = Path(path)
     manifest = _read_manifest(root)
-    known = architectures()
     by_model: dict[str, dict] = {}
     profiles: list[ProfileInput] = []
     for item in manifest.get("items", []):
@@ -173,7 +173,7 @@ def results_dir_inputs(path: str | Path, *, with_helm: bool = True) -> Leaderboa
                 measurements = read_measurements(item_dir / name)
         entry = by_model.setdefault(item["model"], {"name": item["model"]})
         if item.get("kind") == "local":
-            entry["architecture"] = known.get(item.get("architecture") or "")
+            entry["architecture"] = architecture_for(item.get("architecture"))
             entry["idealized_fit"] = preferred_idealized_fit(fits)
             entry["hardware"] = item.get("hardware")
         else:
@@ -193,8 +193,15 @@ def results_dir_inputs(path: str | Path, *, with_helm: bool = True) -> Leaderboa
     )
 
 
-def architecture_for(name: str | None) -> Architecture | None:
-    return architectures().get(name or "")
+def architecture_for(spec: str | None) -> Architecture | None:
+    """The architecture a catalog name or HF config path names; None if it names none (the
+    report still shows the model, without its shape)."""
+    if not spec:
+        return None
+    try:
+        return load_architecture(spec)
+    except InputError:
+        return None
 
 
 def scenario_results_from_scores(
