@@ -4,8 +4,9 @@ Two modes, one command:
 
 - ``--fit FIT.json --model M``: from a fit of measured timings (profiled);
 - ``--arch NAME --hardware KIND``: from the hardware model, with no profile at all: calibrated
-  (the shipped A100 Megatron-LM calibration, the HELM reference stack; the default) or the
-  ideal roofline (``--ideal``). With ``--fit`` as well, a fit for the architecture wins
+  on a reference stack (``--stack NAME``; default: the best-calibrated modern stack, see
+  ``idealized-runtime stacks``; ``helm-megatron-2022`` is HELM's 2022 stack) or the ideal
+  roofline (``--ideal``). With ``--fit`` as well, a fit for the architecture wins
   (profiled), else the hardware model answers and says so.
 """
 
@@ -26,7 +27,7 @@ from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS, FittedCostMode
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
-    "calibrated": "calibrated (hardware model, shipped {calibration} efficiencies)",
+    "calibrated": "calibrated (hardware model, reference stack {calibration})",
     "analytic": "analytic (ideal roofline, no overheads)",
 }
 
@@ -78,17 +79,21 @@ def estimate(
     tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size (default: fewest)."),
     dtype: str = typer.Option("bfloat16", "--dtype", help="float16 | bfloat16 | float32"),
     ideal: bool = typer.Option(False, "--ideal", help="Ideal roofline, no calibration."),
+    stack: str | None = typer.Option(
+        None, "--stack", help="Reference stack (see 'stacks'); default: best-calibrated modern."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
     """Estimate one request: runtime, alpha, beta, GPUs, GPU-seconds, energy and dollars."""
     try:
         result, calibration = _estimate(
-            prompt_tokens, output_tokens, fit, model, arch, hardware, batch, tp, dtype, ideal
+            prompt_tokens, output_tokens, fit, model, arch, hardware, batch, tp, dtype, ideal, stack
         )
     except (InputError, UnknownNameError) as error:
         fail(str(error))
     if as_json:
-        typer.echo(json.dumps({**result.to_dict(), "calibration": calibration or None}))
+        payload = {**result.to_dict(), "calibration": calibration or None}
+        typer.echo(json.dumps({**payload, "stack": calibration or None}))
     else:
         _print(result, calibration)
 
@@ -104,11 +109,20 @@ def _estimate(
     tp: int | None,
     dtype: str,
     ideal: bool,
+    stack_name: str | None = None,
 ) -> tuple[Estimate, str]:
     if not (1 <= prompt_tokens <= MAX_TOKENS and 1 <= output_tokens <= MAX_TOKENS):
         raise InputError(f"--prompt-tokens and --output-tokens must be from 1 to {MAX_TOKENS}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
+    if stack_name is not None:
+        from cost_model.stacks import get_stack
+
+        get_stack(stack_name)  # an unknown name fails first, whatever else is wrong
+        if arch_name is None:
+            raise InputError("--stack applies to the hardware model (--arch) only")
+        if ideal:
+            raise InputError("--stack and --ideal exclude one another")
     fits = _read_fits(fit_path) if fit_path is not None else {}
     hw = get_hardware(hardware_name) if hardware_name else None
 
@@ -140,10 +154,10 @@ def _estimate(
 
         efficiency, source, calibration = IDEAL, "analytic", ""
     else:
-        from cost_model.calibration import shipped_calibration
+        from cost_model.stacks import DEFAULT_STACK, get_stack
 
-        shipped = shipped_calibration()
-        efficiency, source, calibration = shipped.efficiency, "calibrated", shipped.name
+        chosen = get_stack(stack_name or DEFAULT_STACK)
+        efficiency, source, calibration = chosen.efficiency, "calibrated", chosen.name
     result = estimate_from_architecture(
         architecture,
         hw,
