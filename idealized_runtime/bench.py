@@ -35,10 +35,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from idealized_runtime import __version__
 from idealized_runtime.core.architectures import load_architecture
-from idealized_runtime.core.catalog import hardware_catalog
+from idealized_runtime.core.catalog import get_hardware, hardware_catalog
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import Dtype, FittedCostModel, Stack
+from idealized_runtime.core.types import Architecture, Dtype, FittedCostModel, Stack
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "idealized-runtime/bench"
@@ -136,6 +136,11 @@ class BenchConfig(_Spec):
     grid: str = "quick"
     repeats: int = Field(default=3, ge=1, le=1000)
     warmup: int = Field(default=1, ge=0, le=100)
+    stack: str | None = Field(
+        default=None,
+        description="reference stack: each local model also gets the hardware model's runtime "
+        "on `hardware` with this stack (`idealized-runtime stacks` lists them)",
+    )
     models: list[ModelSpec] = Field(min_length=1)
 
     @model_validator(mode="before")
@@ -157,6 +162,21 @@ class BenchConfig(_Spec):
         if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
             raise ValueError(f"device must be cpu or cuda (or cuda:N), got {value!r}")
         return value
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from cost_model.stacks import get_stack
+
+        return get_stack(value).name  # an InputError (a ValueError) lists the known stacks
+
+    @model_validator(mode="after")
+    def _stack_needs_hardware(self) -> BenchConfig:
+        if self.stack is not None and self.hardware == CPU_HARDWARE:
+            raise ValueError("stack needs hardware: a GPU of the hardware catalog, not cpu")
+        return self
 
     @field_validator("hardware")
     @classmethod
@@ -419,7 +439,31 @@ def _run_local(
         fitted = fit_measurements(measurements, method=method, stack=stack)
         _write_fits(item_dir, method, fitted)
         fits[method] = fitted[spec.label]
+    if config.stack is not None:
+        fits["calibrated"] = _stack_fit(arch, spec.label, config)
+        _write_fits(item_dir, "calibrated", {spec.label: fits["calibrated"]})
     return fits
+
+
+def _stack_fit(arch: Architecture, label: str, config: BenchConfig) -> FittedCostModel:
+    """The hardware model's idealized runtime of ``arch`` on the configured GPU and stack, at the
+    fewest GPUs that hold it."""
+    from cost_model.roofline import to_fitted_cost_model
+    from cost_model.serving import min_gpus
+    from cost_model.stacks import get_stack
+
+    stack = get_stack(config.stack or "")
+    hardware = get_hardware(config.hardware)
+    tp = min_gpus(arch, hardware, context_tokens=min(arch.max_context, 4096))
+    return to_fitted_cost_model(
+        arch,
+        hardware,
+        tp=tp,
+        efficiency=stack.efficiency,
+        method="calibrated",
+        model_name=label,
+        runner=f"stack:{stack.name}",
+    )
 
 
 def _local_grid(name: str) -> str:
