@@ -236,6 +236,72 @@ class BatchEstimateOut(BaseModel):
     server_time_ms: float = Field(description="Time spent computing, after the body was parsed")
 
 
+class HardwareModelEstimateIn(_Body):
+    """One request estimated by the hardware model (no profile): what ``idealized-runtime
+    estimate --arch`` computes. The architecture is a stored one (``architecture``) or a Hugging
+    Face config.json object (``config``)."""
+
+    architecture: Name | None = Field(default=None, description="A stored architecture name")
+    config: dict[str, Any] | None = Field(default=None, description="An HF config.json object")
+    hardware: Name
+    prompt_tokens: TokenCount
+    output_tokens: TokenCount
+    batch_size: int = Field(default=1, ge=1, le=4096)
+    tensor_parallel_size: int | None = Field(default=None, ge=1, le=1024)
+    weights: str | None = Field(
+        default=None,
+        max_length=20,
+        description="bf16 | fp16 | fp32 | fp8 | int8[-gN] | int4[-gN] | mxfp4; default: the "
+        "checkpoint's precision (quantization_config), else bf16",
+    )
+    kv_cache: str | None = Field(default=None, max_length=20, description="bf16|fp16|fp8|int8")
+    activations: str | None = Field(
+        default=None, max_length=20, description="bf16 | fp16 | fp8 (fp8 tensor cores)"
+    )
+    ideal: bool = Field(default=False, description="Ideal roofline instead of the calibration")
+    stack: Name | None = Field(
+        default=None,
+        description="Reference stack (`idealized-runtime stacks`); default: the best-calibrated "
+        "modern stack",
+    )
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "architecture": "llama-3.1-70b",
+                    "hardware": "h100-sxm",
+                    "prompt_tokens": 1000,
+                    "output_tokens": 200,
+                    "weights": "int4",
+                }
+            ]
+        },
+    )
+
+
+class HardwareModelEstimateOut(BaseModel):
+    source: Literal["calibrated", "analytic"]
+    calibration: str | None
+    model: str
+    hardware: str
+    precision: str
+    prompt_tokens: int
+    output_tokens: int
+    batch_size: int
+    runtime_s: float
+    alpha_s: float
+    beta_s: float
+    output_tokens_per_s: float
+    tensor_parallel_size: int
+    num_gpus: int
+    gpu_seconds: float
+    energy_j: float
+    cost_usd: float
+    notes: list[str]
+
+
 # --- compare -----------------------------------------------------------------------------------
 
 

@@ -45,11 +45,12 @@ from numpy.typing import ArrayLike, NDArray
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
-    DTYPE_BYTES,
+    BF16,
     Architecture,
     Dtype,
     FittedCostModel,
     Hardware,
+    Precision,
     Stack,
 )
 
@@ -173,18 +174,158 @@ class PhaseTime:
 # --- stage 1: counting ----------------------------------------------------------------------
 
 
-def _expert_parameters(arch: Architecture) -> int:
-    """Weights of one MLP expert (the whole MLP of a dense model), biases included."""
-    h, f = arch.hidden_size, arch.ffn_hidden_size
-    mlp_in = 2 if arch.gated_mlp else 1
-    params = mlp_in * h * f + f * h
-    if arch.bias:
-        params += mlp_in * f + h
-    return params
+@dataclass(frozen=True)
+class LayerWeights:
+    """Weights of one layer by how they are stored and used (parameter counts).
+
+    ``*_matrices`` are the linear layers a quantized checkpoint quantizes; ``*_other`` are the
+    norms, biases, sinks and latent norms that stay in the 16-bit compute dtype."""
+
+    attention_matrices: int
+    attention_other: int
+    mlp_matrices: int  # a dense layer's MLP; 0 in MoE layers
+    mlp_other: int
+    expert_matrices: int  # ONE routed expert (MoE layers), 0 otherwise
+    expert_other: int
+    shared_matrices: int  # all shared experts together (DeepSeek)
+    shared_other: int
+    router: int  # router weight and bias (kept in the compute dtype)
+    norms: int
+    num_experts: int  # routed experts stored in this layer (0: dense layer)
+
+
+def _mlp_counts(arch: Architecture, width: int) -> tuple[int, int]:
+    """(matrix weights, biases) of one MLP (or expert) of ``width``."""
+    h, mlp_in = arch.hidden_size, (2 if arch.gated_mlp else 1)
+    matrices = mlp_in * h * width + width * h
+    return matrices, (mlp_in * width + h if arch.bias else 0)
+
+
+def _attention_matrices(arch: Architecture) -> int:
+    h = arch.hidden_size
+    if arch.mla:
+        heads, rank = arch.num_heads, arch.kv_lora_rank or 0
+        nope, rope, v = arch.qk_nope_head_dim or 0, arch.qk_rope_head_dim or 0, arch.v_head_dim or 0
+        q_out = heads * (nope + rope)
+        q = h * arch.q_lora_rank + arch.q_lora_rank * q_out if arch.q_lora_rank else h * q_out
+        return q + h * (rank + rope) + rank * heads * (nope + v) + heads * v * h
+    q_out, kv_out = arch.num_heads * arch.dim_per_head, arch.kv_heads * arch.dim_per_head
+    return 2 * h * q_out + 2 * h * kv_out
+
+
+def layer_weights(arch: Architecture, layer: int) -> LayerWeights:
+    """Layer ``layer``'s weights split as a quantized checkpoint stores them; the parts add up
+    to ``arch.layer_parameters(layer=layer)``."""
+    attention = arch.attention_parameters()
+    attention_matrices = _attention_matrices(arch)
+    mlp = mlp_other = expert = expert_other = shared = shared_other = router = experts = 0
+    if arch.is_moe_layer(layer):
+        expert, expert_other = _mlp_counts(arch, arch.expert_ffn_hidden_size)
+        shared = arch.num_shared_experts * expert
+        shared_other = arch.num_shared_experts * expert_other
+        experts = arch.num_experts
+        router = arch.hidden_size * experts + (experts if arch.router_bias else 0)
+    else:
+        mlp, mlp_other = _mlp_counts(arch, arch.ffn_hidden_size)
+    total_mlp = mlp + mlp_other + experts * (expert + expert_other) + shared + shared_other
+    norms = arch.layer_parameters(layer=layer) - attention - total_mlp - router
+    return LayerWeights(
+        attention_matrices=attention_matrices,
+        attention_other=attention - attention_matrices,
+        mlp_matrices=mlp,
+        mlp_other=mlp_other,
+        expert_matrices=expert,
+        expert_other=expert_other,
+        shared_matrices=shared,
+        shared_other=shared_other,
+        router=router,
+        norms=norms,
+        num_experts=experts,
+    )
+
+
+def _weight_bytes(precision: Precision) -> tuple[float, float, float]:
+    """Bytes per weight of (non-expert linear layers, routed experts, everything else)."""
+    dense = float(precision.dense_weight_bytes)
+    quantized = precision.bytes_per_weight
+    linear = quantized if precision.scope == "linear" else dense
+    return linear, quantized, dense
+
+
+def layer_weight_bytes(
+    arch: Architecture, layer: int, precision: Precision, experts_read: ArrayLike | None = None
+) -> Array:
+    """Bytes of layer ``layer``'s weights; ``experts_read``: routed experts counted (default:
+    all, the stored size; a pass reads the experts its tokens hit)."""
+    w = layer_weights(arch, layer)
+    linear, expert_bytes, dense = _weight_bytes(precision)
+    experts = np.asarray(w.num_experts if experts_read is None else experts_read, np.float64)
+    return (
+        (w.attention_matrices + w.mlp_matrices + w.shared_matrices) * linear
+        + (w.attention_other + w.mlp_other + w.shared_other + w.router + w.norms) * dense
+        + experts * (w.expert_matrices * expert_bytes + w.expert_other * dense)
+    )
+
+
+def end_weight_parameters(arch: Architecture) -> tuple[int, int]:
+    """(embedding side: token + learned position embeddings + embedding norm, LM head side:
+    head matrix + final norm); both stay in the compute dtype."""
+    h = arch.hidden_size
+    norm = 2 * h if arch.norm == "layernorm" else h
+    embedding = arch.vocab_size * h + (arch.max_context * h if arch.position == "learned" else 0)
+    embedding += norm if arch.embedding_norm else 0
+    head = (0 if arch.tie_embeddings else arch.vocab_size * h) + norm
+    return embedding, head
+
+
+def weight_bytes(arch: Architecture, precision: Precision | None = None) -> float:
+    """Bytes of all stored weights at ``precision`` (default bf16), scales included."""
+    precision = precision or BF16
+    layers = sum(float(layer_weight_bytes(arch, i, precision)) for i in range(arch.num_layers))
+    return layers + sum(end_weight_parameters(arch)) * precision.dense_weight_bytes
+
+
+def kv_bytes_per_token_layer(arch: Architecture, precision: Precision, tp: int = 1) -> float:
+    """KV-cache bytes one token adds to one layer on one GPU: K and V of each KV head (split
+    over tp, replicated when tp exceeds the KV heads), or MLA's latent and RoPE key (shared by
+    all heads, so replicated on every rank). int8 caches add a 16-bit scale per vector."""
+    element = precision.kv_bytes_per_element
+    scale = 2 if precision.kv_cache == "int8" else 0
+    if arch.mla:
+        return float((arch.kv_lora_rank or 0) * element + (arch.qk_rope_head_dim or 0) * element)
+    vectors = 2 * max(arch.kv_heads / tp, 1.0)
+    return vectors * (arch.dim_per_head * element + scale)
+
+
+def _kv_bytes_per_token_layer_mla_scales(arch: Architecture, precision: Precision) -> float:
+    return 2.0 * 2 if arch.mla and precision.kv_cache == "int8" else 0.0
+
+
+def kv_cache_bytes(
+    arch: Architecture, context_tokens: ArrayLike, precision: Precision | None = None, tp: int = 1
+) -> Array:
+    """Bytes one sequence's KV cache holds with ``context_tokens`` tokens, per GPU: sliding-
+    window layers keep at most the window."""
+    precision = precision or BF16
+    c = np.asarray(context_tokens, dtype=np.float64)
+    per_layer = kv_bytes_per_token_layer(arch, precision, tp)
+    per_layer += _kv_bytes_per_token_layer_mla_scales(arch, precision)
+    total = 0.0 * c
+    for layer in range(arch.num_layers):
+        kept = _kept_tokens(arch, layer, c)
+        total = total + kept * per_layer
+    return total
+
+
+def _kept_tokens(arch: Architecture, layer: int, tokens: Array) -> Array:
+    if arch.attention_kind(layer) == "sliding" and arch.sliding_window:
+        return np.minimum(tokens, float(arch.sliding_window))
+    return tokens
 
 
 def expected_experts_touched(arch: Architecture, tokens: ArrayLike) -> Array:
-    """Distinct experts per MoE layer that ``tokens`` tokens hit, routed uniformly at random."""
+    """Distinct routed experts per MoE layer that ``tokens`` tokens hit, routed uniformly at
+    random (shared experts are always read and not counted here)."""
     t = np.asarray(tokens, dtype=np.float64)
     e, k = arch.num_experts, arch.experts_per_token
     if e == 1:
@@ -197,15 +338,47 @@ def _check_tp(arch: Architecture, tp: int) -> None:
         raise InputError(
             f"tensor-parallel size {tp} must divide num_heads {arch.num_heads} of {arch.name}"
         )
-    if arch.kv_heads % tp and tp % arch.kv_heads:
+    if not arch.mla and arch.kv_heads % tp and tp % arch.kv_heads:
         raise InputError(
             f"tensor-parallel size {tp} and num_kv_heads {arch.kv_heads} of {arch.name} must "
             "divide one another"
         )
 
 
-def _unaligned(elements: float, dtype: Dtype) -> bool:
-    return (elements * DTYPE_BYTES[dtype]) % GEMM_ALIGNMENT_BYTES != 0
+def _unaligned(elements: float, element_bytes: float) -> bool:
+    return (elements * element_bytes) % GEMM_ALIGNMENT_BYTES != 0
+
+
+def _attended(n: Array, c: Array, window: float | None) -> Array:
+    """Sum over new tokens i = 1..n of the positions token c + i attends to: c + i, or at most
+    ``window`` (sliding-window layers)."""
+    full = n * c + n * (n + 1) / 2
+    if window is None:
+        return full
+    # Positions x = c + 1 .. c + n attend to min(x, W): the sum of x up to W, then W each.
+    low_end = np.minimum(c + n, window)
+    low = np.where(low_end >= c + 1, (c + 1 + low_end) * (low_end - c) / 2, 0.0)
+    high = np.maximum(c + n - np.maximum(c, window), 0.0) * window
+    return low + high
+
+
+def check_precision(hardware: Hardware, precision: Precision) -> None:
+    """Refuse, in one line, a precision the GPU cannot compute in (fp8 without fp8 tensor
+    cores). Weight-only fp8 still runs there: the weights are dequantized to bf16 per GEMM."""
+    if precision.fp8_compute and hardware.peak_fp8_tflops is None:
+        raise InputError(
+            f"{hardware.name} has no fp8 tensor cores: fp8 activations are not supported there; "
+            "use --activations bf16 for weight-only fp8 (dequantized to bf16), or a GPU with fp8"
+        )
+
+
+def compute_hardware(hardware: Hardware, precision: Precision | None) -> Hardware:
+    """``hardware`` as the time model sees it at ``precision``: fp8 matmuls (W8A8) run at the
+    fp8 tensor-core peak; weight-only formats dequantize and run at the 16-bit peak."""
+    if precision is None or not precision.fp8_compute:
+        return hardware
+    check_precision(hardware, precision)
+    return hardware.model_copy(update={"peak_dense_tflops": hardware.peak_fp8_tflops})
 
 
 def forward_costs(
@@ -216,80 +389,117 @@ def forward_costs(
     batch: int = 1,
     dtype: Dtype = "bfloat16",
     tp: int = 1,
+    precision: Precision | None = None,
 ) -> PhaseCosts:
-    """Work per GPU of one forward pass over ``batch`` sequences (see the module docstring)."""
+    """Work per GPU of one forward pass over ``batch`` sequences (see the module docstring).
+
+    ``precision`` (default: ``dtype`` everywhere) sets the bytes of weights (quantized linear
+    layers with their scales), of the KV cache, and the GEMM element size for alignment."""
     _check_tp(arch, tp)
+    precision = precision or Precision.from_dtype(dtype)
     n = np.asarray(new_tokens, dtype=np.float64)
     c = np.asarray(context_tokens, dtype=np.float64)
     n, c = np.broadcast_arrays(n, c)
-    size = DTYPE_BYTES[dtype]
+    size = precision.dense_weight_bytes  # activations stay in the 16-bit compute dtype
+    gemm_element = precision.activation_bytes
     layers, h, d = arch.num_layers, arch.hidden_size, arch.dim_per_head
-    q_dim, kv_dim = arch.num_heads * d, arch.kv_heads * d
-    f, mlp_in = arch.ffn_hidden_size, (2 if arch.gated_mlp else 1)
-    k_active = arch.experts_per_token
+    heads = arch.num_heads
     tokens = batch * n  # new tokens in the pass, all sequences
-
-    # Matmul weights one token multiplies through, per layer.
-    attn_matmul = h * q_dim + 2 * h * kv_dim + q_dim * h
-    expert_matmul = mlp_in * h * f + f * h
-    router = h * arch.num_experts if arch.num_experts > 1 else 0
-    layer_matmul = attn_matmul + k_active * expert_matmul + router
     head = arch.vocab_size * h
-    # Causal attention: new token i (1..n) attends to c + i positions.
-    attended = n * c + n * (n + 1) / 2
-    attention_flops = 4.0 * arch.num_heads * d * attended * batch * layers
-    matmul_flops = 2.0 * layer_matmul * tokens * layers
-    head_flops = 2.0 * head * batch  # last position of each sequence only
-    flops = (matmul_flops + attention_flops + head_flops) / tp
+    k_active = arch.experts_per_token
+    mlp_in = 2 if arch.gated_mlp else 1
 
-    # GEMMs whose per-GPU shapes break tensor-core alignment (e.g. ffn 27308 / tp 4 = 6827):
-    # each GEMM with the (N, K) it has on one rank; the token dimension is M, the one dimension
-    # that is no leading dimension of a row-major activation, so it does not count.
-    per_token_gemms = (  # (weights a token multiplies through per layer, dims per rank)
-        (h * (q_dim + 2 * kv_dim), (h, q_dim / tp, kv_dim / tp)),  # QKV projection
-        (q_dim * h, (q_dim / tp, h)),  # attention output projection
-        (k_active * mlp_in * h * f, (h, f / tp)),  # MLP in (and gate)
-        (k_active * f * h, (f / tp, h)),  # MLP out
-        (router, (h, arch.num_experts)),  # MoE router (replicated: not split by tp)
-    )
+    matmul_flops = 0.0 * n
+    attention_flops = 0.0 * n
+    weight_bytes = 0.0 * n
+    kv_bytes = 0.0 * n
+    score_bytes = 0.0 * n
+    activation_bytes = 0.0 * n
     unaligned = 0.0 * n
-    for weights, dims in per_token_gemms:
-        if weights and any(_unaligned(x, dtype) for x in dims):
-            unaligned = unaligned + 2.0 * weights * tokens * layers
-    if _unaligned(d, dtype):  # QK^T and PV multiply through the head dimension
+    kv_token = kv_bytes_per_token_layer(arch, precision, tp)
+    kv_token += _kv_bytes_per_token_layer_mla_scales(arch, precision)
+    experts_read = expected_experts_touched(arch, tokens)
+    if arch.mla:
+        rank, rope = arch.kv_lora_rank or 0, arch.qk_rope_head_dim or 0
+        nope, v_dim = arch.qk_nope_head_dim or 0, arch.v_head_dim or 0
+        kv_up = rank * heads * (nope + v_dim)
+        q_dim, kv_dim = heads * (nope + rope), rank + rope
+    else:
+        q_dim, kv_dim = heads * d, arch.kv_heads * d
+    for layer in range(layers):
+        w = layer_weights(arch, layer)
+        window = arch.sliding_window if arch.attention_kind(layer) == "sliding" else None
+        attended = _attended(n, c, window)
+        # Matmuls a token multiplies through: attention projections, MLP or router + active
+        # routed experts + shared experts.
+        moe = w.num_experts > 0
+        mlp_per_token = (
+            w.router + k_active * w.expert_matrices + w.shared_matrices if moe else w.mlp_matrices
+        )
+        if arch.mla:
+            # Two ways to attend: decompress every attended latent into per-head K and V (the
+            # cheaper at prefill), or absorb the up-projections into the query and output and
+            # attend in latent space (the cheaper at decode); the ideal stack takes the cheaper.
+            base = 2.0 * (w.attention_matrices - kv_up) * tokens
+            naive = (
+                base
+                + 2.0 * kv_up * batch * (c + n)
+                + 2.0 * heads * (nope + rope + v_dim) * attended * batch
+            )
+            absorbed = (
+                base + 2.0 * kv_up * tokens + 2.0 * heads * (2 * rank + rope) * attended * batch
+            )
+            attn_total = np.minimum(naive, absorbed)
+            attn_core = attn_total - 2.0 * w.attention_matrices * tokens
+            matmul_flops = matmul_flops + 2.0 * (w.attention_matrices + mlp_per_token) * tokens
+            attention_flops = attention_flops + attn_core
+        else:
+            matmul_flops = matmul_flops + 2.0 * (w.attention_matrices + mlp_per_token) * tokens
+            attention_flops = attention_flops + 4.0 * heads * d * attended * batch
+        # Weights: everything but the routed experts, plus the routed experts this pass hits.
+        read = experts_read if moe else None
+        weight_bytes = weight_bytes + layer_weight_bytes(arch, layer, precision, read)
+        # KV cache: read every position some new token attends to, write the new ones.
+        span = c + n if window is None else np.minimum(c + n, window + n - 1)
+        kv_bytes = kv_bytes + kv_token * batch * (span + n)
+        score_bytes = score_bytes + 2 * size * (heads / tp) * attended * batch
+        # Activations written once and read once; hidden-size tensors replicated on every TP
+        # rank (norms, residuals), the wide ones split.
+        width = (
+            k_active * arch.expert_ffn_hidden_size
+            + arch.num_shared_experts * arch.expert_ffn_hidden_size
+            if moe
+            else arch.ffn_hidden_size
+        )
+        split = 2 * q_dim + 2 * kv_dim + (mlp_in + 1) * width
+        expert_width = arch.expert_ffn_hidden_size if moe else arch.ffn_hidden_size
+        activation_bytes = activation_bytes + 2 * size * tokens * (6 * h + split / tp)
+        # GEMMs whose per-GPU shapes break tensor-core alignment (e.g. ffn 27308 / tp 4 =
+        # 6827): each GEMM with the (N, K) it has on one rank; the token dimension is M, no
+        # leading dimension of a row-major activation, so it does not count.
+        gemms = (
+            (w.attention_matrices, (h, q_dim / tp, kv_dim / tp)),
+            (mlp_per_token - w.router, (h, expert_width / tp)),
+            (w.router, (h, arch.num_experts)),  # replicated: not split by tp
+        )
+        for weights, dims in gemms:
+            if weights and any(_unaligned(x, gemm_element) for x in dims):
+                unaligned = unaligned + 2.0 * weights * tokens
+    flops = matmul_flops + attention_flops + 2.0 * head * batch  # logits: last position only
+    if _unaligned(d, gemm_element):  # QK^T and PV multiply through the head dimension
         unaligned = unaligned + attention_flops
-    if _unaligned(h, dtype) or _unaligned(arch.vocab_size / tp, dtype):
-        unaligned = unaligned + head_flops
-    unaligned_flops = unaligned / tp
-
-    # Weights: dense part of each layer + the experts this pass touches, + the LM head.
-    expert = _expert_parameters(arch)
-    dense_layer = arch.layer_parameters(active_only=False) - arch.num_experts * expert
-    experts_read = expected_experts_touched(arch, tokens) if arch.num_experts > 1 else k_active
-    final_norm = 2 * h if arch.norm == "layernorm" else h
-    weight_params = layers * (dense_layer + experts_read * expert) + head + final_norm
-    weight_bytes = weight_params * size / tp + 0.0 * n
-
-    # KV cache: replicated heads when tp exceeds the KV heads (each GPU keeps one).
-    kv_heads_per_gpu = max(arch.kv_heads / tp, 1.0)
-    kv_token_layer = 2 * kv_heads_per_gpu * d * size
-    kv_bytes = kv_token_layer * layers * batch * (c + 2 * n)  # read c + n, write n
-
-    # Activations written once and read once per layer; hidden-size tensors are replicated on
-    # every TP rank (norms, residuals), the wide ones are split.
-    replicated = 6 * h
-    split = 2 * q_dim + 2 * kv_dim + (mlp_in + 1) * f * k_active
-    activation_bytes = 2 * size * tokens * layers * (replicated + split / tp)
+    if _unaligned(h, gemm_element) or _unaligned(arch.vocab_size / tp, gemm_element):
+        unaligned = unaligned + 2.0 * head * batch
+    _, head_params = end_weight_parameters(arch)
+    weight_bytes = (weight_bytes + head_params * size) / tp
     activation_bytes = activation_bytes + 2 * size * tokens * h  # embedding gather + write
-
-    score_bytes = 2 * size * (arch.num_heads / tp) * attended * batch * layers
 
     per_layer = 1 if arch.parallel_attn_mlp else 2
     num_allreduces = (per_layer * layers if tp > 1 else 0) + 0.0 * n
     allreduce_bytes = tokens * h * size if tp > 1 else 0.0 * n
     return PhaseCosts(
-        flops=np.asarray(flops, dtype=np.float64),
-        unaligned_flops=np.asarray(unaligned_flops, dtype=np.float64),
+        flops=np.asarray(flops / tp, dtype=np.float64),
+        unaligned_flops=np.asarray(unaligned / tp, dtype=np.float64),
         weight_bytes=np.asarray(weight_bytes, dtype=np.float64),
         kv_bytes=np.asarray(kv_bytes, dtype=np.float64),
         activation_bytes=np.asarray(activation_bytes, dtype=np.float64),
@@ -308,21 +518,23 @@ def request_costs(
     batch: int = 1,
     dtype: Dtype = "bfloat16",
     tp: int = 1,
+    precision: Precision | None = None,
 ) -> RequestCosts:
     """FLOPs and bytes per GPU of a whole request: prompt pass + sum of o - 1 decode steps.
 
     Decode step i (1-based) attends to the p + i - 1 cached tokens plus itself; every count is
-    linear in the context, so the sum over steps is the count at the mean context times o - 1.
-    (MoE decode steps each read the experts ``batch`` tokens touch.)
+    linear in the context (up to a sliding window), so the sum over steps is the count at the
+    mean context times o - 1. (MoE decode steps each read the experts ``batch`` tokens touch.)
     """
     p = np.asarray(num_prompt_tokens, dtype=np.float64)
     o = np.asarray(num_output_tokens, dtype=np.float64)
     if np.any(p < 1) or np.any(o < 1):
         raise InputError("token counts must be >= 1")
     steps = o - 1.0
-    prompt = forward_costs(arch, p, 0.0, batch=batch, dtype=dtype, tp=tp)
+    kwargs = {"batch": batch, "dtype": dtype, "tp": tp, "precision": precision}
+    prompt = forward_costs(arch, p, 0.0, **kwargs)  # type: ignore[arg-type]
     mean_context = p + steps / 2.0 - 0.5  # mean of p + i - 1 over i = 1..steps
-    step = forward_costs(arch, np.ones_like(p * o), mean_context, batch=batch, dtype=dtype, tp=tp)
+    step = forward_costs(arch, np.ones_like(p * o), mean_context, **kwargs)  # type: ignore[arg-type]
     # Totals scale with the number of steps; allreduce_bytes is per all-reduce and stays.
     totals = {k: v * steps for k, v in vars(step).items() if k != "allreduce_bytes"}
     decode = PhaseCosts(**totals, allreduce_bytes=step.allreduce_bytes + 0.0 * steps)
@@ -402,9 +614,13 @@ def predict_alpha(
     dtype: Dtype = "bfloat16",
     batch: int = 1,
     efficiency: Efficiency = IDEAL,
+    precision: Precision | None = None,
 ) -> Array:
     """alpha(p): the prompt pass, which also yields the first output token."""
-    costs = forward_costs(arch, num_prompt_tokens, 0.0, batch=batch, dtype=dtype, tp=tp)
+    costs = forward_costs(
+        arch, num_prompt_tokens, 0.0, batch=batch, dtype=dtype, tp=tp, precision=precision
+    )
+    hardware = compute_hardware(hardware, precision)
     return pass_time(
         costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency
     ).total_s
@@ -419,10 +635,14 @@ def decode_step_time(
     dtype: Dtype = "bfloat16",
     batch: int = 1,
     efficiency: Efficiency = IDEAL,
+    precision: Precision | None = None,
 ) -> PhaseTime:
     """One decode step of ``batch`` sequences, each with ``context_tokens`` cached tokens."""
     c = np.asarray(context_tokens, dtype=np.float64)
-    costs = forward_costs(arch, np.ones_like(c), c, batch=batch, dtype=dtype, tp=tp)
+    costs = forward_costs(
+        arch, np.ones_like(c), c, batch=batch, dtype=dtype, tp=tp, precision=precision
+    )
+    hardware = compute_hardware(hardware, precision)
     return pass_time(costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency)
 
 
@@ -435,10 +655,18 @@ def predict_beta(
     dtype: Dtype = "bfloat16",
     batch: int = 1,
     efficiency: Efficiency = IDEAL,
+    precision: Precision | None = None,
 ) -> Array:
     """beta(context): seconds of a decode step at a context length."""
     return decode_step_time(
-        arch, hardware, context_tokens, tp=tp, dtype=dtype, batch=batch, efficiency=efficiency
+        arch,
+        hardware,
+        context_tokens,
+        tp=tp,
+        dtype=dtype,
+        batch=batch,
+        efficiency=efficiency,
+        precision=precision,
     ).total_s
 
 
@@ -450,10 +678,17 @@ def predict_alpha_beta(
     dtype: Dtype = "bfloat16",
     batch: int = 1,
     efficiency: Efficiency = IDEAL,
+    precision: Precision | None = None,
     prompt_sizes: ArrayLike = HELM_PROMPT_SIZES,
 ) -> tuple[Array, Array]:
     """(alpha at ``prompt_sizes``, beta at contexts ``prompt_sizes``): a quick table."""
-    kwargs = {"tp": tp, "dtype": dtype, "batch": batch, "efficiency": efficiency}
+    kwargs = {
+        "tp": tp,
+        "dtype": dtype,
+        "batch": batch,
+        "efficiency": efficiency,
+        "precision": precision,
+    }
     sizes = np.asarray(prompt_sizes, dtype=np.float64)
     return (
         predict_alpha(arch, hardware, sizes, **kwargs),
@@ -471,6 +706,7 @@ def predict_runtime(
     dtype: Dtype = "bfloat16",
     batch: int = 1,
     efficiency: Efficiency = IDEAL,
+    precision: Precision | None = None,
 ) -> Array:
     """runtime(p, o) = alpha(p) + sum over decode steps i = 1..o-1 of beta(p + i - 1).
 
@@ -482,7 +718,13 @@ def predict_runtime(
     if np.any(p < 1) or np.any(o < 1):
         raise InputError("token counts must be >= 1")
     p, o = np.broadcast_arrays(p, o)
-    kwargs = {"tp": tp, "dtype": dtype, "batch": batch, "efficiency": efficiency}
+    kwargs = {
+        "tp": tp,
+        "dtype": dtype,
+        "batch": batch,
+        "efficiency": efficiency,
+        "precision": precision,
+    }
     alpha = predict_alpha(arch, hardware, p, **kwargs)
     steps = (o - 1.0)[..., None]
     edges = steps * np.linspace(0.0, 1.0, DECODE_CHUNKS + 1)
@@ -501,6 +743,7 @@ def to_fitted_cost_model(
     dtype: Dtype = "bfloat16",
     batch: int = 1,
     efficiency: Efficiency = IDEAL,
+    precision: Precision | None = None,
     method: str = "analytic",
     model_name: str | None = None,
     prompt_sizes: ArrayLike = HELM_PROMPT_SIZES,
@@ -514,7 +757,13 @@ def to_fitted_cost_model(
     largest prompt size + 2048, capped at the architecture's context window).
     """
     sizes = np.asarray(prompt_sizes, dtype=np.float64)
-    kwargs = {"tp": tp, "dtype": dtype, "batch": batch, "efficiency": efficiency}
+    kwargs = {
+        "tp": tp,
+        "dtype": dtype,
+        "batch": batch,
+        "efficiency": efficiency,
+        "precision": precision,
+    }
     alphas = predict_alpha(arch, hardware, sizes, **kwargs)
     limit = max_context or min(int(sizes.max()) + 2048, max(arch.max_context, 2))
     contexts = np.linspace(1.0, float(limit), 64)
@@ -536,6 +785,7 @@ def to_fitted_cost_model(
             num_devices=tp,
             tensor_parallel_size=tp,
             dtype=dtype,
-            notes=f"{method} hardware model, batch {batch}",
+            notes=f"{method} hardware model, batch {batch}"
+            + (f", precision {precision.label}" if precision else ""),
         ),
     )

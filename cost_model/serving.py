@@ -27,9 +27,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cost_model.roofline import IDEAL, Efficiency, decode_step_time
+from cost_model.roofline import (
+    IDEAL,
+    Efficiency,
+    check_precision,
+    decode_step_time,
+    end_weight_parameters,
+    kv_bytes_per_token_layer,
+    layer_weight_bytes,
+)
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import DTYPE_BYTES, Architecture, Dtype, FittedCostModel, Hardware
+from idealized_runtime.core.types import (
+    Architecture,
+    Dtype,
+    FittedCostModel,
+    Hardware,
+    Precision,
+)
 
 GPUS_PER_NODE = 8
 DEFAULT_RESERVE_FRACTION = 0.10
@@ -67,21 +81,45 @@ def valid_tensor_parallel_sizes(arch: Architecture, max_tp: int = GPUS_PER_NODE)
 
 
 def memory_per_gpu(
-    arch: Architecture, tp: int, pp: int, context_tokens: int, batch_size: int, dtype: Dtype
+    arch: Architecture,
+    tp: int,
+    pp: int,
+    context_tokens: int,
+    batch_size: int,
+    dtype: Dtype,
+    precision: Precision | None = None,
 ) -> tuple[float, float]:
-    """(weight bytes, KV bytes) on the fullest GPU of a tp x pp layout."""
-    size = DTYPE_BYTES[dtype]
-    layers = math.ceil(arch.num_layers / pp)
-    embedding = arch.vocab_size * arch.hidden_size
-    if arch.position == "learned":
-        embedding += arch.max_context * arch.hidden_size
-    head = 0 if arch.tie_embeddings else arch.vocab_size * arch.hidden_size
-    # One stage holds both ends when pp == 1; otherwise the larger end is the worst stage.
-    ends = embedding + head if pp == 1 else max(embedding, head if head else embedding)
-    weights = (layers * arch.layer_parameters() + ends) * size / tp
-    kv_heads = max(arch.kv_heads / tp, 1.0)
-    kv = 2 * layers * kv_heads * arch.dim_per_head * size * context_tokens * batch_size
-    return weights, kv
+    """(weight bytes, KV bytes) on the fullest GPU of a tp x pp layout.
+
+    Weights at ``precision`` (default: ``dtype``), quantized ones with their scales; the KV
+    cache holds ``context_tokens`` per sequence, at most the window in sliding-window layers.
+    Stages hold consecutive blocks of ceil(layers / pp) layers, the embedding on the first and
+    the LM head on the last; the fullest stage is the one that counts."""
+    precision = precision or Precision.from_dtype(dtype)
+    per_stage = math.ceil(arch.num_layers / pp)
+    kv_token_layer = kv_bytes_per_token_layer(arch, precision, tp)
+    embedding, head = (
+        params * precision.dense_weight_bytes for params in end_weight_parameters(arch)
+    )
+    if arch.tie_embeddings and pp > 1:  # the last stage keeps its own copy for the LM head
+        head += arch.vocab_size * arch.hidden_size * precision.dense_weight_bytes
+    worst = (0.0, 0.0)
+    for start in range(0, arch.num_layers, per_stage):
+        layers = range(start, min(start + per_stage, arch.num_layers))
+        weights = sum(float(layer_weight_bytes(arch, i, precision)) for i in layers)
+        weights += (embedding if start == 0 else 0.0) + (
+            head if layers.stop == arch.num_layers else 0.0
+        )
+        kept = sum(
+            min(context_tokens, arch.sliding_window or context_tokens)
+            if arch.attention_kind(i) == "sliding"
+            else context_tokens
+            for i in layers
+        )
+        kv = kept * kv_token_layer * batch_size
+        if weights / tp + kv > sum(worst):
+            worst = (weights / tp, kv)
+    return worst
 
 
 def plan_gpus(
@@ -94,6 +132,7 @@ def plan_gpus(
     reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
     gpus_per_node: int = GPUS_PER_NODE,
     tp: int | None = None,
+    precision: Precision | None = None,
 ) -> GpuPlan:
     """The smallest layout that fits (see the module docstring); InputError if none does.
 
@@ -121,7 +160,7 @@ def plan_gpus(
         sizes = [tp]
 
     def plan(tp: int, pp: int) -> GpuPlan | None:
-        weights, kv = memory_per_gpu(arch, tp, pp, context_tokens, batch_size, dtype)
+        weights, kv = memory_per_gpu(arch, tp, pp, context_tokens, batch_size, dtype, precision)
         if weights + kv > usable:
             return None
         return GpuPlan(tp * pp, tp, pp, weights, kv, usable)
@@ -133,9 +172,12 @@ def plan_gpus(
     for pp in range(2, min(arch.num_layers, MAX_GPUS // widest) + 1):
         if found := plan(widest, pp):
             return found
-    weights, kv = memory_per_gpu(arch, widest, arch.num_layers, context_tokens, batch_size, dtype)
+    weights, kv = memory_per_gpu(
+        arch, widest, arch.num_layers, context_tokens, batch_size, dtype, precision
+    )
+    label = precision.label if precision else dtype
     raise InputError(
-        f"{arch.name} ({dtype}, {batch_size} x {context_tokens} tokens of context) does not fit "
+        f"{arch.name} ({label}, {batch_size} x {context_tokens} tokens of context) does not fit "
         f"on {memory_gb:g} GB GPUs: even one layer per pipeline stage at tensor-parallel size "
         f"{widest} needs {(weights + kv) / GB:.1f} GB per GPU, {usable / GB:.1f} GB usable"
     )
@@ -149,6 +191,7 @@ def min_gpus(
     batch_size: int = 1,
     dtype: Dtype = "bfloat16",
     reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
+    precision: Precision | None = None,
 ) -> int:
     """Minimum number of GPUs of a kind to serve ``arch`` (see ``plan_gpus`` for the layout)."""
     return plan_gpus(
@@ -158,6 +201,7 @@ def min_gpus(
         batch_size=batch_size,
         dtype=dtype,
         reserve_fraction=reserve_fraction,
+        precision=precision,
     ).num_gpus
 
 
@@ -209,6 +253,7 @@ def decode_throughput(
     tp: int | None = None,
     dtype: Dtype = "bfloat16",
     efficiency: Efficiency = IDEAL,
+    precision: Precision | None = None,
 ) -> list[ThroughputPoint]:
     """Idealized decode throughput per batch size at a context length.
 
@@ -216,7 +261,9 @@ def decode_throughput(
     whose KV cache would not fit on them are still computed but flagged ``fits=False``.
     """
     if tp is None:
-        plan = plan_gpus(arch, hardware, context_tokens=context_tokens, dtype=dtype)
+        plan = plan_gpus(
+            arch, hardware, context_tokens=context_tokens, dtype=dtype, precision=precision
+        )
         if plan.pp > 1:
             raise InputError(
                 f"{arch.name} needs {plan.num_gpus} {hardware.name} GPUs over {plan.pp} pipeline "
@@ -226,12 +273,19 @@ def decode_throughput(
     points = []
     for batch in batch_sizes:
         step = decode_step_time(
-            arch, hardware, context_tokens, tp=tp, dtype=dtype, batch=batch, efficiency=efficiency
+            arch,
+            hardware,
+            context_tokens,
+            tp=tp,
+            dtype=dtype,
+            batch=batch,
+            efficiency=efficiency,
+            precision=precision,
         )
         seconds = float(step.total_s)
         tokens_per_s = batch / seconds
         cost = cost_variants(seconds, tp, hardware)
-        weights, kv = memory_per_gpu(arch, tp, 1, context_tokens, batch, dtype)
+        weights, kv = memory_per_gpu(arch, tp, 1, context_tokens, batch, dtype, precision)
         usable = hardware.memory_gb * GB * (1.0 - DEFAULT_RESERVE_FRACTION)
         points.append(
             ThroughputPoint(
@@ -272,6 +326,7 @@ class Estimate:
     num_gpus: int
     costs: dict[str, float]  # cost_variants(); empty when the hardware is unknown
     notes: tuple[str, ...] = ()
+    precision: str | None = None  # Precision.label of a hardware-model estimate
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -291,6 +346,7 @@ class Estimate:
             "output_tokens_per_s": self.output_tokens_per_s,
             "tensor_parallel_size": self.tp,
             "num_gpus": self.num_gpus,
+            "precision": self.precision,
             **{k: v for k, v in self.costs.items() if k not in ("runtime_s", "num_gpus")},
             "notes": list(self.notes),
         }
@@ -363,6 +419,7 @@ def estimate_from_architecture(
     dtype: Dtype = "bfloat16",
     efficiency: Efficiency = IDEAL,
     source: str = "analytic",
+    precision: Precision | None = None,
 ) -> Estimate:
     """The hardware model's figures for one request (``batch_size`` identical sequences).
 
@@ -373,6 +430,8 @@ def estimate_from_architecture(
     from cost_model.roofline import predict_alpha, predict_beta, predict_runtime
 
     _check_tokens(num_prompt_tokens, num_output_tokens, batch_size)
+    precision = precision or Precision.from_dtype(dtype)
+    check_precision(hardware, precision)
     if num_prompt_tokens + num_output_tokens > arch.max_context:
         raise InputError(
             f"{num_prompt_tokens} prompt + {num_output_tokens} output tokens exceed the context "
@@ -385,8 +444,15 @@ def estimate_from_architecture(
         batch_size=batch_size,
         dtype=dtype,
         tp=tp,
+        precision=precision,
     )
-    kwargs = {"tp": plan.tp, "dtype": dtype, "batch": batch_size, "efficiency": efficiency}
+    kwargs = {
+        "tp": plan.tp,
+        "dtype": dtype,
+        "batch": batch_size,
+        "efficiency": efficiency,
+        "precision": precision,
+    }
     runtime = float(predict_runtime(arch, hardware, num_prompt_tokens, num_output_tokens, **kwargs))
     alpha = float(predict_alpha(arch, hardware, num_prompt_tokens, **kwargs))
     steps = num_output_tokens - 1
@@ -414,4 +480,46 @@ def estimate_from_architecture(
         num_gpus=plan.num_gpus,
         costs=cost_variants(runtime, plan.num_gpus, hardware),
         notes=tuple(notes),
+        precision=precision.label,
     )
+
+
+def hardware_model_estimate(
+    arch: Architecture,
+    hardware: Hardware,
+    num_prompt_tokens: int,
+    num_output_tokens: int,
+    *,
+    batch_size: int = 1,
+    tp: int | None = None,
+    precision: Precision | None = None,
+    ideal: bool = False,
+    stack: str | None = None,
+) -> tuple[Estimate, str]:
+    """The hardware model's estimate as ``estimate --arch`` and the REST API give it: on a
+    reference stack (source ``calibrated``; the stack's name is returned; default
+    ``cost_model.stacks.DEFAULT_STACK``) or the ideal roofline (``ideal``: source ``analytic``,
+    name ""). ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
+    precision = precision or arch.precision or Precision()
+    if ideal:
+        if stack is not None:
+            raise InputError("a reference stack and the ideal roofline exclude one another")
+        efficiency, source, calibration = IDEAL, "analytic", ""
+    else:
+        from cost_model.stacks import DEFAULT_STACK, get_stack
+
+        chosen = get_stack(stack or DEFAULT_STACK)
+        efficiency, source, calibration = chosen.efficiency, "calibrated", chosen.name
+    estimate = estimate_from_architecture(
+        arch,
+        hardware,
+        num_prompt_tokens,
+        num_output_tokens,
+        batch_size=batch_size,
+        tp=tp,
+        dtype=precision.compute_dtype,
+        efficiency=efficiency,
+        source=source,
+        precision=precision,
+    )
+    return estimate, calibration

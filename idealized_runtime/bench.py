@@ -9,6 +9,7 @@ Results folder (one per benchmark run; rerunning into it resumes)::
     items/<kind>-<name>/measurements.csv (+ .meta.json)   local profile      (kind = local)
     items/<kind>-<name>/timings.jsonl                      raw API timings    (kind = api)
     items/<kind>-<name>/fits-<method>.json                 one fit file per method
+    estimates.json                  the hardware model's estimates of the ``estimates`` list
 
 An item is ``done`` once its fit files are written; a rerun skips done items and lets the
 profiler / timing client resume the others from the rows already on disk. A failed item does
@@ -35,10 +36,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from idealized_runtime import __version__
 from idealized_runtime.core.architectures import load_architecture
-from idealized_runtime.core.catalog import get_hardware, hardware_catalog
+from idealized_runtime.core.catalog import UnknownNameError, get_hardware, hardware_catalog
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import Architecture, Dtype, FittedCostModel, Stack
+from idealized_runtime.core.types import MAX_TOKENS, Architecture, Dtype, FittedCostModel, Stack
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "idealized-runtime/bench"
@@ -123,6 +124,61 @@ class ApiModelSpec(_Spec):
 
 
 ModelSpec = Annotated[LocalModelSpec | ApiModelSpec, Field(discriminator="kind")]
+ESTIMATES_NAME = "estimates.json"
+
+
+def _known_stack(value: str | None) -> str | None:
+    if value is None:
+        return None
+    from cost_model.stacks import get_stack
+
+    return get_stack(value).name  # an InputError (a ValueError) lists the known stacks
+
+
+class EstimateSpec(_Spec):
+    """One request estimated by the hardware model, no profile: what ``estimate --arch``
+    prints, at any precision (``weights``, ``kv_cache``, ``activations``)."""
+
+    architecture: str = Field(min_length=1, description="catalog name, config.json or folder")
+    hardware: str = Field(min_length=1)
+    prompt_tokens: int = Field(ge=1, le=MAX_TOKENS)
+    output_tokens: int = Field(ge=1, le=MAX_TOKENS)
+    batch_size: int = Field(default=1, ge=1, le=4096)
+    tp: int | None = Field(default=None, ge=1, le=1024)
+    weights: str | None = None
+    kv_cache: str | None = None
+    activations: str | None = None
+    ideal: bool = False
+    stack: str | None = Field(default=None, description="reference stack (default: the file's)")
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, value: str | None) -> str | None:
+        return _known_stack(value)
+
+    def evaluate(self) -> dict[str, Any]:
+        """The estimate as ``estimate --arch ... --json`` prints it (InputError if refused)."""
+        from cost_model.serving import hardware_model_estimate
+        from idealized_runtime.core.catalog import get_hardware
+        from idealized_runtime.core.types import parse_precision
+
+        arch = load_architecture(self.architecture)
+        hardware = get_hardware(self.hardware)
+        precision = parse_precision(
+            self.weights, self.kv_cache, self.activations, default=arch.precision
+        )
+        result, calibration = hardware_model_estimate(
+            arch,
+            hardware,
+            self.prompt_tokens,
+            self.output_tokens,
+            batch_size=self.batch_size,
+            tp=self.tp,
+            precision=precision,
+            ideal=self.ideal,
+            stack=None if self.ideal else self.stack,
+        )
+        return {**result.to_dict(), "calibration": calibration or None}
 
 
 class BenchConfig(_Spec):
@@ -139,9 +195,11 @@ class BenchConfig(_Spec):
     stack: str | None = Field(
         default=None,
         description="reference stack: each local model also gets the hardware model's runtime "
-        "on `hardware` with this stack (`idealized-runtime stacks` lists them)",
+        "on `hardware` with this stack, and it is the estimates' default stack "
+        "(`idealized-runtime stacks` lists them)",
     )
-    models: list[ModelSpec] = Field(min_length=1)
+    models: list[ModelSpec] = Field(default_factory=list)
+    estimates: list[EstimateSpec] = Field(default_factory=list)
 
     @model_validator(mode="before")
     @classmethod
@@ -166,16 +224,17 @@ class BenchConfig(_Spec):
     @field_validator("stack")
     @classmethod
     def _stack(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        from cost_model.stacks import get_stack
-
-        return get_stack(value).name  # an InputError (a ValueError) lists the known stacks
+        return _known_stack(value)
 
     @model_validator(mode="after")
     def _stack_needs_hardware(self) -> BenchConfig:
-        if self.stack is not None and self.hardware == CPU_HARDWARE:
+        if self.stack is not None and self.models and self.hardware == CPU_HARDWARE:
             raise ValueError("stack needs hardware: a GPU of the hardware catalog, not cpu")
+        if self.stack is not None:
+            self.estimates = [
+                e if e.stack is not None else e.model_copy(update={"stack": self.stack})
+                for e in self.estimates
+            ]
         return self
 
     @field_validator("hardware")
@@ -188,6 +247,8 @@ class BenchConfig(_Spec):
 
     @model_validator(mode="after")
     def _unique_items(self) -> BenchConfig:
+        if not self.models and not self.estimates:
+            raise ValueError("give at least one entry in 'models' or 'estimates'")
         seen: set[str] = set()
         for spec in self.models:
             key = item_key(spec)
@@ -214,7 +275,7 @@ def load_config(path: str | Path) -> BenchConfig:
         where = f" at line {mark.line + 1}" if mark else ""
         raise InputError(f"not valid YAML{where}", path=str(path)) from None
     if not isinstance(data, dict):
-        raise InputError("expected a mapping with a 'models' list", path=str(path))
+        raise InputError("expected a mapping with a 'models' (or 'estimates') list", path=str(path))
     try:
         config = BenchConfig.model_validate(data)
     except ValidationError as error:
@@ -240,6 +301,11 @@ def _check_runnable(config: BenchConfig, path: Path) -> None:
                 f"device: {config.device}: no CUDA device is available (torch sees none)",
                 path=str(path),
             )
+    for index, estimate in enumerate(config.estimates):
+        try:  # refused pairs (fp8 compute without fp8 tensor cores, no fit) fail here, early
+            estimate.evaluate()
+        except (InputError, UnknownNameError) as error:
+            raise InputError(f"estimates.{index}: {error}", path=str(path)) from None
     for index, spec in enumerate(config.models):
         if isinstance(spec, LocalModelSpec):
             if config.device == "cpu" and (spec.dtype or config.dtype) == "float16":
@@ -545,6 +611,10 @@ def run_bench(
     manifest.data["runs"].append(run)
     records = [(spec, manifest.item(spec, config.hardware)) for spec in config.models]
     manifest.save()
+    if config.estimates:
+        rows = [{**spec.model_dump(), "estimate": spec.evaluate()} for spec in config.estimates]
+        with atomic_writer(root / ESTIMATES_NAME) as handle:
+            json.dump(rows, handle, indent=1)
     results = []
     try:
         for spec, record in records:

@@ -35,6 +35,8 @@ from api.schemas import (
     CostOut,
     EstimateOut,
     EstimateQuery,
+    HardwareModelEstimateIn,
+    HardwareModelEstimateOut,
     Metric,
     WorkloadOut,
 )
@@ -516,3 +518,81 @@ def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
         )
         for w in map(scenario_workload, workload_names())
     ]
+
+
+@router.post(
+    "/estimate/hardware-model",
+    response_model=HardwareModelEstimateOut,
+    responses=READ_BODY_ERRORS,
+    summary="One request from the hardware model, at any precision, without a profile",
+    description=(
+        "Runtime, GPUs, GPU-seconds, energy and dollars of one request on `hardware`, from the "
+        "architecture (a stored one, or an HF config.json object in `config`) and the precision "
+        "(`weights`, `kv_cache`, `activations`), as `idealized-runtime estimate --arch` gives "
+        "them. Unsupported families, precisions and precision/hardware pairs: 422."
+    ),
+)
+def estimate_hardware_model(
+    payload: HardwareModelEstimateIn, _: Principal = Depends(reader)
+) -> HardwareModelEstimateOut:
+    from cost_model.serving import hardware_model_estimate
+    from idealized_runtime.core.architectures import architecture_from_hf_config
+    from idealized_runtime.core.errors import InputError
+    from idealized_runtime.core.types import parse_precision
+
+    if (payload.architecture is None) == (payload.config is None):
+        raise InputError("give exactly one of architecture (a stored name) or config")
+    cache = estimate_cache()
+    with get_database().read_sessions() as session:
+        if payload.config is not None:
+            name = str(payload.config.get("_name_or_path") or "config")
+            architecture = architecture_from_hf_config(payload.config, name=name, path="config")
+        else:
+            found = cache.architecture_for(session, payload.architecture or "")
+            if found is None:
+                raise HTTPException(
+                    status.HTTP_404_NOT_FOUND,
+                    f"unknown architecture {payload.architecture!r}; GET /v1/models lists them",
+                )
+            architecture = found
+        hardware = cache.cached_hardware(payload.hardware) or cache.load_hardware(
+            session, payload.hardware
+        )
+    precision = parse_precision(
+        payload.weights,
+        payload.kv_cache,
+        payload.activations,
+        default=architecture.precision,
+    )
+    result, calibration = hardware_model_estimate(
+        architecture,
+        hardware,
+        payload.prompt_tokens,
+        payload.output_tokens,
+        batch_size=payload.batch_size,
+        tp=payload.tensor_parallel_size,
+        precision=precision,
+        ideal=payload.ideal,
+        stack=payload.stack,
+    )
+    costs = result.costs
+    return HardwareModelEstimateOut(
+        source=result.source,  # type: ignore[arg-type]
+        calibration=calibration or None,
+        model=result.model,
+        hardware=hardware.name,
+        precision=result.precision or precision.label,
+        prompt_tokens=result.num_prompt_tokens,
+        output_tokens=result.num_output_tokens,
+        batch_size=result.batch_size,
+        runtime_s=result.runtime_s,
+        alpha_s=result.alpha_s,
+        beta_s=result.beta_s,
+        output_tokens_per_s=result.output_tokens_per_s,
+        tensor_parallel_size=result.tp,
+        num_gpus=result.num_gpus,
+        gpu_seconds=costs["gpu_seconds"],
+        energy_j=costs["energy_j"],
+        cost_usd=costs["cost_usd"],
+        notes=list(result.notes),
+    )

@@ -17,13 +17,19 @@ from pathlib import Path
 
 import typer
 
-from cost_model.serving import Estimate, estimate_from_architecture, estimate_from_fit
+from cost_model.serving import Estimate, estimate_from_fit, hardware_model_estimate
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
 from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import UnknownNameError, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS, FittedCostModel
+from idealized_runtime.core.types import (
+    DTYPE_BYTES,
+    MAX_TOKENS,
+    FittedCostModel,
+    Precision,
+    parse_precision,
+)
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
@@ -43,6 +49,7 @@ def _print(estimate: Estimate, calibration: str) -> None:
         ("source", SOURCE_TEXT[estimate.source].format(calibration=calibration)),
         ("model", estimate.model),
         ("hardware", estimate.hardware or "unknown"),
+        *([("precision", estimate.precision)] if estimate.precision else []),
         (
             "request",
             f"{estimate.num_prompt_tokens} prompt + {estimate.num_output_tokens} output tokens"
@@ -78,6 +85,16 @@ def estimate(
     batch: int = typer.Option(1, "--batch", help="Sequences decoded together (hardware model)."),
     tp: int | None = typer.Option(None, "--tp", help="Tensor-parallel size (default: fewest)."),
     dtype: str = typer.Option("bfloat16", "--dtype", help="float16 | bfloat16 | float32"),
+    weights: str | None = typer.Option(
+        None,
+        "--weights",
+        help="bf16 | fp16 | fp8 | int8[-gN] | int4[-gN] | mxfp4 (default: the checkpoint's, "
+        "else --dtype).",
+    ),
+    kv_cache: str | None = typer.Option(None, "--kv-cache", help="bf16 | fp16 | fp8 | int8"),
+    activations: str | None = typer.Option(
+        None, "--activations", help="bf16 | fp16 | fp8 (fp8: fp8 tensor cores, fp8 weights)"
+    ),
     ideal: bool = typer.Option(False, "--ideal", help="Ideal roofline, no calibration."),
     stack: str | None = typer.Option(
         None, "--stack", help="Reference stack (see 'stacks'); default: best-calibrated modern."
@@ -87,7 +104,18 @@ def estimate(
     """Estimate one request: runtime, alpha, beta, GPUs, GPU-seconds, energy and dollars."""
     try:
         result, calibration = _estimate(
-            prompt_tokens, output_tokens, fit, model, arch, hardware, batch, tp, dtype, ideal, stack
+            prompt_tokens,
+            output_tokens,
+            fit,
+            model,
+            arch,
+            hardware,
+            batch,
+            tp,
+            dtype,
+            ideal,
+            (weights, kv_cache, activations),
+            stack,
         )
     except (InputError, UnknownNameError) as error:
         fail(str(error))
@@ -109,6 +137,7 @@ def _estimate(
     tp: int | None,
     dtype: str,
     ideal: bool,
+    precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
     stack_name: str | None = None,
 ) -> tuple[Estimate, str]:
     if not (1 <= prompt_tokens <= MAX_TOKENS and 1 <= output_tokens <= MAX_TOKENS):
@@ -132,16 +161,23 @@ def _estimate(
         if model not in fits:
             known = ", ".join(sorted(fits)) or "none"
             raise InputError(f"{fit_path}: no fit for model {model!r}; known: {known}")
-        if batch != 1 or tp is not None:
-            raise InputError("--batch and --tp apply to the hardware model (--arch) only")
+        if batch != 1 or tp is not None or any(precision_options):
+            raise InputError(
+                "--batch, --tp, --weights, --kv-cache and --activations apply to the hardware "
+                "model (--arch) only"
+            )
         return estimate_from_fit(fits[model], prompt_tokens, output_tokens, hardware=hw), ""
 
     architecture = load_architecture(arch_name)
     if hw is None:
         raise InputError("--arch needs --hardware (e.g. h100-sxm, a100-80gb)")
+    default = architecture.precision
+    if default is None or dtype != "bfloat16":
+        default = Precision.from_dtype(dtype)  # type: ignore[arg-type]
+    precision = parse_precision(*precision_options, default=default)
     label = model or architecture.name
     profiled = fits.get(label)
-    if profiled is not None and batch == 1:
+    if profiled is not None and batch == 1 and not any(precision_options):
         stack = profiled.stack
         if stack is None or stack.hardware in (hw.name, "unknown"):
             result = estimate_from_fit(profiled, prompt_tokens, output_tokens, hardware=hw)
@@ -149,25 +185,16 @@ def _estimate(
     notes = []
     if fit_path is not None:
         notes.append(f"no batch-1 fit of {label} on {hw.name} in {fit_path}")
-    if ideal:
-        from cost_model.roofline import IDEAL
-
-        efficiency, source, calibration = IDEAL, "analytic", ""
-    else:
-        from cost_model.stacks import DEFAULT_STACK, get_stack
-
-        chosen = get_stack(stack_name or DEFAULT_STACK)
-        efficiency, source, calibration = chosen.efficiency, "calibrated", chosen.name
-    result = estimate_from_architecture(
+    result, calibration = hardware_model_estimate(
         architecture,
         hw,
         prompt_tokens,
         output_tokens,
         batch_size=batch,
         tp=tp,
-        dtype=dtype,  # type: ignore[arg-type]
-        efficiency=efficiency,
-        source=source,
+        precision=precision,
+        ideal=ideal,
+        stack=stack_name,
     )
     if notes:
         result = Estimate(**{**result.__dict__, "notes": (*result.notes, *notes)})

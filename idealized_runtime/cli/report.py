@@ -109,6 +109,8 @@ def bench_command(
         )
         table.add_row(item.name, status, fits or (item.error or ""))
     Console().print(table)
+    if settings.estimates:
+        console.print(f"{len(settings.estimates)} hardware-model estimate(s): estimates.json")
     console.print(f"results: {results_dir} ({time.perf_counter() - started:.1f} s)")
     if result.failed:
         first = result.failed[0]

@@ -429,13 +429,14 @@ class Precision(_Frozen):
 
     @property
     def label(self) -> str:
-        """``int4-g128`` for weights-only changes, ``fp8, kv fp8`` etc.; ``bf16`` for bf16."""
-        parts = [self.weights + (" experts" if self.quantized and self.scope == "experts" else "")]
+        """``bf16``; ``int4-g128 (weight-only)``; ``fp8 (fp8 compute), kv fp8``; ..."""
+        label = self.weights
+        if self.quantized:
+            label += " experts" if self.scope == "experts" else ""
+            label += " (fp8 compute)" if self.fp8_compute else " (weight-only)"
         if self.kv_cache != FORMAT_OF_DTYPE[self.compute_dtype]:
-            parts.append(f"kv {self.kv_cache}")
-        if self.quantized and self.activations != "bf16":
-            parts.append(f"act {self.activations}")
-        return ", ".join(parts)
+            label += f", kv {self.kv_cache}"
+        return label
 
     @classmethod
     def from_dtype(cls, dtype: Dtype) -> Precision:
