@@ -152,6 +152,12 @@ class CostOut(BaseModel):
     dollars: float | None
 
 
+STACK_DESCRIPTION = (
+    "A reference stack (`idealized-runtime stacks`): estimate from the hardware model on that "
+    "stack, for the model's architecture, instead of from a stored fit"
+)
+
+
 class EstimateQuery(BaseModel):
     """Query parameters of GET /v1/estimate."""
 
@@ -164,17 +170,19 @@ class EstimateQuery(BaseModel):
     num_gpus: int | None = Field(
         default=None, ge=1, le=100_000, description="Default: the serving model's minimum"
     )
+    stack: Name | None = Field(default=None, description=STACK_DESCRIPTION)
 
 
 class EstimateOut(BaseModel):
     model: str
     metric: Metric
-    fit_id: int
-    method: FitMethod
+    fit_id: int | None = Field(description="The stored fit used; null for a stack estimate")
+    method: FitMethod | Literal["calibrated"]
     prompt_tokens: int
     output_tokens: int
     runtime_s: float
     cost: CostOut | None = None
+    stack: str | None = Field(default=None, description="The reference stack, if one was asked")
 
 
 Tokens = Annotated[list[TokenCount], Field(min_length=1, max_length=SCHEMA_MAX_ROWS)]
@@ -190,6 +198,7 @@ class BatchEstimateIn(_Body):
     fit_id: int | None = Field(default=None, ge=1, le=MAX_ID)
     hardware: Name | None = None
     num_gpus: int | None = Field(default=None, ge=1, le=100_000)
+    stack: Name | None = Field(default=None, description=STACK_DESCRIPTION)
     include_rows: bool = Field(default=True, description="False: totals only")
 
     model_config = ConfigDict(
@@ -216,8 +225,9 @@ class CostColumnsOut(BaseModel):
 class BatchEstimateOut(BaseModel):
     model: str
     metric: Metric
-    fit_id: int
-    method: FitMethod
+    fit_id: int | None
+    method: FitMethod | Literal["calibrated"]
+    stack: str | None = None
     count: int
     total_runtime_s: float
     mean_runtime_s: float
@@ -249,6 +259,11 @@ class HardwareModelEstimateIn(_Body):
         default=None, max_length=20, description="bf16 | fp16 | fp8 (fp8 tensor cores)"
     )
     ideal: bool = Field(default=False, description="Ideal roofline instead of the calibration")
+    stack: Name | None = Field(
+        default=None,
+        description="Reference stack (`idealized-runtime stacks`); default: the best-calibrated "
+        "modern stack",
+    )
 
     model_config = ConfigDict(
         extra="forbid",

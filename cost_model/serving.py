@@ -494,19 +494,22 @@ def hardware_model_estimate(
     tp: int | None = None,
     precision: Precision | None = None,
     ideal: bool = False,
+    stack: str | None = None,
 ) -> tuple[Estimate, str]:
-    """The hardware model's estimate as ``estimate --arch`` and the REST API give it: with the
-    shipped calibration's efficiencies (source ``calibrated``; the calibration's name is
-    returned) or the ideal roofline (``ideal``: source ``analytic``, name ""). ``precision``
-    defaults to the checkpoint's own (``arch.precision``), else bf16."""
+    """The hardware model's estimate as ``estimate --arch`` and the REST API give it: on a
+    reference stack (source ``calibrated``; the stack's name is returned; default
+    ``cost_model.stacks.DEFAULT_STACK``) or the ideal roofline (``ideal``: source ``analytic``,
+    name ""). ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
     precision = precision or arch.precision or Precision()
     if ideal:
+        if stack is not None:
+            raise InputError("a reference stack and the ideal roofline exclude one another")
         efficiency, source, calibration = IDEAL, "analytic", ""
     else:
-        from cost_model.calibration import shipped_calibration
+        from cost_model.stacks import DEFAULT_STACK, get_stack
 
-        shipped = shipped_calibration()
-        efficiency, source, calibration = shipped.efficiency, "calibrated", shipped.name
+        chosen = get_stack(stack or DEFAULT_STACK)
+        efficiency, source, calibration = chosen.efficiency, "calibrated", chosen.name
     estimate = estimate_from_architecture(
         arch,
         hardware,

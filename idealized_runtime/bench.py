@@ -36,10 +36,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from idealized_runtime import __version__
 from idealized_runtime.core.architectures import load_architecture
-from idealized_runtime.core.catalog import UnknownNameError, hardware_catalog
+from idealized_runtime.core.catalog import UnknownNameError, get_hardware, hardware_catalog
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import MAX_TOKENS, Dtype, FittedCostModel, Stack
+from idealized_runtime.core.types import MAX_TOKENS, Architecture, Dtype, FittedCostModel, Stack
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "idealized-runtime/bench"
@@ -127,6 +127,14 @@ ModelSpec = Annotated[LocalModelSpec | ApiModelSpec, Field(discriminator="kind")
 ESTIMATES_NAME = "estimates.json"
 
 
+def _known_stack(value: str | None) -> str | None:
+    if value is None:
+        return None
+    from cost_model.stacks import get_stack
+
+    return get_stack(value).name  # an InputError (a ValueError) lists the known stacks
+
+
 class EstimateSpec(_Spec):
     """One request estimated by the hardware model, no profile: what ``estimate --arch``
     prints, at any precision (``weights``, ``kv_cache``, ``activations``)."""
@@ -141,6 +149,12 @@ class EstimateSpec(_Spec):
     kv_cache: str | None = None
     activations: str | None = None
     ideal: bool = False
+    stack: str | None = Field(default=None, description="reference stack (default: the file's)")
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, value: str | None) -> str | None:
+        return _known_stack(value)
 
     def evaluate(self) -> dict[str, Any]:
         """The estimate as ``estimate --arch ... --json`` prints it (InputError if refused)."""
@@ -162,6 +176,7 @@ class EstimateSpec(_Spec):
             tp=self.tp,
             precision=precision,
             ideal=self.ideal,
+            stack=None if self.ideal else self.stack,
         )
         return {**result.to_dict(), "calibration": calibration or None}
 
@@ -177,6 +192,12 @@ class BenchConfig(_Spec):
     grid: str = "quick"
     repeats: int = Field(default=3, ge=1, le=1000)
     warmup: int = Field(default=1, ge=0, le=100)
+    stack: str | None = Field(
+        default=None,
+        description="reference stack: each local model also gets the hardware model's runtime "
+        "on `hardware` with this stack, and it is the estimates' default stack "
+        "(`idealized-runtime stacks` lists them)",
+    )
     models: list[ModelSpec] = Field(default_factory=list)
     estimates: list[EstimateSpec] = Field(default_factory=list)
 
@@ -199,6 +220,22 @@ class BenchConfig(_Spec):
         if not re.fullmatch(r"cpu|cuda(:\d+)?", value):
             raise ValueError(f"device must be cpu or cuda (or cuda:N), got {value!r}")
         return value
+
+    @field_validator("stack")
+    @classmethod
+    def _stack(cls, value: str | None) -> str | None:
+        return _known_stack(value)
+
+    @model_validator(mode="after")
+    def _stack_needs_hardware(self) -> BenchConfig:
+        if self.stack is not None and self.models and self.hardware == CPU_HARDWARE:
+            raise ValueError("stack needs hardware: a GPU of the hardware catalog, not cpu")
+        if self.stack is not None:
+            self.estimates = [
+                e if e.stack is not None else e.model_copy(update={"stack": self.stack})
+                for e in self.estimates
+            ]
+        return self
 
     @field_validator("hardware")
     @classmethod
@@ -468,7 +505,31 @@ def _run_local(
         fitted = fit_measurements(measurements, method=method, stack=stack)
         _write_fits(item_dir, method, fitted)
         fits[method] = fitted[spec.label]
+    if config.stack is not None:
+        fits["calibrated"] = _stack_fit(arch, spec.label, config)
+        _write_fits(item_dir, "calibrated", {spec.label: fits["calibrated"]})
     return fits
+
+
+def _stack_fit(arch: Architecture, label: str, config: BenchConfig) -> FittedCostModel:
+    """The hardware model's idealized runtime of ``arch`` on the configured GPU and stack, at the
+    fewest GPUs that hold it."""
+    from cost_model.roofline import to_fitted_cost_model
+    from cost_model.serving import min_gpus
+    from cost_model.stacks import get_stack
+
+    stack = get_stack(config.stack or "")
+    hardware = get_hardware(config.hardware)
+    tp = min_gpus(arch, hardware, context_tokens=min(arch.max_context, 4096))
+    return to_fitted_cost_model(
+        arch,
+        hardware,
+        tp=tp,
+        efficiency=stack.efficiency,
+        method="calibrated",
+        model_name=label,
+        runner=f"stack:{stack.name}",
+    )
 
 
 def _local_grid(name: str) -> str:

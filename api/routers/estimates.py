@@ -21,6 +21,7 @@ from api.estimation import (
     ResolvedFit,
     cost_columns,
     default_hardware_name,
+    not_found,
     runtimes,
 )
 from api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
@@ -42,12 +43,14 @@ from api.schemas import (
 from api.security import Principal, reader
 from api.settings import get_settings
 from api.state import estimate_cache
+from cost_model.roofline import Efficiency
+from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import (
     helm_scenario_results,
     scenario_workload,
     workload_names,
 )
-from idealized_runtime.core.types import Hardware
+from idealized_runtime.core.types import Architecture, Hardware
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
 ESTIMATE_ERRORS = {**READ_ERRORS, 404: ERRORS[404]}
@@ -123,6 +126,93 @@ def _target_from_db(
         return _target(estimate_cache(), session, model, metric, fit_id, hardware, num_gpus)
 
 
+@dataclass(frozen=True)
+class StackTarget:
+    """A hardware-model estimate: the model's architecture on a reference stack."""
+
+    stack: str
+    efficiency: Efficiency
+    architecture: Architecture
+    hardware: Hardware
+    num_gpus: int
+
+
+def _stack_target(
+    model: str, stack_name: str, hardware: str | None, num_gpus: int | None, context: int
+) -> StackTarget:
+    """Resolve ``stack`` for ``model``: 404 for an unknown stack, architecture or hardware, 422
+    for a GPU count the architecture cannot be split over."""
+    from cost_model.serving import min_gpus
+    from cost_model.stacks import get_stack
+
+    try:
+        stack = get_stack(stack_name)
+    except InputError as error:
+        raise not_found(str(error)) from None
+    cache = estimate_cache()
+    with get_database().read_sessions() as session:
+        architecture = cache.architecture_for(session, model)
+        if architecture is None:
+            raise not_found(
+                f"no architecture known for model {model!r}: a stack estimate needs the "
+                "model's architecture"
+            )
+        name = hardware or stack.hardware[0]
+        found = cache.cached_hardware(name) or cache.load_hardware(session, name)
+    try:
+        gpus = num_gpus or min_gpus(architecture, found, context_tokens=context)
+    except InputError as error:
+        raise unprocessable(str(error)) from None
+    return StackTarget(stack.name, stack.efficiency, architecture, found, int(gpus))
+
+
+def _stack_runtimes(target: StackTarget, p: np.ndarray, o: np.ndarray) -> np.ndarray:
+    from cost_model.roofline import predict_runtime as hardware_model_runtime
+
+    try:
+        return np.asarray(
+            hardware_model_runtime(
+                target.architecture,
+                target.hardware,
+                p,
+                o,
+                tp=target.num_gpus,
+                efficiency=target.efficiency,
+            ),
+            dtype=np.float64,
+        ).reshape(-1)
+    except InputError as error:
+        raise unprocessable(str(error)) from None
+
+
+def unprocessable(detail: str) -> HTTPException:
+    return HTTPException(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, detail=detail)
+
+
+def _stack_estimate(query: EstimateQuery) -> EstimateOut:
+    p, o = query.prompt_tokens, query.output_tokens
+    target = _stack_target(query.model, query.stack, query.hardware, query.num_gpus, p + o)  # type: ignore[arg-type]
+    runtime = _stack_runtimes(target, np.array([p], float), np.array([o], float))
+    costs = cost_columns(runtime, target.num_gpus, target.hardware)
+    return EstimateOut(
+        model=query.model,
+        metric=query.metric,
+        fit_id=None,
+        method="calibrated",
+        prompt_tokens=p,
+        output_tokens=o,
+        runtime_s=float(runtime[0]),
+        cost=CostOut(
+            hardware=costs.hardware,
+            num_gpus=costs.num_gpus,
+            gpu_seconds=_first(costs.gpu_seconds),  # type: ignore[arg-type]
+            joules=_first(costs.joules),
+            dollars=_first(costs.dollars),
+        ),
+        stack=target.stack,
+    )
+
+
 def _costs(target: Target, runtime_s: np.ndarray) -> CostColumns | None:
     if target.hardware is None or target.num_gpus is None:
         return None
@@ -186,6 +276,9 @@ async def estimate(request: Request) -> Response:
         raise RequestValidationError(
             [{**e, "loc": ("query", *e["loc"])} for e in error.errors()]
         ) from None
+    if query.stack is not None:
+        out = await run_in_threadpool(_stack_estimate, query)
+        return Response(content=out.model_dump_json(), media_type="application/json")
     model, metric, fit_id = query.model, query.metric, query.fit_id
     hardware, num_gpus = query.hardware, query.num_gpus
     prompt_tokens, output_tokens = query.prompt_tokens, query.output_tokens
@@ -250,6 +343,8 @@ def _token_arrays(prompt: list[int], output: list[int]) -> tuple[np.ndarray, np.
 def estimate_batch(payload: BatchEstimateIn, _: Principal = Depends(reader)) -> Response:
     start = time.perf_counter()
     p, o = _token_arrays(payload.prompt_tokens, payload.output_tokens)
+    if payload.stack is not None:
+        return _stack_batch(payload, p, o, start)
     target = _target_from_db(
         payload.model, payload.metric, payload.fit_id, payload.hardware, payload.num_gpus
     )
@@ -282,6 +377,44 @@ def estimate_batch(payload: BatchEstimateIn, _: Principal = Depends(reader)) -> 
     )
     out.server_time_ms = round((time.perf_counter() - start) * 1e3, 3)
     # Serialised by pydantic-core directly: no per-row Python objects on the way out.
+    return Response(content=out.model_dump_json(), media_type="application/json")
+
+
+def _stack_batch(payload: BatchEstimateIn, p: np.ndarray, o: np.ndarray, start: float) -> Response:
+    context = int((p + o).max())
+    target = _stack_target(
+        payload.model,
+        payload.stack,
+        payload.hardware,
+        payload.num_gpus,
+        context,  # type: ignore[arg-type]
+    )
+    runtime = _stack_runtimes(target, p, o)
+    costs = cost_columns(runtime, target.num_gpus, target.hardware)
+    rows = payload.include_rows
+    total = float(runtime.sum())
+    out = BatchEstimateOut.model_construct(
+        model=payload.model,
+        metric=payload.metric,
+        fit_id=None,
+        method="calibrated",
+        stack=target.stack,
+        count=int(runtime.size),
+        total_runtime_s=total,
+        mean_runtime_s=total / runtime.size,
+        runtime_s=runtime.tolist() if rows else None,
+        cost=CostColumnsOut.model_construct(
+            hardware=costs.hardware,
+            num_gpus=costs.num_gpus,
+            gpu_seconds=costs.gpu_seconds.tolist() if rows else None,
+            joules=costs.joules.tolist() if rows and costs.joules is not None else None,
+            dollars=costs.dollars.tolist() if rows and costs.dollars is not None else None,
+            total_gpu_seconds=float(costs.gpu_seconds.sum()),
+            total_joules=_sum(costs.joules),
+            total_dollars=_sum(costs.dollars),
+        ),
+        server_time_ms=round((time.perf_counter() - start) * 1e3, 3),
+    )
     return Response(content=out.model_dump_json(), media_type="application/json")
 
 
@@ -440,6 +573,7 @@ def estimate_hardware_model(
         tp=payload.tensor_parallel_size,
         precision=precision,
         ideal=payload.ideal,
+        stack=payload.stack,
     )
     costs = result.costs
     return HardwareModelEstimateOut(

@@ -4,8 +4,9 @@ Two modes, one command:
 
 - ``--fit FIT.json --model M``: from a fit of measured timings (profiled);
 - ``--arch NAME --hardware KIND``: from the hardware model, with no profile at all: calibrated
-  (the shipped A100 Megatron-LM calibration, the HELM reference stack; the default) or the
-  ideal roofline (``--ideal``). With ``--fit`` as well, a fit for the architecture wins
+  on a reference stack (``--stack NAME``; default: the best-calibrated modern stack, see
+  ``idealized-runtime stacks``; ``helm-megatron-2022`` is HELM's 2022 stack) or the ideal
+  roofline (``--ideal``). With ``--fit`` as well, a fit for the architecture wins
   (profiled), else the hardware model answers and says so.
 """
 
@@ -32,7 +33,7 @@ from idealized_runtime.core.types import (
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
-    "calibrated": "calibrated (hardware model, shipped {calibration} efficiencies)",
+    "calibrated": "calibrated (hardware model, reference stack {calibration})",
     "analytic": "analytic (ideal roofline, no overheads)",
 }
 
@@ -95,6 +96,9 @@ def estimate(
         None, "--activations", help="bf16 | fp16 | fp8 (fp8: fp8 tensor cores, fp8 weights)"
     ),
     ideal: bool = typer.Option(False, "--ideal", help="Ideal roofline, no calibration."),
+    stack: str | None = typer.Option(
+        None, "--stack", help="Reference stack (see 'stacks'); default: best-calibrated modern."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
     """Estimate one request: runtime, alpha, beta, GPUs, GPU-seconds, energy and dollars."""
@@ -111,11 +115,13 @@ def estimate(
             dtype,
             ideal,
             (weights, kv_cache, activations),
+            stack,
         )
     except (InputError, UnknownNameError) as error:
         fail(str(error))
     if as_json:
-        typer.echo(json.dumps({**result.to_dict(), "calibration": calibration or None}))
+        payload = {**result.to_dict(), "calibration": calibration or None}
+        typer.echo(json.dumps({**payload, "stack": calibration or None}))
     else:
         _print(result, calibration)
 
@@ -132,11 +138,20 @@ def _estimate(
     dtype: str,
     ideal: bool,
     precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
+    stack_name: str | None = None,
 ) -> tuple[Estimate, str]:
     if not (1 <= prompt_tokens <= MAX_TOKENS and 1 <= output_tokens <= MAX_TOKENS):
         raise InputError(f"--prompt-tokens and --output-tokens must be from 1 to {MAX_TOKENS}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
+    if stack_name is not None:
+        from cost_model.stacks import get_stack
+
+        get_stack(stack_name)  # an unknown name fails first, whatever else is wrong
+        if arch_name is None:
+            raise InputError("--stack applies to the hardware model (--arch) only")
+        if ideal:
+            raise InputError("--stack and --ideal exclude one another")
     fits = _read_fits(fit_path) if fit_path is not None else {}
     hw = get_hardware(hardware_name) if hardware_name else None
 
@@ -179,6 +194,7 @@ def _estimate(
         tp=tp,
         precision=precision,
         ideal=ideal,
+        stack=stack_name,
     )
     if notes:
         result = Estimate(**{**result.__dict__, "notes": (*result.notes, *notes)})

@@ -1,0 +1,110 @@
+"""The hardware model against published measurements of real engines, held out honestly.
+
+For every reference stack calibrated on ``data/published/measurements.csv`` (one engine family
+each), every figure is predicted by a calibration that never saw it:
+
+* leave one source out: the stack recalibrated without the figure's source (a stack with a
+  single source is predicted by the other stacks' pooled calibration);
+* leave one model out: the stack recalibrated without the figure's model.
+
+Printed per stack and overall: median and 90th percentile of |predicted / published - 1| for
+decode figures (tokens/s per sequence, time per output token, static-batch throughput) and for
+TTFT, and the error of the TP speed-up ratios (TP=k / TP=1 of the same model, source, GPU and
+lengths). Reference column: HELM's 2022 Megatron-LM stack predicting the same figures unchanged.
+Targets: median <= 10%, 90th percentile <= 25%, TP ratios within 15%.
+
+Usage: python benchmarks/hardware_model_vs_published.py
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+
+from cost_model.stacks import (
+    HELM_STACK,
+    fit_stack,
+    get_stack,
+    held_out_errors,
+    published_targets,
+    relative_errors,
+    tp_speedup_errors,
+)
+
+
+def _stats(errors: np.ndarray) -> str:
+    errors = np.abs(errors[~np.isnan(errors)])
+    if errors.size == 0:
+        return f"{'-':>7} {'-':>7} {0:>4}"
+    return f"{np.median(errors):>7.1%} {np.percentile(errors, 90):>7.1%} {errors.size:>4}"
+
+
+def main() -> None:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()
+    targets = published_targets()
+    families = sorted({t.family for t in targets})
+    helm = get_stack(HELM_STACK).efficiency
+    columns: dict[str, dict[str, np.ndarray]] = {}
+    ratio_errors: dict[str, list[dict]] = {}
+    for family in families:
+        own = [t for t in targets if t.family == family]
+        others = [t for t in targets if t.family != family]
+        source = held_out_errors(own, lambda t: t.source_id, fallback=others)
+        model = held_out_errors(own, lambda t: t.model, fallback=others)
+        in_sample = relative_errors(own, fit_stack(own))
+        reference = relative_errors(own, helm)
+        kinds = np.array([t.kind for t in own])
+        columns[family] = {
+            "kind": kinds,
+            "in": in_sample,
+            "source": source,
+            "model": model,
+            "helm": reference,
+        }
+        predicted = [t.value * (1 + e) for t, e in zip(own, source, strict=True)]
+        ratio_errors[family] = tp_speedup_errors(own, predicted)
+    columns["overall"] = {
+        key: np.concatenate([columns[f][key] for f in families]) for key in columns[families[0]]
+    }
+    ratio_errors["overall"] = [r for f in families for r in ratio_errors[f]]
+
+    head = "median     p90    n"
+    print("Hardware model vs published figures: |predicted / published - 1|")
+    print(
+        f"{'stack':<17} {'figure':<7} | {'in-sample':^20} | {'held out by source':^20} | "
+        f"{'held out by model':^20} | {'HELM 2022 stack':^20} | by-source / HELM"
+    )
+    print(f"{'':<17} {'':<7} | {head} | {head} | {head} | {head} |")
+    for name, cols in columns.items():
+        for kind in ("decode", "ttft"):
+            at = cols["kind"] == kind
+            if not at.any():
+                continue
+            held = np.median(np.abs(cols["source"][at]))
+            ratio = held / np.median(np.abs(cols["helm"][at]))
+            print(
+                f"{name:<17} {kind:<7} | {_stats(cols['in'][at])} | {_stats(cols['source'][at])}"
+                f" | {_stats(cols['model'][at])} | {_stats(cols['helm'][at])} | {ratio:.2f}"
+            )
+    print()
+    print("TP speed-up ratios (TP=k / TP=1, same model and source), held out by source")
+    print(f"{'stack':<17} {'n':>3} {'median |err|':>13} {'max |err|':>10}  worst")
+    for name, ratios in ratio_errors.items():
+        if not ratios:
+            print(f"{name:<17} {0:>3} {'-':>13} {'-':>10}")
+            continue
+        absolute = np.abs([r["error"] for r in ratios])
+        worst = ratios[int(np.argmax(absolute))]
+        print(
+            f"{name:<17} {len(ratios):>3} {np.median(absolute):>13.1%} {absolute.max():>10.1%}"
+            f"  {worst['model']} TP{worst['tp']}: published {worst['published']:.2f}x, "
+            f"predicted {worst['predicted']:.2f}x"
+        )
+    print()
+    print("Targets: median <= 10%, 90th percentile <= 25%, TP ratios within 15%.")
+    print("Quantized (int8/int4/fp8) figures are not predicted yet; bf16/fp16 rows only.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,506 @@
+"""Reference stacks: one calibration of the time model per engine family, on published figures.
+
+A stack is what turns the roofline's FLOPs and bytes into the seconds a real engine takes. Its
+few parameters are physical (``roofline.Efficiency``): the fraction of peak matmul FLOP/s and of
+HBM bandwidth its kernels reach, the fraction of the interconnect its all-reduces reach, a
+latency per all-reduce (paid twice per layer under tensor parallelism, whatever the engine), a
+time per layer (host launches; near zero once an engine captures CUDA graphs or compiles the
+decode step) and a fixed time per forward pass (sampling, scheduling, synchronisation).
+
+Modern stacks (``pytorch-compiled``: gpt-fast and torchao; ``lmdeploy``; ``tensorrt-llm``) are
+fitted on ``data/published/measurements.csv``: each figure is predicted from the row's
+architecture, GPU, tensor-parallel size, batch and token counts, and the parameters minimise the
+log errors over the stack's rows, lightly pulled toward typical values so that a stack with few
+rows stays physical. ``helm-megatron-2022`` is the calibration of the HELM efficiency paper's
+A100 Megatron-LM grid (``data/calibrations/a100-megatron-2022.json``; that old name is an alias).
+
+Honest errors: besides the in-sample error, every stack ships its leave-one-source-out error
+(calibrated without a source's rows, predicting them) and its leave-one-model-out error. A
+stack whose rows come from one source is held out against the other modern stacks' pooled
+calibration.
+
+Regenerate ``data/stacks/*.json`` with ``python -m cost_model.stacks``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from cost_model.roofline import Efficiency, predict_alpha, predict_runtime
+from idealized_runtime.core.catalog import data_path, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.core.types import Architecture
+
+STACKS_DIR = "stacks"
+HELM_STACK = "helm-megatron-2022"
+# The estimate default for ``--arch``: the modern stack whose held-out errors are best.
+DEFAULT_STACK = "pytorch-compiled"
+ALIASES: dict[str, str] = {"a100-megatron-2022": HELM_STACK}
+
+# Engine family of each engine named in the published table.
+ENGINE_FAMILIES: dict[str, str] = {
+    "gpt-fast": "pytorch-compiled",
+    "torchao": "pytorch-compiled",
+    "lmdeploy": "lmdeploy",
+    "tensorrt-llm": "tensorrt-llm",
+    "vllm": "vllm",
+    "sglang": "sglang",
+}
+FAMILY_DESCRIPTIONS: dict[str, str] = {
+    "pytorch-compiled": "PyTorch with torch.compile and CUDA graphs (gpt-fast, torchao), batch 1",
+    "lmdeploy": "LMDeploy TurboMind engine, static batches",
+    "tensorrt-llm": "TensorRT-LLM engines with in-flight batching",
+    "vllm": "vLLM with CUDA graphs",
+    "sglang": "SGLang with CUDA graphs",
+}
+# Weight formats the time model counts today (quantized rows wait for quantized byte counts).
+SUPPORTED_WEIGHTS = ("bf16", "fp16")
+# Metrics a row can be predicted for: per-sequence and static-batch figures whose batch is known.
+PREDICTABLE = (
+    "decode_tokens_per_s",
+    "ttft_s",
+    "time_per_output_token_s",
+    "request_latency_s",
+    "output_throughput_tokens_per_s",
+    "output_throughput_tokens_per_s_per_gpu",
+)
+# What a batch-1 latency benchmark that states no lengths runs (gpt-fast's generate.py default:
+# a five-token prompt, 200 new tokens).
+DEFAULT_PROMPT_TOKENS = 5
+DEFAULT_OUTPUT_TOKENS = 200
+
+# Fitted parameters: (lower, upper, typical value the fit is lightly pulled toward, scale).
+FITTED: dict[str, tuple[float, float, float, float]] = {
+    "compute": (0.05, 1.0, 0.6, 0.1),
+    "bandwidth": (0.2, 1.0, 0.75, 0.1),
+    "interconnect": (0.1, 1.0, 0.6, 0.1),
+    "layer_overhead_s": (0.0, 2e-4, 5e-6, 1e-5),
+    "allreduce_latency_s": (0.0, 1e-4, 1e-5, 1e-5),
+    "fixed_overhead_s": (0.0, 0.02, 5e-4, 1e-3),
+}
+PRIOR_WEIGHT = 0.05  # pull toward the typical values, per parameter, in units of its scale
+
+
+@dataclass(frozen=True)
+class Target:
+    """One published figure the time model predicts."""
+
+    row_id: str
+    source_id: str
+    engine: str
+    family: str
+    model: str
+    gpu: str
+    tp: int
+    batch: int
+    prompt_tokens: int
+    output_tokens: int
+    metric: str
+    value: float
+
+    @property
+    def kind(self) -> str:
+        """What the figure measures: the prompt pass ("ttft") or the decode phase ("decode")."""
+        return "ttft" if self.metric == "ttft_s" else "decode"
+
+
+def targets_from_rows(rows: Iterable) -> list[Target]:
+    """The rows the time model can predict (supported weights, known batch, an architecture and
+    a GPU in the catalogs), as targets. Other rows are skipped, not errors."""
+    targets = []
+    for row in rows:
+        family = ENGINE_FAMILIES.get(row.engine)
+        if family is None or row.weights not in SUPPORTED_WEIGHTS or row.metric not in PREDICTABLE:
+            continue
+        if row.batch_size is None or (row.pipeline_parallel_size or 1) > 1:
+            continue
+        if row.cuda_graphs_or_compiled is False and family == "pytorch-compiled":
+            continue  # an eager-mode baseline, not the compiled stack
+        if row.metric == "ttft_s" and row.batch_size > 1:
+            continue  # a static batch's TTFT includes queueing behind the other prompts
+        output = row.output_tokens or DEFAULT_OUTPUT_TOKENS
+        prompt = row.prompt_tokens or DEFAULT_PROMPT_TOKENS
+        if not _fits_in_memory(row.model, row.gpu, row.tensor_parallel_size, row.batch_size,
+                               prompt + output):  # fmt: skip
+            continue  # the engine had to queue sequences: not one static batch
+        if row.metric == "ttft_s":
+            output = 1
+        targets.append(
+            Target(
+                row_id=row.row_id,
+                source_id=row.source_id,
+                engine=row.engine,
+                family=family,
+                model=row.model,
+                gpu=row.gpu,
+                tp=row.tensor_parallel_size,
+                batch=row.batch_size,
+                prompt_tokens=prompt,
+                output_tokens=output,
+                metric=row.metric,
+                value=row.value,
+            )
+        )
+    return targets
+
+
+def _fits_in_memory(model: str, gpu: str, tp: int, batch: int, context: int) -> bool:
+    """Whether ``batch`` sequences of ``context`` tokens fit in ``tp`` GPUs (weights + KV)."""
+    from cost_model.serving import min_gpus
+
+    try:
+        arch, hardware = _arch(model), get_hardware(gpu)
+        return min_gpus(arch, hardware, context_tokens=context, batch_size=batch) <= tp
+    except (InputError, LookupError):
+        return False
+
+
+def published_targets() -> list[Target]:
+    from idealized_runtime.core.published import load_published
+
+    return targets_from_rows(load_published())
+
+
+@lru_cache(maxsize=256)
+def _arch(name: str) -> Architecture:
+    from idealized_runtime.core.architectures import load_architecture
+
+    return load_architecture(name)
+
+
+def predict_target(target: Target, efficiency: Efficiency) -> float:
+    """The figure ``target`` publishes, predicted by the time model with ``efficiency``."""
+    arch, hardware = _arch(target.model), get_hardware(target.gpu)
+    kwargs = {"tp": target.tp, "batch": target.batch, "efficiency": efficiency}
+    p, o = target.prompt_tokens, target.output_tokens
+    if target.metric == "ttft_s":
+        return float(predict_alpha(arch, hardware, p, **kwargs))
+    runtime = float(predict_runtime(arch, hardware, p, o, **kwargs))
+    if target.metric == "decode_tokens_per_s":
+        return o / runtime
+    if target.metric == "request_latency_s":
+        return runtime
+    if target.metric == "time_per_output_token_s":
+        alpha = float(predict_alpha(arch, hardware, p, **kwargs))
+        return (runtime - alpha) / max(o - 1, 1)
+    throughput = target.batch * o / runtime
+    if target.metric == "output_throughput_tokens_per_s_per_gpu":
+        return throughput / target.tp
+    return throughput
+
+
+def relative_errors(targets: Sequence[Target], efficiency: Efficiency) -> np.ndarray:
+    """predicted / published - 1 per target."""
+    return np.array([predict_target(t, efficiency) / t.value - 1.0 for t in targets])
+
+
+def _efficiency(x: np.ndarray) -> Efficiency:
+    values = dict(zip(FITTED, (float(v) for v in x), strict=True))
+    return Efficiency(**values, host_overlap=1.0, attention_score_passes=0.0)
+
+
+def fit_stack(targets: Sequence[Target]) -> Efficiency:
+    """Least squares on log errors over ``targets``, lightly pulled toward typical values."""
+    if not targets:
+        raise InputError("a stack needs at least one published figure to calibrate on")
+    lower = np.array([b[0] for b in FITTED.values()])
+    upper = np.array([b[1] for b in FITTED.values()])
+    typical = np.array([b[2] for b in FITTED.values()])
+    scale = np.array([b[3] for b in FITTED.values()])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        eff = _efficiency(x)
+        fit = [np.log(predict_target(t, eff) / t.value) for t in targets]
+        prior = PRIOR_WEIGHT * (x - typical) / scale * 0.1
+        return np.concatenate([fit, prior])
+
+    result = least_squares(residuals, typical, bounds=(lower, upper), x_scale=scale)
+    return _efficiency(result.x)
+
+
+def error_summary(errors: Sequence[float] | np.ndarray, kinds: Sequence[str]) -> dict:
+    """n, median and 90th percentile of |error|, overall and per kind (decode, ttft)."""
+    errors = np.abs(np.asarray(errors, dtype=np.float64))
+    kinds_arr = np.asarray(kinds)
+
+    def stats(values: np.ndarray) -> dict:
+        if values.size == 0:
+            return {"n": 0, "median": None, "p90": None}
+        return {
+            "n": int(values.size),
+            "median": float(np.median(values)),
+            "p90": float(np.percentile(values, 90)),
+        }
+
+    summary = {"all": stats(errors)}
+    for kind in ("decode", "ttft"):
+        summary[kind] = stats(errors[kinds_arr == kind]) if errors.size else stats(errors)
+    return summary
+
+
+def held_out_errors(
+    targets: Sequence[Target],
+    key: Callable[[Target], str],
+    *,
+    fallback: Sequence[Target] = (),
+) -> np.ndarray:
+    """Error of each target when the stack is calibrated without its group (``key``).
+
+    A group that leaves nothing of the stack behind is predicted by a calibration on
+    ``fallback`` (the other stacks' rows) instead; with no fallback its errors are NaN."""
+    errors = np.full(len(targets), np.nan)
+    for group in sorted({key(t) for t in targets}):
+        held = [i for i, t in enumerate(targets) if key(t) == group]
+        train = [t for t in targets if key(t) != group] or list(fallback)
+        if not train:
+            continue
+        efficiency = fit_stack(train)
+        errors[held] = relative_errors([targets[i] for i in held], efficiency)
+    return errors
+
+
+def tp_speedup_errors(targets: Sequence[Target], predicted: Sequence[float]) -> list[dict]:
+    """Error of TP=k / TP=1 ratios of the same figure (model, source, GPU, batch, lengths)."""
+    by_case: dict[tuple, dict[int, tuple[float, float]]] = {}
+    for t, pred in zip(targets, predicted, strict=True):
+        if t.metric not in ("decode_tokens_per_s", "ttft_s"):
+            continue
+        case = (t.source_id, t.model, t.gpu, t.batch, t.prompt_tokens, t.output_tokens, t.metric)
+        by_case.setdefault(case, {})[t.tp] = (t.value, pred)
+    results = []
+    for case, per_tp in sorted(by_case.items()):
+        if 1 not in per_tp:
+            continue
+        base_measured, base_predicted = per_tp[1]
+        for tp, (measured, pred) in sorted(per_tp.items()):
+            if tp == 1 or not np.isfinite(pred) or not np.isfinite(base_predicted):
+                continue
+            ratio = measured / base_measured
+            ratio_predicted = pred / base_predicted
+            results.append(
+                {
+                    "source_id": case[0],
+                    "model": case[1],
+                    "gpu": case[2],
+                    "metric": case[6],
+                    "tp": tp,
+                    "published": ratio,
+                    "predicted": ratio_predicted,
+                    "error": ratio_predicted / ratio - 1.0,
+                }
+            )
+    return results
+
+
+# --- the stack object -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StackCalibration:
+    """A named stack: its time-model parameters, what they were fitted on, and their errors."""
+
+    name: str
+    description: str
+    efficiency: Efficiency
+    engines: tuple[str, ...] = ()
+    hardware: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    sources: tuple[str, ...] = ()
+    rows: tuple[str, ...] = ()
+    errors: dict = field(default_factory=dict)
+    aliases: tuple[str, ...] = ()
+    notes: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "aliases": list(self.aliases),
+            "engines": list(self.engines),
+            "hardware": list(self.hardware),
+            "models": list(self.models),
+            "efficiency": self.efficiency.to_dict(),
+            "sources": list(self.sources),
+            "rows": list(self.rows),
+            "errors": self.errors,
+            "notes": self.notes,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> StackCalibration:
+        try:
+            return cls(
+                name=data["name"],
+                description=data.get("description", ""),
+                efficiency=Efficiency.from_dict(data["efficiency"]),
+                engines=tuple(data.get("engines", ())),
+                hardware=tuple(data.get("hardware", ())),
+                models=tuple(data.get("models", ())),
+                sources=tuple(data.get("sources", ())),
+                rows=tuple(data.get("rows", ())),
+                errors=dict(data.get("errors", {})),
+                aliases=tuple(data.get("aliases", ())),
+                notes=data.get("notes", ""),
+            )
+        except (KeyError, TypeError) as error:
+            raise InputError(f"not a stack file: missing or bad {error}") from None
+
+    def headline_error(self, kind: str = "decode") -> float | None:
+        """Median |error| of ``kind`` figures held out by source (else by model, else in
+        sample): the number to rank stacks by."""
+        for split in ("leave_one_source_out", "leave_one_model_out", "in_sample"):
+            value = self.errors.get(split, {}).get(kind, {}).get("median")
+            if value is not None:
+                return float(value)
+        return None
+
+
+def calibrate_stack(
+    name: str,
+    targets: Sequence[Target],
+    *,
+    fallback: Sequence[Target] = (),
+    description: str | None = None,
+    held_out: bool = True,
+) -> StackCalibration:
+    """Fit a stack on ``targets`` and record its in-sample (and held-out) errors."""
+    efficiency = fit_stack(targets)
+    kinds = [t.kind for t in targets]
+    in_sample = relative_errors(targets, efficiency)
+    errors: dict = {"in_sample": error_summary(in_sample, kinds)}
+    if held_out:
+        by_source = held_out_errors(targets, lambda t: t.source_id, fallback=fallback)
+        by_model = held_out_errors(targets, lambda t: t.model, fallback=fallback)
+        for split, values in (
+            ("leave_one_source_out", by_source),
+            ("leave_one_model_out", by_model),
+        ):
+            keep = ~np.isnan(values)
+            kept_kinds = [k for k, m in zip(kinds, keep, strict=True) if m]
+            errors[split] = error_summary(values[keep], kept_kinds)
+        if len({t.source_id for t in targets}) == 1:
+            errors["held_out_note"] = (
+                "one source: held out by source means predicted by the other stacks' pooled "
+                "calibration"
+            )
+        predicted = [t.value * (1 + e) for t, e in zip(targets, by_source, strict=True)]
+        ratios = tp_speedup_errors(targets, predicted)
+        if ratios:
+            absolute = np.abs([r["error"] for r in ratios])
+            errors["tp_speedup_leave_one_source_out"] = {
+                "n": len(ratios),
+                "median": float(np.median(absolute)),
+                "max": float(np.max(absolute)),
+            }
+    return StackCalibration(
+        name=name,
+        description=description or FAMILY_DESCRIPTIONS.get(name, name),
+        efficiency=efficiency,
+        engines=tuple(sorted({t.engine for t in targets})),
+        hardware=tuple(sorted({t.gpu for t in targets})),
+        models=tuple(sorted({t.model for t in targets})),
+        sources=tuple(sorted({t.source_id for t in targets})),
+        rows=tuple(t.row_id for t in targets),
+        errors=errors,
+    )
+
+
+def helm_stack() -> StackCalibration:
+    """HELM's 2022 Megatron-LM A100 stack, from its shipped calibration."""
+    from cost_model.calibration import SHIPPED_CALIBRATION, shipped_calibration
+
+    shipped = shipped_calibration(SHIPPED_CALIBRATION)
+    return StackCalibration(
+        name=HELM_STACK,
+        description="Megatron-LM (2022), fp16, no CUDA graphs: the HELM efficiency paper's stack",
+        efficiency=shipped.efficiency,
+        engines=("megatron-lm-2022",),
+        hardware=(shipped.hardware,),
+        models=shipped.models,
+        sources=("helm-efficiency-megatron-a100-grid",),
+        errors={
+            "in_sample": {
+                "ttft": {"n": len(shipped.models), "median": shipped.alpha_mape, "p90": None},
+                "decode": {"n": len(shipped.models), "median": shipped.beta_mape, "p90": None},
+            }
+        },
+        aliases=tuple(a for a, target in ALIASES.items() if target == HELM_STACK),
+        notes="Fitted on the profiled (p, o) grid of 13 models; see data/calibrations/.",
+    )
+
+
+def calibrate_published(
+    targets: Sequence[Target] | None = None, *, held_out: bool = True
+) -> list[StackCalibration]:
+    """One stack per engine family with rows in the published table."""
+    targets = list(published_targets() if targets is None else targets)
+    families = sorted({t.family for t in targets})
+    stacks = []
+    for family in families:
+        own = [t for t in targets if t.family == family]
+        others = [t for t in targets if t.family != family]
+        stacks.append(calibrate_stack(family, own, fallback=others, held_out=held_out))
+    return stacks
+
+
+# --- shipped stacks -------------------------------------------------------------------------
+
+
+def stacks_dir() -> Path:
+    return data_path(STACKS_DIR)
+
+
+@lru_cache(maxsize=1)
+def shipped_stacks() -> dict[str, StackCalibration]:
+    """Every stack in ``data/stacks/``, by name."""
+    found = {}
+    for path in sorted(stacks_dir().glob("*.json")):
+        stack = StackCalibration.from_json(json.loads(path.read_text(encoding="utf-8")))
+        found[stack.name] = stack
+    return found
+
+
+def stack_names() -> list[str]:
+    return sorted(shipped_stacks())
+
+
+def get_stack(name: str) -> StackCalibration:
+    """A shipped stack by name or alias; unknown names raise a one-line ``InputError``."""
+    stacks = shipped_stacks()
+    resolved = ALIASES.get(name, name)
+    if resolved not in stacks:
+        raise InputError(f"unknown stack {name!r}; known: {', '.join(sorted(stacks))}")
+    return stacks[resolved]
+
+
+def save_stack(stack: StackCalibration, directory: str | Path) -> Path:
+    path = Path(directory) / f"{stack.name}.json"
+    with atomic_writer(path) as handle:
+        json.dump(stack.to_json(), handle, indent=2)
+        handle.write("\n")
+    return path
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Calibrate the reference stacks")
+    parser.add_argument(
+        "--out", default=str(Path(__file__).resolve().parent.parent / "data" / STACKS_DIR)
+    )
+    args = parser.parse_args(argv)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    for stack in [*calibrate_published(), helm_stack()]:
+        path = save_stack(stack, args.out)
+        print(f"wrote {path}: {len(stack.rows)} rows, errors {stack.errors}")
+
+
+if __name__ == "__main__":
+    main()

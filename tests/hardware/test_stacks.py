@@ -1,0 +1,223 @@
+"""Reference stacks: calibration on published rows, shipped files, physics, CLI."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cost_model.roofline import decode_step_time, predict_alpha
+from cost_model.stacks import (
+    DEFAULT_STACK,
+    HELM_STACK,
+    StackCalibration,
+    calibrate_stack,
+    error_summary,
+    get_stack,
+    predict_target,
+    published_targets,
+    relative_errors,
+    shipped_stacks,
+    targets_from_rows,
+    tp_speedup_errors,
+)
+from idealized_runtime.core.architectures import load_architecture
+from idealized_runtime.core.catalog import get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.published import PublishedRow
+
+
+def _row(row_id: str, model: str, tp: int, value: float, **extra: object) -> PublishedRow:
+    fields = {
+        "row_id": row_id,
+        "source_id": extra.pop("source_id", "fixture-source"),
+        "engine": "gpt-fast",
+        "cuda_graphs_or_compiled": "true",
+        "gpu": "a100-80gb",
+        "gpu_count": str(tp),
+        "model": model,
+        "weights": "bf16",
+        "tensor_parallel_size": str(tp),
+        "batch_size": "1",
+        "prompt_tokens": "5",
+        "metric": "decode_tokens_per_s",
+        "value": str(value),
+    }
+    fields.update({k: str(v) for k, v in extra.items()})
+    return PublishedRow(**fields)
+
+
+# A few of gpt-fast's published A100 bf16 batch-1 figures (tokens/s), entered by hand.
+FIXTURE_ROWS = [
+    _row("f-7b-tp1", "llama-2-7b", 1, 104.9),
+    _row("f-7b-tp2", "llama-2-7b", 2, 168.84),
+    _row("f-7b-tp4", "llama-2-7b", 4, 254.02),
+    _row("f-8b-tp1", "llama-3.1-8b", 1, 93.89, source_id="fixture-other"),
+    _row("f-70b-tp4", "llama-2-70b", 4, 38.01, source_id="fixture-other"),
+    _row("f-70b-tp8", "llama-2-70b", 8, 62.5, source_id="fixture-other"),
+]
+
+
+def test_targets_skip_what_the_model_cannot_predict() -> None:
+    rows = [
+        *FIXTURE_ROWS,
+        _row("eager", "llama-2-7b", 1, 25.5, cuda_graphs_or_compiled="false"),
+        _row("int8", "llama-2-7b", 1, 155.0, weights="int8"),
+        _row("batched-ttft", "llama-2-7b", 1, 0.5, metric="ttft_s", batch_size=32),
+        _row("unknown-model", "no-such-model", 1, 10.0),
+    ]
+    assert [t.row_id for t in targets_from_rows(rows)] == [r.row_id for r in FIXTURE_ROWS]
+
+
+def test_calibrated_subset_reproduces_its_in_sample_figures() -> None:
+    targets = targets_from_rows(FIXTURE_ROWS)
+    stack = calibrate_stack("fixture", targets, held_out=False)
+    assert stack.rows == tuple(r.row_id for r in FIXTURE_ROWS)
+    assert stack.sources == ("fixture-other", "fixture-source")
+    again = StackCalibration.from_json(json.loads(json.dumps(stack.to_json())))
+    errors = relative_errors(targets, again.efficiency)
+    summary = error_summary(errors, [t.kind for t in targets])
+    assert summary == stack.errors["in_sample"]
+    assert summary["decode"]["median"] < 0.15  # six figures, six parameters pulled to priors
+
+
+def test_held_out_errors_and_tp_ratios_are_recorded() -> None:
+    targets = targets_from_rows(FIXTURE_ROWS)
+    stack = calibrate_stack("fixture", targets)
+    for split in ("leave_one_source_out", "leave_one_model_out"):
+        assert stack.errors[split]["all"]["n"] == len(targets)
+    ratios = tp_speedup_errors(targets, [t.value for t in targets])
+    assert {(r["model"], r["tp"]) for r in ratios} == {("llama-2-7b", 2), ("llama-2-7b", 4)}
+    assert all(r["error"] == pytest.approx(0.0) for r in ratios)  # perfect predictions
+
+
+@pytest.mark.parametrize("name", sorted(n for n in shipped_stacks() if n != HELM_STACK))
+def test_shipped_stack_reproduces_its_in_sample_errors(name: str) -> None:
+    stack = get_stack(name)
+    by_id = {t.row_id: t for t in published_targets()}
+    targets = [by_id[row_id] for row_id in stack.rows]
+    errors = relative_errors(targets, stack.efficiency)
+    summary = error_summary(errors, [t.kind for t in targets])
+    stored = stack.errors["in_sample"]["all"]
+    assert summary["all"]["n"] == stored["n"]
+    assert summary["all"]["median"] == pytest.approx(stored["median"], rel=1e-6)
+    assert stack.efficiency.host_overlap == 1.0 and stack.efficiency.attention_score_passes == 0
+
+
+def test_stack_names_aliases_and_unknown() -> None:
+    assert get_stack("a100-megatron-2022").name == HELM_STACK
+    assert DEFAULT_STACK in shipped_stacks()
+    with pytest.raises(InputError, match="unknown stack 'nope'; known: "):
+        get_stack("nope")
+
+
+def test_modern_default_is_faster_than_helm_2022_and_tp_helps() -> None:
+    # The published gpt-fast figures are 94 tokens/s at TP=1 and 276 at TP=8 (A100, bf16).
+    target = targets_from_rows([_row("x", "llama-3.1-8b", 1, 93.89)])[0]
+    modern = predict_target(target, get_stack(DEFAULT_STACK).efficiency)
+    helm = predict_target(target, get_stack(HELM_STACK).efficiency)
+    assert modern > 1.8 * helm
+    assert 0.85 < modern / 93.89 < 1.15
+    tp8 = targets_from_rows([_row("y", "llama-3.1-8b", 8, 276.01)])[0]
+    assert predict_target(tp8, get_stack(DEFAULT_STACK).efficiency) > 2 * modern
+
+
+STACKS = sorted(shipped_stacks())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    model=st.sampled_from(["llama-3.1-8b", "llama-3.1-70b", "mixtral-8x7b", "llama-2-13b"]),
+    stack=st.sampled_from(STACKS),
+    context=st.integers(1, 8192),
+    gpu=st.sampled_from(["a100-80gb", "h100-sxm", "h200"]),
+)
+def test_tensor_parallel_physics(model: str, stack: str, context: int, gpu: str) -> None:
+    """More GPUs: less memory time per GPU, never a super-linear speed-up, more GPU-seconds."""
+    arch, hardware = load_architecture(model), get_hardware(gpu)
+    efficiency = get_stack(stack).efficiency
+    sizes = [tp for tp in (1, 2, 4, 8) if arch.num_heads % tp == 0]
+    steps = [
+        decode_step_time(arch, hardware, context, tp=tp, efficiency=efficiency) for tp in sizes
+    ]
+    memory = [float(s.memory_s) for s in steps]
+    total = [float(s.total_s) for s in steps]
+    assert all(a > b for a, b in itertools.pairwise(memory))
+    for tp, seconds in zip(sizes, total, strict=True):
+        assert seconds >= total[0] / tp * (1 - 1e-9)
+        assert tp * seconds >= total[0] * (1 - 1e-9)  # GPU-seconds grow with TP
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    stack=st.sampled_from(STACKS),
+    batch=st.integers(1, 255),
+    context=st.integers(1, 4096),
+    tp=st.sampled_from([1, 2, 4, 8]),
+)
+def test_moe_batch_physics(stack: str, batch: int, context: int, tp: int) -> None:
+    """MoE decode: a bigger batch reads more experts (slower step), but less time per token."""
+    arch, hardware = load_architecture("mixtral-8x7b"), get_hardware("h100-sxm")
+    efficiency = get_stack(stack).efficiency
+    kwargs = {"tp": tp, "efficiency": efficiency}
+    one = decode_step_time(arch, hardware, context, batch=batch, **kwargs)
+    more = decode_step_time(arch, hardware, context, batch=batch + 1, **kwargs)
+    assert float(more.memory_s) >= float(one.memory_s)
+    assert float(more.total_s) >= float(one.total_s) * (1 - 1e-12)
+    assert float(more.total_s) / (batch + 1) <= float(one.total_s) / batch * (1 + 1e-12)
+    # A longer prompt never takes less time to process.
+    prompts = np.array([16.0, 256.0, 4096.0])
+    alphas = predict_alpha(arch, hardware, prompts, **kwargs)
+    assert np.all(np.diff(alphas) >= 0)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "idealized_runtime", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_estimate_stack_option() -> None:
+    base = ("estimate", "--arch", "llama-3.1-8b", "--hardware", "a100-80gb", "-p", "5", "-o", "200")
+    default = json.loads(_cli(*base, "--json").stdout)
+    helm = json.loads(_cli(*base, "--json", "--stack", "a100-megatron-2022").stdout)
+    assert default["stack"] == DEFAULT_STACK and helm["stack"] == HELM_STACK
+    assert default["output_tokens_per_s"] > 1.8 * helm["output_tokens_per_s"]
+    text = _cli(*base, "--stack", "tensorrt-llm").stdout
+    assert "reference stack tensorrt-llm" in text
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--arch", "llama-3.1-8b", "--hardware", "a100-80gb", "--stack", "nope"),
+        ("--arch", "llama-3.1-8b", "--hardware", "a100-80gb", "--stack", "lmdeploy", "--ideal"),
+    ],
+)
+def test_estimate_stack_errors_are_one_line(extra: tuple[str, ...]) -> None:
+    result = _cli("estimate", "-p", "5", "-o", "20", *extra)
+    assert result.returncode == 2
+    assert result.stdout == "" and result.stderr.count("\n") == 1
+    assert result.stderr.startswith("error: ")
+
+
+def test_stacks_command() -> None:
+    text = _cli("stacks")
+    assert text.returncode == 0
+    for name in shipped_stacks():
+        assert name in text.stdout
+    assert f"{DEFAULT_STACK} (default)" in text.stdout
+    listed = json.loads(_cli("stacks", "--json").stdout)
+    by_name = {s["name"]: s for s in listed}
+    assert by_name[DEFAULT_STACK]["default"] is True
+    assert by_name[DEFAULT_STACK]["sources"] and by_name[DEFAULT_STACK]["errors"]
+    assert "a100-megatron-2022" in by_name[HELM_STACK]["aliases"]

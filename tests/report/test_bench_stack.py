@@ -1,0 +1,53 @@
+"""``bench`` with a reference stack: each local model also gets the hardware model's runtime."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cost_model.fit_files import read_fit_file
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "idealized_runtime", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("hardware: a100-80gb\nstack: nope\nmodels:\n  - architecture: tiny-llama\n", "nope"),
+        ("stack: lmdeploy\nmodels:\n  - architecture: tiny-llama\n", "stack needs hardware"),
+    ],
+)
+def test_bench_rejects_bad_stack_with_one_line(tmp_path: Path, text: str, expected: str) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text(text, encoding="utf-8")
+    result = run_cli("bench", str(config), "-o", str(tmp_path / "results"))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error:") and expected in result.stderr
+    assert result.stderr.strip().count("\n") == 0
+    assert not (tmp_path / "results").exists()
+
+
+def test_bench_with_stack_writes_the_calibrated_fit(tmp_path: Path) -> None:
+    config = tmp_path / "bench.yaml"
+    config.write_text(
+        "hardware: h100-sxm\nstack: a100-megatron-2022\nrepeats: 1\nwarmup: 0\n"
+        "models:\n  - architecture: tiny-llama\n    name: tiny\n",
+        encoding="utf-8",
+    )
+    results = tmp_path / "results"
+    run = run_cli("bench", str(config), "-o", str(results), "--no-progress")
+    assert run.returncode == 0, run.stderr
+    (path,) = results.glob("items/*/fits-calibrated.json")
+    fit = read_fit_file(path)["tiny"]
+    assert fit.method == "calibrated" and fit.stack is not None
+    assert fit.stack.runner == "stack:helm-megatron-2022" and fit.stack.hardware == "h100-sxm"
