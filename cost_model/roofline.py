@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -70,6 +71,8 @@ GEMM_ALIGNMENT_BYTES = 16
 # Decode steps of a request are summed in this many equal chunks (exact when the step time is
 # linear in the context, within a fraction of a percent at the roofline's kinks).
 DECODE_CHUNKS = 16
+# Deepest architecture the counting accepts (the deepest published models have ~130 layers).
+MAX_LAYERS = 4096
 
 
 @dataclass(frozen=True)
@@ -278,10 +281,16 @@ def end_weight_parameters(arch: Architecture) -> tuple[int, int]:
     return embedding, head
 
 
+@lru_cache(maxsize=64)
+def stored_layer_bytes(arch: Architecture, precision: Precision) -> Array:
+    """Stored bytes of each layer's weights (all experts), in layer order."""
+    return np.array([layer_weight_bytes(arch, i, precision) for i in range(arch.num_layers)])
+
+
 def weight_bytes(arch: Architecture, precision: Precision | None = None) -> float:
     """Bytes of all stored weights at ``precision`` (default bf16), scales included."""
     precision = precision or BF16
-    layers = sum(float(layer_weight_bytes(arch, i, precision)) for i in range(arch.num_layers))
+    layers = float(stored_layer_bytes(arch, precision).sum())
     return layers + sum(end_weight_parameters(arch)) * precision.dense_weight_bytes
 
 
@@ -331,6 +340,15 @@ def expected_experts_touched(arch: Architecture, tokens: ArrayLike) -> Array:
     if e == 1:
         return np.ones_like(t)
     return e * (1.0 - (1.0 - k / e) ** t)
+
+
+def check_size(arch: Architecture) -> None:
+    """Counting walks the layers: refuse depths no model has (a typo, or a hostile config)."""
+    if arch.num_layers > MAX_LAYERS:
+        raise InputError(
+            f"{arch.name} has {arch.num_layers} layers; the hardware model takes at most "
+            f"{MAX_LAYERS}"
+        )
 
 
 def _check_tp(arch: Architecture, tp: int) -> None:
@@ -395,6 +413,7 @@ def forward_costs(
 
     ``precision`` (default: ``dtype`` everywhere) sets the bytes of weights (quantized linear
     layers with their scales), of the KV cache, and the GEMM element size for alignment."""
+    check_size(arch)
     _check_tp(arch, tp)
     precision = precision or Precision.from_dtype(dtype)
     n = np.asarray(new_tokens, dtype=np.float64)
