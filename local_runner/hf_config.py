@@ -27,7 +27,8 @@ __all__ = [
     "load_hf_state_dict",
 ]
 
-_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2")
+_LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3")
+_GEMMA = ("gemma2", "gemma3_text")
 
 
 # --- weights -------------------------------------------------------------------------------
@@ -151,27 +152,113 @@ def _map_bloom(sd, arch):
     return out
 
 
-def _map_llama_like(sd, arch):
+def _map_llama_like(sd, arch, with_mlp: bool = True):
+    """Llama and its descendants: Mistral, Mixtral, Qwen2/3, Qwen3-MoE, Phi-3 (fused qkv and
+    gate|up), Gemma 2/3 (sandwich norms); ``with_mlp`` False: the caller maps the MLPs."""
     out = {"embed": sd["model.embed_tokens.weight"], "final_norm.weight": sd["model.norm.weight"]}
     if "lm_head.weight" in sd and not arch.tie_embeddings:
         out["lm_head"] = sd["lm_head.weight"]
+    gemma = arch.family in _GEMMA
+    for i in range(arch.num_layers):
+        src, dst = f"model.layers.{i}.", f"layers.{i}."
+        out[f"{dst}attn_norm.weight"] = sd[f"{src}input_layernorm.weight"]
+        if gemma:
+            for ours, theirs in (
+                ("attn_post_norm", "post_attention_layernorm"),
+                ("mlp_norm", "pre_feedforward_layernorm"),
+                ("mlp_post_norm", "post_feedforward_layernorm"),
+            ):
+                out[f"{dst}{ours}.weight"] = sd[f"{src}{theirs}.weight"]
+        else:
+            out[f"{dst}mlp_norm.weight"] = sd[f"{src}post_attention_layernorm.weight"]
+        attn = f"{src}self_attn."
+        if f"{attn}qkv_proj.weight" in sd:  # Phi-3
+            out[f"{dst}attn.qkv_weight"] = sd[f"{attn}qkv_proj.weight"]
+        else:
+            out[f"{dst}attn.qkv_weight"] = torch.cat([sd[f"{attn}{x}_proj.weight"] for x in "qkv"])
+        if f"{attn}q_proj.bias" in sd:
+            out[f"{dst}attn.qkv_bias"] = torch.cat([sd[f"{attn}{x}_proj.bias"] for x in "qkv"])
+        if arch.qk_norm:
+            out[f"{dst}attn.q_norm.weight"] = sd[f"{attn}q_norm.weight"]
+            out[f"{dst}attn.k_norm.weight"] = sd[f"{attn}k_norm.weight"]
+        out[f"{dst}attn.out_weight"] = sd[f"{attn}o_proj.weight"]
+        if f"{attn}o_proj.bias" in sd:
+            out[f"{dst}attn.out_bias"] = sd[f"{attn}o_proj.bias"]
+        if not with_mlp:
+            continue
+        if arch.is_moe_layer(i):
+            out.update(_map_mixtral_experts(sd, arch, src, dst))
+            continue
+        out.update(_map_dense_mlp(sd, f"{src}mlp.", f"{dst}mlp."))
+    return out
+
+
+def _map_dense_mlp(sd, src, dst):
+    if f"{src}gate_up_proj.weight" in sd:  # Phi-3: already fused gate|up
+        return {f"{dst}in_weight": sd[f"{src}gate_up_proj.weight"],
+                f"{dst}out_weight": sd[f"{src}down_proj.weight"]}  # fmt: skip
+    return {
+        f"{dst}in_weight": torch.cat([sd[f"{src}gate_proj.weight"], sd[f"{src}up_proj.weight"]]),
+        f"{dst}out_weight": sd[f"{src}down_proj.weight"],
+    }
+
+
+def _half_rotary_rows(weight: torch.Tensor, groups: int, rope: int) -> torch.Tensor:
+    """Rows of each group's last ``rope`` outputs reordered from interleaved pairs to halves."""
+    order = torch.cat([torch.arange(0, rope, 2), torch.arange(1, rope, 2)])
+    view = weight.view(groups, -1, *weight.shape[1:])
+    head = view.shape[1] - rope
+    return torch.cat([view[:, :head], view[:, head:][:, order]], 1).reshape(weight.shape)
+
+
+def _map_deepseek_v3(sd, arch):
+    """MLA + DeepSeek MoE. DeepSeek's RoPE dims are interleaved pairs; permuting the q and key
+    projection rows into our half-split layout leaves the attention scores unchanged."""
+    out = {"embed": sd["model.embed_tokens.weight"], "final_norm.weight": sd["model.norm.weight"]}
+    if not arch.tie_embeddings:
+        out["lm_head"] = sd["lm_head.weight"]
+    rope, heads = arch.qk_rope_head_dim or 0, arch.num_heads
     for i in range(arch.num_layers):
         src, dst = f"model.layers.{i}.", f"layers.{i}."
         out[f"{dst}attn_norm.weight"] = sd[f"{src}input_layernorm.weight"]
         out[f"{dst}mlp_norm.weight"] = sd[f"{src}post_attention_layernorm.weight"]
-        attn = f"{src}self_attn."
-        out[f"{dst}attn.qkv_weight"] = torch.cat([sd[f"{attn}{x}_proj.weight"] for x in "qkv"])
-        if f"{attn}q_proj.bias" in sd:
-            out[f"{dst}attn.qkv_bias"] = torch.cat([sd[f"{attn}{x}_proj.bias"] for x in "qkv"])
-        out[f"{dst}attn.out_weight"] = sd[f"{attn}o_proj.weight"]
-        if arch.num_experts > 1:
-            out.update(_map_mixtral_experts(sd, arch, src, dst))
+        attn, ours = f"{src}self_attn.", f"{dst}attn."
+        if arch.q_lora_rank:
+            out[f"{ours}q_down"] = sd[f"{attn}q_a_proj.weight"]
+            out[f"{ours}q_norm.weight"] = sd[f"{attn}q_a_layernorm.weight"]
+            q_up = sd[f"{attn}q_b_proj.weight"]
+        else:
+            q_up = sd[f"{attn}q_proj.weight"]
+        out[f"{ours}q_up"] = _half_rotary_rows(q_up, heads, rope)
+        out[f"{ours}kv_down"] = _half_rotary_rows(sd[f"{attn}kv_a_proj_with_mqa.weight"], 1, rope)
+        out[f"{ours}kv_norm.weight"] = sd[f"{attn}kv_a_layernorm.weight"]
+        out[f"{ours}kv_up"] = sd[f"{attn}kv_b_proj.weight"]
+        out[f"{ours}out_weight"] = sd[f"{attn}o_proj.weight"]
+        if not arch.is_moe_layer(i):
+            out.update(_map_dense_mlp(sd, f"{src}mlp.", f"{dst}mlp."))
             continue
-        mlp = f"{src}mlp."
-        out[f"{dst}mlp.in_weight"] = torch.cat(
-            [sd[f"{mlp}gate_proj.weight"], sd[f"{mlp}up_proj.weight"]]
-        )
-        out[f"{dst}mlp.out_weight"] = sd[f"{mlp}down_proj.weight"]
+        out.update(_map_mixtral_experts(sd, arch, src, dst))
+        out[f"{dst}mlp.selection_bias"] = sd[f"{src}mlp.gate.e_score_correction_bias"]
+        out.update(_map_dense_mlp(sd, f"{src}mlp.shared_experts.", f"{dst}mlp.shared."))
+    return out
+
+
+def _map_gpt_oss(sd, arch):
+    """gpt-oss: attention with biases and sinks; experts stored [in, out] with gate and up
+    interleaved column by column."""
+    out = _map_llama_like(sd, arch, with_mlp=False)
+    for i in range(arch.num_layers):
+        src, dst = f"model.layers.{i}.", f"layers.{i}."
+        out[f"{dst}attn.sinks"] = sd[f"{src}self_attn.sinks"]
+        experts = f"{src}mlp.experts."
+        gate_up = sd[f"{experts}gate_up_proj"].transpose(1, 2)  # [E, 2f, h], rows g0 u0 g1 ...
+        gate_up_bias = sd[f"{experts}gate_up_proj_bias"]
+        out[f"{dst}mlp.router"] = sd[f"{src}mlp.router.weight"]
+        out[f"{dst}mlp.router_bias"] = sd[f"{src}mlp.router.bias"]
+        out[f"{dst}mlp.in_weight"] = torch.cat([gate_up[:, 0::2], gate_up[:, 1::2]], 1)
+        out[f"{dst}mlp.in_bias"] = torch.cat([gate_up_bias[:, 0::2], gate_up_bias[:, 1::2]], 1)
+        out[f"{dst}mlp.out_weight"] = sd[f"{experts}down_proj"].transpose(1, 2)
+        out[f"{dst}mlp.out_bias"] = sd[f"{experts}down_proj_bias"]
     return out
 
 
@@ -232,7 +319,9 @@ _MAPPERS: dict[str, Callable[[dict[str, torch.Tensor], Architecture], dict[str, 
     "gpt_neox": _map_gpt_neox,
     "bloom": _map_bloom,
     "opt": _map_opt,
-    **dict.fromkeys(_LLAMA_LIKE, _map_llama_like),
+    **dict.fromkeys(_LLAMA_LIKE + _GEMMA, _map_llama_like),
+    "deepseek_v3": _map_deepseek_v3,
+    "gpt_oss": _map_gpt_oss,
 }
 
 
@@ -249,6 +338,11 @@ def load_hf_state_dict(
         full = _MAPPERS[family](hf_state_dict, arch)
     except KeyError as error:
         raise InputError(f"{family} state dict lacks {error.args[0]!r}") from None
+    # DeepSeek's expert selection bias is a buffer (as in HF), but it is loaded like a weight.
+    buffers = [(n, b) for n, b in model.named_buffers() if n.endswith("selection_bias")]
+    for name, buffer in buffers:
+        if name in full:
+            buffer.copy_(full[name].to(buffer.device, buffer.dtype))
     for name, param in model.named_parameters():
         tensor = full.get(name)
         if tensor is None:

@@ -60,14 +60,16 @@ class ShardSpec:
 
 
 def check_divisible(arch: Architecture, tp_size: int) -> None:
-    """TP splits whole heads (query and key/value) and whole MLP columns: refuse otherwise."""
+    """TP splits whole heads (query and key/value) and whole MLP and expert columns (MLA's
+    latent is replicated): refuse otherwise."""
     if tp_size < 1:
         raise InputError(f"tensor-parallel size must be >= 1, got {tp_size}")
-    for what, count in (
-        ("num_heads", arch.num_heads),
-        ("num_kv_heads", arch.kv_heads),
-        ("ffn_hidden_size", arch.ffn_hidden_size),
-    ):
+    checks = [("num_heads", arch.num_heads), ("num_kv_heads", arch.kv_heads)]
+    if arch.num_experts == 1 or arch.first_k_dense_layers:
+        checks.append(("ffn_hidden_size", arch.ffn_hidden_size))
+    if arch.num_experts > 1:
+        checks.append(("moe_ffn_hidden_size", arch.expert_ffn_hidden_size))
+    for what, count in checks:
         if count % tp_size:
             raise InputError(
                 f"tensor-parallel size {tp_size} does not divide {what}={count} of "

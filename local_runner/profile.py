@@ -206,6 +206,18 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def representative_sample(arch: Architecture, layers: int) -> bool:
+    """Whether timing ``layers // 2`` and ``layers`` layers extrapolates to the whole model: the
+    layers between the two depths (whose cost is extrapolated) must be typical ones, past the
+    dense layers that open DeepSeek-style MoE models, and whole cycles of the attention pattern
+    (Gemma 3's five sliding layers and one global)."""
+    period, dense = len(arch.layer_pattern), arch.first_k_dense_layers
+    if layers == 1:  # plain scaling: the one layer must stand for all of them
+        return period == 1 and dense == 0
+    shallow = layers // 2
+    return shallow >= dense and (layers - shallow) % period == 0
+
+
 def extrapolate_layers(
     shallow: Timing, deep: Timing, k1: int, k2: int, total_layers: int
 ) -> Timing:
@@ -372,6 +384,14 @@ def check_profile(
     check_divisible(arch, tp_size)
     if layers is not None and not 1 <= layers <= arch.num_layers:
         raise InputError(f"--layers must be in [1, {arch.num_layers}] for {arch.name!r}")
+    if layers is not None and layers < arch.num_layers and not representative_sample(arch, layers):
+        valid = [k for k in range(1, arch.num_layers) if representative_sample(arch, k)]
+        hint = f"use one of {', '.join(map(str, valid[:6]))}" if valid else "profile all layers"
+        raise InputError(
+            f"--layers {layers} does not sample {arch.name!r} evenly (first "
+            f"{arch.first_k_dense_layers} layers dense, attention pattern of "
+            f"{len(arch.layer_pattern)} layers); {hint}"
+        )
     max_seq_len = max(point.max_seq_len for point in points)
     if max_seq_len > arch.max_context:
         raise InputError(

@@ -478,7 +478,8 @@ def architecture_from_hf_file(path: str | Path, *, name: str | None = None) -> A
         raise InputError(f"not a readable JSON config: {error}", path=str(file)) from None
     if not isinstance(raw, dict):
         raise InputError("not a JSON object", path=str(file))
-    default_name = raw.get("_name_or_path") or file.parent.name or file.stem
+    folder_name = file.parent.resolve().name if file.name == "config.json" else ""
+    default_name = raw.get("_name_or_path") or folder_name or file.stem
     return architecture_from_hf_config(raw, name=name or str(default_name), path=str(file))
 
 

@@ -5,15 +5,26 @@ from __future__ import annotations
 import pytest
 import torch
 
+from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.types import Architecture
 from local_runner.generate import Generator
+from tests.test_architectures import TINY
 
-ARCHS = ["tiny-llama", "tiny-gpt2"]
+# Catalog shapes, and tiny configs of the families with sliding windows (8 tokens: ring caches),
+# soft-capping, sinks, MLA and shared-expert MoE.
+ARCHS = ["tiny-llama", "tiny-gpt2", "gemma2", "gemma3_text", "gpt_oss", "deepseek_v3"]
+
+
+def _arch(name: str) -> Architecture:
+    if name in TINY:
+        return architecture_from_hf_config(TINY[name], name=name)
+    return get_architecture(name)
 
 
 @pytest.mark.parametrize("name", ARCHS)
 def test_cached_decode_equals_full_recomputation(name: str) -> None:
-    arch = get_architecture(name)
+    arch = _arch(name)
     generator = Generator(arch, max_batch_size=2, max_seq_len=64, seed=1)
     prompt = torch.randint(0, arch.vocab_size, (2, 10), generator=torch.Generator().manual_seed(0))
     steps: list[torch.Tensor] = []
@@ -84,7 +95,7 @@ def test_graph_decode_path_across_buckets_up_to_the_last_cache_position(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("local_runner.generate.GRAPH_BUCKET", 8)
-    arch = get_architecture(name)
+    arch = _arch(name)
     eager = Generator(arch, max_seq_len=20, seed=3)
     graphed = Generator(arch, max_seq_len=20, seed=3)
     captured: list[tuple[int, int, int]] = []
@@ -96,7 +107,8 @@ def test_graph_decode_path_across_buckets_up_to_the_last_cache_position(
     for prompt_len, outputs in ((19, 2), (3, 18), (7, 6)):
         prompt = torch.randint(0, arch.vocab_size, (1, prompt_len), generator=rng)
         assert torch.equal(graphed.generate(prompt, outputs), eager.generate(prompt, outputs))
-    assert sorted(captured) == [(1, 8, 2), (1, 16, 2), (1, 20, 2)]
+    layers = arch.num_layers
+    assert sorted(captured) == [(1, 8, layers), (1, 16, layers), (1, 20, layers)]
 
 
 def test_moe_steps_that_group_tokens_by_expert_are_not_captured() -> None:

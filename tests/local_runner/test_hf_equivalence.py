@@ -14,11 +14,20 @@ import torch
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
-from local_runner.hf_config import architecture_from_hf_config, load_hf_state_dict  # noqa: E402
+from idealized_runtime.core.architectures import architecture_from_hf_config  # noqa: E402
+from local_runner.hf_config import load_hf_state_dict  # noqa: E402
 from local_runner.model import build_model  # noqa: E402
 
 TOLERANCE = 1e-4
 SMALL = dict(vocab_size=128)
+LLAMA_SHAPE = dict(
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+)
 
 CONFIGS = {
     "gpt2": lambda: transformers.GPT2Config(
@@ -95,6 +104,101 @@ CONFIGS = {
     ),
     # 6 heads: exercises ALiBi slopes for a head count that is not a power of two.
     "bloom": lambda: transformers.BloomConfig(hidden_size=48, n_layer=2, n_head=6, **SMALL),
+    # Sliding windows of 8 tokens (shorter than the 20-token test sequence): the runner's ring
+    # caches, their masks, and prefill past the window are all exercised.
+    "qwen3": lambda: transformers.Qwen3Config(**LLAMA_SHAPE, head_dim=32, **SMALL),
+    "qwen3_moe": lambda: transformers.Qwen3MoeConfig(
+        **LLAMA_SHAPE, moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2, **SMALL
+    ),
+    "qwen3_moe_renormalised": lambda: transformers.Qwen3MoeConfig(
+        **LLAMA_SHAPE,
+        moe_intermediate_size=32,
+        num_experts=8,
+        num_experts_per_tok=3,
+        norm_topk_prob=True,
+        **SMALL,
+    ),
+    "phi3": lambda: transformers.Phi3Config(
+        **LLAMA_SHAPE,
+        partial_rotary_factor=0.5,
+        sliding_window=8,
+        pad_token_id=None,
+        **SMALL,
+    ),
+    "gemma2": lambda: transformers.Gemma2Config(
+        **LLAMA_SHAPE,
+        head_dim=32,
+        query_pre_attn_scalar=24,
+        sliding_window=8,
+        attn_logit_softcapping=5.0,
+        final_logit_softcapping=200.0,  # large enough not to saturate these logits
+        **SMALL,
+    ),
+    "gemma3_text": lambda: transformers.Gemma3TextConfig(
+        **{**LLAMA_SHAPE, "num_hidden_layers": 3},
+        head_dim=32,
+        query_pre_attn_scalar=24,
+        sliding_window=8,
+        layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+        rope_parameters={
+            "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+            "sliding_attention": {"rope_type": "default", "rope_theta": 1e4},
+        },
+        **SMALL,
+    ),
+    "deepseek_v3": lambda: transformers.DeepseekV3Config(
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_shared_experts=1,
+        n_routed_experts=8,
+        routed_scaling_factor=2.5,
+        kv_lora_rank=32,
+        q_lora_rank=48,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        qk_nope_head_dim=16,
+        n_group=4,
+        topk_group=2,
+        num_experts_per_tok=2,
+        first_k_dense_replace=1,
+        max_position_embeddings=64,
+        **SMALL,
+    ),
+    "deepseek_v2_lite_like": lambda: transformers.DeepseekV3Config(
+        hidden_size=64,
+        intermediate_size=96,
+        moe_intermediate_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        n_shared_experts=2,
+        n_routed_experts=4,
+        kv_lora_rank=32,
+        q_lora_rank=None,
+        qk_rope_head_dim=8,
+        v_head_dim=16,
+        qk_nope_head_dim=16,
+        n_group=1,
+        topk_group=1,
+        num_experts_per_tok=2,
+        first_k_dense_replace=0,
+        max_position_embeddings=64,
+        **SMALL,
+    ),
+    "gpt_oss": lambda: transformers.GptOssConfig(
+        **{**LLAMA_SHAPE, "intermediate_size": 48},
+        head_dim=16,
+        sliding_window=8,
+        num_local_experts=4,
+        num_experts_per_tok=2,
+        swiglu_limit=0.5,  # small enough that the clamps bite on these activations
+        rope_parameters={"rope_type": "default", "rope_theta": 150000.0},
+        **SMALL,
+    ),
 }
 
 
@@ -108,6 +212,9 @@ def _hf_model(config):
             std = 1.0 if any(key in name for key in ("emb", "wte", "wpe")) else 0.05
             noise = torch.randn(param.shape, generator=generator) * std
             param.copy_(noise + 1.0 if "norm" in name and name.endswith("weight") else noise)
+        for name, buffer in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # DeepSeek's routing bias
+                buffer.copy_(torch.randn(buffer.shape, generator=generator) * 0.1)
         if config.model_type == "gptj":
             model.lm_head.bias.zero_()  # the runner's head has no bias (a vocab-sized vector)
     return model

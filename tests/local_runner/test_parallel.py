@@ -11,12 +11,14 @@ from pathlib import Path
 import pytest
 import torch
 
+from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
 from local_runner.parallel import ShardSpec, TensorParallel, check_divisible
 from tests.local_runner.tp_worker import run
 from tests.servers import REPO_ROOT, free_port
+from tests.test_architectures import TINY
 
 TOLERANCE = 1e-4
 
@@ -32,7 +34,11 @@ def _archs() -> list[Architecture]:
             "tie_embeddings": False,
         }
     )
-    return [get_architecture("tiny-llama"), get_architecture("tiny-gpt2"), moe_alibi]
+    new_families = [
+        architecture_from_hf_config(TINY[family], name=family)
+        for family in ("qwen3", "qwen3_moe", "gemma2", "gpt_oss", "deepseek_v3")
+    ]
+    return [get_architecture("tiny-llama"), get_architecture("tiny-gpt2"), moe_alibi, *new_families]
 
 
 def test_tp2_equals_tp1(tmp_path: Path) -> None:
@@ -67,3 +73,10 @@ def test_tp_size_must_divide_heads() -> None:
         check_divisible(get_architecture("tiny-llama"), 3)
     with pytest.raises(InputError, match="num_kv_heads=2"):
         check_divisible(get_architecture("tiny-llama"), 4)
+
+
+def test_tp_size_must_divide_expert_columns() -> None:
+    moe = architecture_from_hf_config(TINY["qwen3_moe"], name="moe")  # experts 32 wide
+    check_divisible(moe, 2)
+    with pytest.raises(InputError, match="moe_ffn_hidden_size=31"):
+        check_divisible(moe.model_copy(update={"moe_ffn_hidden_size": 31}), 2)

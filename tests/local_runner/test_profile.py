@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
 from local_runner.profile import (
@@ -23,8 +24,10 @@ from local_runner.profile import (
     extrapolate_layers,
     make_grid,
     profile_grid,
+    representative_sample,
 )
 from tests.servers import cli_command
+from tests.test_architectures import TINY
 
 
 def _rows(path: Path) -> list[dict[str, str]]:
@@ -197,3 +200,34 @@ def test_cli_tp_resume_mismatch_is_refused_before_torchrun(tmp_path: Path) -> No
     assert second.returncode == 2, second.stderr
     lines = second.stderr.strip().splitlines()
     assert len(lines) == 1 and "different settings (tensor_parallel_size)" in lines[0]
+
+
+def test_layer_sampling_must_cover_typical_layers(tmp_path: Path) -> None:
+    deepseek = architecture_from_hf_config(TINY["deepseek_v3"], name="ds")  # 1 dense + 2 MoE
+    gemma3 = architecture_from_hf_config(TINY["gemma3_text"], name="g3")  # 2 sliding + 1 full
+    assert [k for k in range(1, 3) if representative_sample(deepseek, k)] == [2]
+    assert [k for k in range(1, 7) if representative_sample(gemma3, k)] == [5, 6]
+    points = [GridPoint(4, 2)]
+    check_profile(deepseek, points, tmp_path / "ds.csv", layers=2)
+    with pytest.raises(InputError, match=r"--layers 4 does not sample .g3. evenly.*one of 5, 6"):
+        check_profile(gemma3, points, tmp_path / "g3.csv", layers=4)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_new_family_profiles_from_a_config_json_with_layer_sampling(tmp_path: Path) -> None:
+    config = tmp_path / "gpt-oss-tiny" / "config.json"
+    config.parent.mkdir()
+    config.write_text(json.dumps(TINY["gpt_oss"]))
+    out = tmp_path / "m.csv"
+    args = ["profile", "--arch", str(config), "--layers", "3", "--max-prompt-tokens", "16"]
+    result = subprocess.run(
+        cli_command(*args, "--repeats", "1", "--no-progress", "-o", str(out)),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = _rows(out)
+    assert rows and {row["model"] for row in rows} == {"gpt-oss-tiny"}
+    sampling = json.loads(out.with_name("m.csv.meta.json").read_text())["layer_sampling"]
+    assert sampling["total_layers"] == 4 and sampling["profiled_layers"] == [1, 3]
