@@ -498,13 +498,18 @@ def hardware_model_estimate(
     tp: int | None = None,
     precision: Precision | None = None,
     ideal: bool = False,
+    efficiency: Efficiency | None = None,
+    efficiency_name: str = "",
 ) -> tuple[Estimate, str]:
     """The hardware model's estimate as ``estimate --arch`` and the REST API give it: with the
     shipped calibration's efficiencies (source ``calibrated``; the calibration's name is
-    returned) or the ideal roofline (``ideal``: source ``analytic``, name ""). ``precision``
-    defaults to the checkpoint's own (``arch.precision``), else bf16."""
+    returned) or the ideal roofline (``ideal``: source ``analytic``, name ""); ``efficiency``
+    (named ``efficiency_name``) replaces the shipped calibration, e.g. a reference stack's.
+    ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
     precision = precision or arch.precision or Precision()
-    if ideal:
+    if efficiency is not None and not ideal:
+        source, calibration = "calibrated", efficiency_name
+    elif ideal:
         efficiency, source, calibration = IDEAL, "analytic", ""
     else:
         from cost_model.calibration import shipped_calibration
