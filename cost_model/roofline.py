@@ -29,6 +29,17 @@ Counting conventions (deliberately explicit, tested against hand arithmetic):
 - KV bytes: the pass reads the K and V of every attended position once and writes the new
   ones (fused attention: scores never leave the chip). Unfused stacks write and re-read the
   score matrix; ``Efficiency.attention_score_passes`` counts how often (0 for the ideal).
+- precision (``Precision``): quantized linear weights (attention, MLPs, experts) count their
+  bytes per weight with group scales and zero points; embeddings, norms, routers and the LM
+  head stay in the 16-bit compute dtype; the KV cache counts its own element size (int8: + a
+  16-bit scale per head vector). Weight-only formats compute at the 16-bit peak; fp8
+  activations (W8A8) at the fp8 peak (``compute_hardware``), refused where there is none.
+- families: counts walk the layers, so mixed stacks are exact: sliding-window layers attend to
+  and keep at most the window; DeepSeek's first-k layers are dense, the others MoE with shared
+  experts always read; MLA caches the kv_lora_rank latent plus the RoPE key per layer (shared by
+  all heads: replicated over TP ranks) and attends either by decompressing K/V or in latent
+  space with the up-projections absorbed, whichever costs fewer FLOPs (prefill: decompress;
+  decode: absorb).
 - tensor parallelism over ``tp`` GPUs (Megatron style): matmuls, heads and the vocabulary are
   split; KV heads are split too, or replicated when tp > num_kv_heads; each layer ends its
   attention and its MLP with an all-reduce of the hidden states (one per layer for parallel
