@@ -29,6 +29,17 @@ Counting conventions (deliberately explicit, tested against hand arithmetic):
 - KV bytes: the pass reads the K and V of every attended position once and writes the new
   ones (fused attention: scores never leave the chip). Unfused stacks write and re-read the
   score matrix; ``Efficiency.attention_score_passes`` counts how often (0 for the ideal).
+- precision (``Precision``): quantized linear weights (attention, MLPs, experts) count their
+  bytes per weight with group scales and zero points; embeddings, norms, routers and the LM
+  head stay in the 16-bit compute dtype; the KV cache counts its own element size (int8: + a
+  16-bit scale per head vector). Weight-only formats compute at the 16-bit peak; fp8
+  activations (W8A8) at the fp8 peak (``compute_hardware``), refused where there is none.
+- families: counts walk the layers, so mixed stacks are exact: sliding-window layers attend to
+  and keep at most the window; DeepSeek's first-k layers are dense, the others MoE with shared
+  experts always read; MLA caches the kv_lora_rank latent plus the RoPE key per layer (shared by
+  all heads: replicated over TP ranks) and attends either by decompressing K/V or in latent
+  space with the up-projections absorbed, whichever costs fewer FLOPs (prefill: decompress;
+  decode: absorb).
 - tensor parallelism over ``tp`` GPUs (Megatron style): matmuls, heads and the vocabulary are
   split; KV heads are split too, or replicated when tp > num_kv_heads; each layer ends its
   attention and its MLP with an all-reduce of the hidden states (one per layer for parallel
@@ -39,6 +50,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, fields
+from functools import lru_cache
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -70,6 +82,8 @@ GEMM_ALIGNMENT_BYTES = 16
 # Decode steps of a request are summed in this many equal chunks (exact when the step time is
 # linear in the context, within a fraction of a percent at the roofline's kinks).
 DECODE_CHUNKS = 16
+# Deepest architecture the counting accepts (the deepest published models have ~130 layers).
+MAX_LAYERS = 4096
 
 
 @dataclass(frozen=True)
@@ -278,10 +292,16 @@ def end_weight_parameters(arch: Architecture) -> tuple[int, int]:
     return embedding, head
 
 
+@lru_cache(maxsize=64)
+def stored_layer_bytes(arch: Architecture, precision: Precision) -> Array:
+    """Stored bytes of each layer's weights (all experts), in layer order."""
+    return np.array([layer_weight_bytes(arch, i, precision) for i in range(arch.num_layers)])
+
+
 def weight_bytes(arch: Architecture, precision: Precision | None = None) -> float:
     """Bytes of all stored weights at ``precision`` (default bf16), scales included."""
     precision = precision or BF16
-    layers = sum(float(layer_weight_bytes(arch, i, precision)) for i in range(arch.num_layers))
+    layers = float(stored_layer_bytes(arch, precision).sum())
     return layers + sum(end_weight_parameters(arch)) * precision.dense_weight_bytes
 
 
@@ -331,6 +351,15 @@ def expected_experts_touched(arch: Architecture, tokens: ArrayLike) -> Array:
     if e == 1:
         return np.ones_like(t)
     return e * (1.0 - (1.0 - k / e) ** t)
+
+
+def check_size(arch: Architecture) -> None:
+    """Counting walks the layers: refuse depths no model has (a typo, or a hostile config)."""
+    if arch.num_layers > MAX_LAYERS:
+        raise InputError(
+            f"{arch.name} has {arch.num_layers} layers; the hardware model takes at most "
+            f"{MAX_LAYERS}"
+        )
 
 
 def _check_tp(arch: Architecture, tp: int) -> None:
@@ -395,6 +424,7 @@ def forward_costs(
 
     ``precision`` (default: ``dtype`` everywhere) sets the bytes of weights (quantized linear
     layers with their scales), of the KV cache, and the GEMM element size for alignment."""
+    check_size(arch)
     _check_tp(arch, tp)
     precision = precision or Precision.from_dtype(dtype)
     n = np.asarray(new_tokens, dtype=np.float64)

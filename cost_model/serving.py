@@ -27,14 +27,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from cost_model.roofline import (
     IDEAL,
     Efficiency,
     check_precision,
+    check_size,
     decode_step_time,
     end_weight_parameters,
     kv_bytes_per_token_layer,
-    layer_weight_bytes,
+    stored_layer_bytes,
 )
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
@@ -96,6 +99,7 @@ def memory_per_gpu(
     Stages hold consecutive blocks of ceil(layers / pp) layers, the embedding on the first and
     the LM head on the last; the fullest stage is the one that counts."""
     precision = precision or Precision.from_dtype(dtype)
+    check_size(arch)
     per_stage = math.ceil(arch.num_layers / pp)
     kv_token_layer = kv_bytes_per_token_layer(arch, precision, tp)
     embedding, head = (
@@ -103,20 +107,20 @@ def memory_per_gpu(
     )
     if arch.tie_embeddings and pp > 1:  # the last stage keeps its own copy for the LM head
         head += arch.vocab_size * arch.hidden_size * precision.dense_weight_bytes
+    # Prefix sums over layers: each stage's weights and kept KV tokens in O(1).
+    weights_before = np.concatenate(([0.0], np.cumsum(stored_layer_bytes(arch, precision))))
+    window = min(context_tokens, arch.sliding_window or context_tokens)
+    kept = [
+        window if arch.attention_kind(i) == "sliding" else context_tokens
+        for i in range(min(arch.num_layers, len(arch.layer_pattern)))
+    ]
+    kept_before = np.concatenate(([0.0], np.cumsum(np.resize(kept, arch.num_layers))))
     worst = (0.0, 0.0)
     for start in range(0, arch.num_layers, per_stage):
-        layers = range(start, min(start + per_stage, arch.num_layers))
-        weights = sum(float(layer_weight_bytes(arch, i, precision)) for i in layers)
-        weights += (embedding if start == 0 else 0.0) + (
-            head if layers.stop == arch.num_layers else 0.0
-        )
-        kept = sum(
-            min(context_tokens, arch.sliding_window or context_tokens)
-            if arch.attention_kind(i) == "sliding"
-            else context_tokens
-            for i in layers
-        )
-        kv = kept * kv_token_layer * batch_size
+        stop = min(start + per_stage, arch.num_layers)
+        weights = float(weights_before[stop] - weights_before[start])
+        weights += (embedding if start == 0 else 0.0) + (head if stop == arch.num_layers else 0.0)
+        kv = float(kept_before[stop] - kept_before[start]) * kv_token_layer * batch_size
         if weights / tp + kv > sum(worst):
             worst = (weights / tp, kv)
     return worst

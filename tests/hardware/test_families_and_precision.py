@@ -16,6 +16,7 @@ from cost_model.roofline import (
     compute_hardware,
     forward_costs,
     kv_cache_bytes,
+    layer_weights,
     predict_runtime,
     weight_bytes,
 )
@@ -238,3 +239,50 @@ def test_int4_speeds_up_memory_bound_decode_by_the_byte_ratio() -> None:
     decode_ratio = float(step_bf16.bytes) / float(step_int4.bytes)
     assert 3.5 < decode_ratio < 3.9
     assert speedup < decode_ratio  # the compute-bound prompt pass gains nothing
+
+
+def test_mla_decompresses_at_prefill_and_absorbs_at_decode() -> None:
+    arch = get_architecture("deepseek-v3")
+    heads, rank, rope, nope, v = 128, 512, 64, 128, 128
+    kv_up = rank * heads * (nope + v)
+    layers = 61
+    # Prefill of p tokens, no context: per layer, decompressing costs 2 kv_up per token and
+    # attention over head dims (nope + rope) for QK and v for PV; absorbing would attend over
+    # the 576-wide latent for every one of the p(p+1)/2 pairs: decompressing is cheaper.
+    p = 1000
+    pairs = p * (p + 1) / 2
+    matmuls = float(forward_costs(arch, p, 0).flops) - 2.0 * arch.vocab_size * 7168
+    weights_per_token = 0
+    for layer in range(layers):
+        w = layer_weights(arch, layer)
+        mlp = (
+            w.router + 8 * w.expert_matrices + w.shared_matrices
+            if w.num_experts
+            else w.mlp_matrices
+        )
+        weights_per_token += w.attention_matrices + mlp
+    decompressed = 2.0 * heads * (nope + rope + v) * pairs * layers
+    assert matmuls == pytest.approx(2.0 * weights_per_token * p + decompressed)
+    # Decode over c cached tokens: absorbed attention, 2 x heads x (2 rank + rope) per position,
+    # and no decompression of the cache.
+    c = 4000
+    step = float(forward_costs(arch, 1, c).flops) - 2.0 * arch.vocab_size * 7168
+    absorbed = 2.0 * heads * (2 * rank + rope) * (c + 1) * layers
+    assert step == pytest.approx(2.0 * weights_per_token + absorbed)
+    assert absorbed < 2.0 * kv_up * c * layers  # decompressing the cache would cost more
+
+
+def test_decode_throughput_and_labels_carry_the_precision() -> None:
+    from cost_model.serving import decode_throughput
+
+    llama = get_architecture("llama-3.1-70b")
+    int4 = parse_precision("int4", "fp8")
+    points = decode_throughput(
+        llama, H100, context_tokens=2048, batch_sizes=(1, 64), precision=int4
+    )
+    assert all(point.num_gpus == 1 for point in points)
+    bf16 = decode_throughput(llama, H100, context_tokens=2048, batch_sizes=(1,), tp=1)
+    assert points[0].tokens_per_s > 3 * bf16[0].tokens_per_s
+    assert int4.label == "int4-g128 (weight-only), kv fp8"
+    assert parse_precision("fp8").label == "fp8 (fp8 compute)"
+    assert get_architecture("gpt-oss-20b").precision.label == "mxfp4 experts (weight-only)"  # type: ignore[union-attr]
