@@ -15,6 +15,7 @@ from idealized_runtime.core.architectures import (
     SUPPORTED_FAMILIES,
     architecture_from_hf_config,
     architecture_from_hf_file,
+    load_architecture,
 )
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
@@ -25,7 +26,11 @@ __all__ = [
     "architecture_from_hf_config",
     "architecture_from_hf_file",
     "load_hf_state_dict",
+    "resolve_architecture",
 ]
+
+# The one loader under its former name here (callers that need no torch import it from core).
+resolve_architecture = load_architecture
 
 _LLAMA_LIKE = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "phi3")
 _GEMMA = ("gemma2", "gemma3_text")
