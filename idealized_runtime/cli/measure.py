@@ -125,7 +125,19 @@ def serve_model_command(
     dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port", min=0, max=65535),
-    max_batch_size: int = typer.Option(1, "--max-batch-size", min=1),
+    max_batch_size: int = typer.Option(
+        1,
+        "--max-batch",
+        "--max-batch-size",
+        min=1,
+        help="requests decoded together (continuous batching when > 1)",
+    ),
+    token_budget: Optional[int] = typer.Option(  # noqa: UP045
+        None,
+        "--token-budget",
+        min=1,
+        help="tokens per batched step: decode tokens + prompt chunks (default 256)",
+    ),
     tokenizer: Optional[str] = typer.Option(  # noqa: UP045
         None, "--tokenizer", help="tokenizer.json for text prompts (default: one token per byte)"
     ),
@@ -159,6 +171,7 @@ def serve_model_command(
         max_batch_size=max_batch_size,
         tokenizer=tokenizer,
         seed=seed,
+        token_budget=token_budget,
     )
 
 
