@@ -413,9 +413,11 @@ def simulate(
     concurrency: int | None = None,
     model: str = "model",
     load: str = "simulated",
+    stop_after_s: float | None = None,
 ) -> list[dict[str, Any]]:
     """Serve ``shapes`` (with arrival times, or closed loop with ``concurrency`` clients) and
-    return one row per request, in request order (see the module docstring)."""
+    return one row per request served, in request order (see the module docstring). Closed
+    loop: clients send no new request after ``stop_after_s``."""
     if concurrency is not None and concurrency < 1:
         raise InputError(f"--concurrency must be >= 1, got {concurrency}")
     if concurrency is None and any(s.arrival_s is None for s in shapes):
@@ -440,7 +442,8 @@ def simulate(
     def finish(request: _Request, ok: bool, error: str | None = None) -> None:
         nonlocal next_closed
         rows[request.index] = _row(request, model, load, ok, error, now)
-        if concurrency is not None and next_closed < len(shapes):
+        more = stop_after_s is None or now < stop_after_s
+        if concurrency is not None and next_closed < len(shapes) and more:
             heapq.heappush(arrivals, (now, next_closed))
             next_closed += 1
 
