@@ -10,9 +10,11 @@ completions API allows ``prompt`` as a list of ints). The runner never stops ear
 request produces exactly ``max_tokens`` tokens; ``min_tokens``/``ignore_eos`` are accepted and
 need nothing more. Unknown request fields are accepted and ignored, as vLLM does.
 
-The model serves one request at a time (an asyncio lock; generation runs in one worker thread
-so the event loop keeps streaming): concurrent requests queue, which is the contention a denoised
-fit has to see through.
+With ``max_batch_size`` 1 the model serves one request at a time (an asyncio lock; generation
+runs in one worker thread so the event loop keeps streaming): concurrent requests queue, which is
+the contention a denoised fit has to see through. With a larger ``max_batch_size`` requests are
+served by continuous batching (``local_runner.batching``): they join the running batch between
+decode steps, prompts are prefilled in chunks within a per-step token budget.
 """
 
 from __future__ import annotations
@@ -125,6 +127,7 @@ class ModelService:
         seed: int = 0,
         tokenizer: str | None = None,
         generator_factory: Callable[..., Any] | None = None,
+        token_budget: int | None = None,
     ) -> None:
         if generator_factory is None:
             from local_runner.generate import Generator as generator_factory
@@ -138,6 +141,13 @@ class ModelService:
         self._lock = asyncio.Lock()
         # One thread: the model is used by one request at a time anyway.
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="generate")
+        self.engine = None
+        if max_batch_size > 1:
+            from local_runner.batching import DEFAULT_TOKEN_BUDGET, BatchEngine
+
+            self.engine = BatchEngine(
+                self.generator, token_budget=token_budget or DEFAULT_TOKEN_BUDGET
+            )
 
     def prompt_ids(self, request: CompletionRequest) -> list[int]:
         prompt = request.prompt
@@ -177,7 +187,12 @@ class ModelService:
         return length
 
     async def tokens(self, prompt: list[int], length: int) -> AsyncIterator[int]:
-        """Generated token ids as they are produced; waits its turn for the model."""
+        """Generated token ids as they are produced; waits its turn for the model (or for a
+        slot in the running batch)."""
+        if self.engine is not None:
+            async for token in self._batched_tokens(prompt, length):
+                yield token
+            return
         async with self._lock:
             loop = asyncio.get_running_loop()
             produced: asyncio.Queue[int | None] = asyncio.Queue()
@@ -210,6 +225,30 @@ class ModelService:
                 stop.set()
                 with contextlib.suppress(BaseException):
                     await asyncio.shield(job)
+
+    async def _batched_tokens(self, prompt: list[int], length: int) -> AsyncIterator[int]:
+        assert self.engine is not None
+        self.engine.start()
+        loop = asyncio.get_running_loop()
+        produced: asyncio.Queue[int | BaseException | None] = asyncio.Queue()
+
+        def on_token(token: int) -> None:
+            loop.call_soon_threadsafe(produced.put_nowait, token)
+
+        def on_done(error: BaseException | None) -> None:
+            loop.call_soon_threadsafe(produced.put_nowait, error)
+
+        sequence = self.engine.submit(prompt, length, on_token, on_done)
+        try:
+            while True:
+                item = await produced.get()
+                if item is None:
+                    return
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            sequence.cancel()  # a no-op once it is done; frees the slot if the client left
 
 
 def _content_text(content: Any) -> str:
@@ -355,6 +394,7 @@ def serve(
     max_batch_size: int = 1,
     tokenizer: str | None = None,
     seed: int = 0,
+    token_budget: int | None = None,
 ) -> None:
     """Build the model and serve it until interrupted."""
     import uvicorn
@@ -366,6 +406,10 @@ def serve(
         max_batch_size=max_batch_size,
         seed=seed,
         tokenizer=tokenizer,
+        token_budget=token_budget,
     )
-    print(f"serving {arch.name} ({device}, {dtype}) at http://{host}:{port}/v1", flush=True)
+    batching = f", continuous batching of up to {max_batch_size}" if max_batch_size > 1 else ""
+    print(
+        f"serving {arch.name} ({device}, {dtype}{batching}) at http://{host}:{port}/v1", flush=True
+    )
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning", access_log=False)

@@ -45,6 +45,7 @@ def _register_commands() -> None:
         profile,
         report,
         service,
+        simulate,
         stacks,
     )
 

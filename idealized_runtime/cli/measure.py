@@ -125,7 +125,19 @@ def serve_model_command(
     dtype: str = typer.Option("float32", "--dtype", help="float32, float16 or bfloat16"),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port", min=0, max=65535),
-    max_batch_size: int = typer.Option(1, "--max-batch-size", min=1),
+    max_batch_size: int = typer.Option(
+        1,
+        "--max-batch",
+        "--max-batch-size",
+        min=1,
+        help="requests decoded together (continuous batching when > 1)",
+    ),
+    token_budget: Optional[int] = typer.Option(  # noqa: UP045
+        None,
+        "--token-budget",
+        min=1,
+        help="tokens per batched step: decode tokens + prompt chunks (default 256)",
+    ),
     tokenizer: Optional[str] = typer.Option(  # noqa: UP045
         None, "--tokenizer", help="tokenizer.json for text prompts (default: one token per byte)"
     ),
@@ -159,6 +171,7 @@ def serve_model_command(
         max_batch_size=max_batch_size,
         tokenizer=tokenizer,
         seed=seed,
+        token_budget=token_budget,
     )
 
 
@@ -173,3 +186,41 @@ def _check_can_listen(host: str, port: int) -> None:
             probe.bind(address)
     except OSError as error:
         fail(f"cannot listen on {host}:{port}: {error.strerror or error}")
+
+
+@app.command("summarize")
+def summarize_command(
+    raw: list[Path] = typer.Argument(..., help="raw JSONL files written by measure"),
+    slo: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--slo", help="latency targets for goodput, seconds: ttft=S,tpot=S,e2e=S (any)"
+    ),
+    as_json: bool = typer.Option(False, "--json", help="print a JSON list instead of a table"),
+    output: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "-o", "--output", help="also write the JSON list to this file"
+    ),
+) -> None:
+    """Per model and load level: throughput, TTFT/ITL/TPOT/end-to-end percentiles, errors,
+    goodput."""
+    from idealized_runtime.core.files import atomic_writer
+    from idealized_runtime.timing.summary import (
+        format_table,
+        parse_slo,
+        read_raw_rows,
+        summaries_to_json,
+        summarize,
+    )
+
+    targets = parse_slo(slo) if slo is not None else None
+    summaries = summarize(read_raw_rows(raw), targets)
+    if not summaries:
+        fail("no request rows in " + ", ".join(map(str, raw)))
+    data = summaries_to_json(summaries)
+    if output is not None:
+        if output.is_dir():
+            fail(f"{output}: is a folder; -o names the JSON file to write")
+        try:
+            with atomic_writer(output) as handle:
+                json.dump(data, handle, indent=1)
+        except OSError as error:
+            fail(f"{output}: cannot write: {error.strerror or error}")
+    typer.echo(json.dumps(data, indent=1) if as_json else format_table(summaries))

@@ -637,3 +637,42 @@ class RequestRecord(_Frozen):
     @classmethod
     def _positive(cls, value: float | None, info: object) -> float | None:
         return _finite_positive(value, getattr(info, "field_name", "runtime"))
+
+
+# --- serving under load (summaries of measured or simulated request rows) ---------------------
+
+NonNegativeFloat = Annotated[float, Field(ge=0, allow_inf_nan=False)]
+
+
+class Slo(_Frozen):
+    """Latency targets a request must all meet to count towards goodput (None: no target)."""
+
+    ttft_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    tpot_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+    e2e_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+
+class LatencyStats(_Frozen):
+    """Percentiles (linear interpolation between order statistics) and mean, seconds; all None
+    when there was no value to summarize."""
+
+    p50: NonNegativeFloat | None = None
+    p90: NonNegativeFloat | None = None
+    p99: NonNegativeFloat | None = None
+    mean: NonNegativeFloat | None = None
+
+
+class LoadSummary(_Frozen):
+    """What users saw from one model at one load level ("concurrency=8", "rate=4.0", "trace")."""
+
+    model: Name
+    load: Name
+    requests: Annotated[int, Field(ge=0)]
+    requests_per_s: NonNegativeFloat
+    output_tokens_per_s: NonNegativeFloat
+    ttft_s: LatencyStats
+    itl_s: LatencyStats
+    tpot_s: LatencyStats
+    e2e_s: LatencyStats
+    error_rate: Annotated[float, Field(ge=0, le=1)]
+    goodput_requests_per_s: NonNegativeFloat

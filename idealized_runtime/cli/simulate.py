@@ -1,0 +1,231 @@
+"""CLI: ``simulate`` an ideal continuous-batching server under load (``cost_model.simulate``).
+
+Writes request rows of the same shape as ``measure``'s raw JSONL, one load level after another,
+and prints the per-level summary that ``summarize`` prints for measured runs. Runs no model.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from idealized_runtime.cli import app
+from idealized_runtime.cli.common import fail
+from idealized_runtime.core.errors import InputError
+
+DEFAULT_REQUESTS = 200
+
+
+def _numbers(values: list[str], option: str, kind: type) -> list[Any]:
+    """``--rate 2,8 --rate 32`` as [2.0, 8.0, 32.0]; InputError on anything else."""
+    numbers = []
+    for value in values:
+        for part in value.split(","):
+            try:
+                number = kind(part.strip())
+            except ValueError:
+                raise InputError(
+                    f"{option} takes numbers (e.g. {option} 2,8,32), got {part!r}"
+                ) from None
+            if not (math.isfinite(number) and number > 0):
+                raise InputError(f"{option} values must be positive, got {part.strip()!r}")
+            numbers.append(number)
+    return numbers
+
+
+def _architecture(name: str) -> Any:
+    from idealized_runtime.core.catalog import get_architecture
+
+    if Path(name).is_file():  # an HF config.json (its parser lives with the runner)
+        from local_runner.hf_config import resolve_architecture
+
+        return resolve_architecture(name)
+    return get_architecture(name)
+
+
+@app.command("simulate")
+def simulate_command(
+    output: Path = typer.Option(..., "-o", "--output", help="request rows (JSONL) to write"),
+    arch: Optional[str] = typer.Option(  # noqa: UP045  (typer needs Optional on 3.10)
+        None, "--arch", help="catalog name or HF config.json (roofline step times)"
+    ),
+    hardware: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--hardware", help="accelerator for the roofline model, e.g. h100-sxm"
+    ),
+    fit: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--fit", help="step times from a profile CSV with a batch grid, or a step-time fit"
+    ),
+    save_fit: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--save-fit", help="write the step-time fit of --fit CSV to this JSON"
+    ),
+    workload: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--workload", help="trace: arrival_s, num_prompt_tokens, num_output_tokens"
+    ),
+    rate: list[str] = typer.Option([], "--rate", help="Poisson arrivals per second (list)"),
+    concurrency: list[str] = typer.Option([], "--concurrency", help="closed-loop clients (list)"),
+    prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", min=1),  # noqa: UP045
+    output_tokens: Optional[int] = typer.Option(None, "--output-tokens", min=1),  # noqa: UP045
+    grid: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--grid", help="request shapes drawn from a grid: quick, helm-synthetic or a file"
+    ),
+    max_batch: int = typer.Option(64, "--max-batch", min=1, help="requests decoded together"),
+    token_budget: int = typer.Option(
+        256, "--token-budget", min=1, help="tokens per step: decode tokens + prompt chunks"
+    ),
+    kv_tokens: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--kv-tokens", min=1, help="KV cache capacity in tokens (default: memory planner)"
+    ),
+    tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel size"),  # noqa: UP045
+    dtype: str = typer.Option("bfloat16", "--dtype", help="float16 | bfloat16 | float32"),
+    requests: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--requests", min=1, help=f"requests per load level (default {DEFAULT_REQUESTS})"
+    ),
+    duration: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--duration", min=0, help="seconds of arrivals per load level instead"
+    ),
+    seed: int = typer.Option(0, "--seed", help="arrivals and shape draws"),
+    as_json: bool = typer.Option(False, "--json", help="print the summary as JSON"),
+) -> None:
+    """Simulate an ideal continuous-batching server (FCFS, chunked prefill, KV capacity) for a
+    model and a workload; rows as measure writes them, summary as summarize prints it."""
+    from cost_model import simulate as sim
+    from idealized_runtime.core.files import atomic_writer
+    from idealized_runtime.timing.summary import format_table, summaries_to_json, summarize
+
+    if sum(bool(x) for x in (workload, rate, concurrency)) != 1:
+        fail("give exactly one of --workload, --rate or --concurrency")
+    if fit is None and (arch is None or hardware is None):
+        fail("the roofline step times need --arch and --hardware (or give --fit)")
+    if requests is not None and duration is not None:
+        fail("give --requests or --duration, not both")
+    if output.is_dir():
+        fail(f"{output}: is a folder; -o names the JSONL file to write")
+    try:
+        step_time, model, capacity = _step_time(arch, hardware, fit, tp, dtype, kv_tokens)
+        if save_fit is not None:
+            if not isinstance(step_time, sim.FittedStepTime):
+                fail("--save-fit needs --fit")
+            with atomic_writer(save_fit) as handle:
+                json.dump(step_time.to_dict(), handle, indent=1)
+        config = sim.ServerConfig(max_batch, token_budget, capacity)
+        levels = _levels(
+            sim, workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
+            duration, seed,
+        )  # fmt: skip
+        rows: list[dict[str, Any]] = []
+        for label, shapes, clients, stop_after in levels:
+            level_rows = sim.simulate(
+                shapes,
+                step_time,
+                config,
+                concurrency=clients,
+                model=model,
+                load=label,
+                stop_after_s=stop_after,
+            )
+            for row in level_rows:
+                row["run_id"] = f"simulated-seed{seed}"
+                row["hardware"] = hardware
+            rows.extend(level_rows)
+    except InputError as error:
+        fail(str(error))
+    with atomic_writer(output) as handle:
+        for row in rows:
+            handle.write(json.dumps(row, separators=(",", ":")) + "\n")
+    summaries = summarize(rows)
+    typer.echo(
+        json.dumps(summaries_to_json(summaries), indent=1) if as_json else format_table(summaries)
+    )
+
+
+def _step_time(
+    arch: str | None,
+    hardware: str | None,
+    fit: Path | None,
+    tp: int | None,
+    dtype: str,
+    kv_tokens: int | None,
+) -> tuple[Any, str, int | None]:
+    from cost_model import simulate as sim
+    from idealized_runtime.core.types import DTYPE_BYTES
+
+    if dtype not in DTYPE_BYTES:
+        raise InputError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    if fit is not None:
+        step_time = sim.read_step_fit(fit)
+        return step_time, arch or step_time.model, kv_tokens
+    from cost_model.serving import plan_gpus
+    from idealized_runtime.core.catalog import get_hardware
+
+    architecture = _architecture(str(arch))
+    accelerator = get_hardware(str(hardware))
+    if tp is None:
+        plan = plan_gpus(architecture, accelerator, context_tokens=1, dtype=dtype)  # type: ignore[arg-type]
+        tp = plan.tp
+    capacity = kv_tokens or sim.kv_capacity_tokens(
+        architecture,
+        accelerator,
+        tp=tp,
+        dtype=dtype,  # type: ignore[arg-type]
+    )
+    step_time = sim.HardwareStepTime(architecture, accelerator, tp=tp, dtype=dtype)  # type: ignore[arg-type]
+    return step_time, architecture.name, capacity
+
+
+def _levels(
+    sim: Any,
+    workload: Path | None,
+    rate: list[str],
+    concurrency: list[str],
+    prompt_tokens: int | None,
+    output_tokens: int | None,
+    grid: str | None,
+    requests: int | None,
+    duration: float | None,
+    seed: int,
+) -> list[tuple[str, list[Any], int | None, float | None]]:
+    """(load label, request shapes, closed-loop clients or None, stop issuing after) per level."""
+    import numpy as np
+
+    if workload is not None:
+        if rate or concurrency or grid or prompt_tokens or output_tokens:
+            raise InputError("a --workload sets arrivals and shapes; drop the other load options")
+        return [("trace", sim.read_workload(workload), None, None)]
+    if grid is not None and (prompt_tokens or output_tokens):
+        raise InputError("give --grid or --prompt-tokens/--output-tokens, not both")
+    if grid is not None:
+        from idealized_runtime.timing.grids import load_grid
+
+        points = [(p.num_prompt_tokens, p.num_output_tokens) for p in load_grid(grid)]
+    elif prompt_tokens and output_tokens:
+        points = [(prompt_tokens, output_tokens)]
+    else:
+        raise InputError("give --prompt-tokens and --output-tokens, or --grid")
+
+    def shapes(count: int, arrivals: Any = None) -> list[Any]:
+        draws = np.random.default_rng(seed).integers(0, len(points), size=count)
+        return [
+            sim.RequestShape(*points[d], None if arrivals is None else float(arrivals[i]))
+            for i, d in enumerate(draws)
+        ]
+
+    levels = []
+    for value in _numbers(rate, "--rate", float):
+        count = requests or (
+            max(1, round(value * duration)) if duration is not None else DEFAULT_REQUESTS
+        )
+        arrivals = sim.poisson_arrivals(value, count, seed)
+        levels.append((f"rate={float(value)}", shapes(count, arrivals), None, None))
+    for value in _numbers(concurrency, "--concurrency", int):
+        if duration is not None:  # clients keep sending until the duration is over
+            count = requests or max(value, int(duration * 1000))
+            levels.append((f"concurrency={value}", shapes(count), value, duration))
+        else:
+            levels.append(
+                (f"concurrency={value}", shapes(requests or DEFAULT_REQUESTS), value, None)
+            )
+    return levels

@@ -1,0 +1,290 @@
+"""Summaries of serving under load: per model and load level, throughput, latency percentiles,
+error rate and goodput (requests per second that meet a latency SLO).
+
+Input: request rows as ``measure`` writes them (a pandas DataFrame or a list of dicts), or rows
+of the same shape from any other source (a simulator). Keys read, per row:
+
+    model, load (a label such as "concurrency=8", "rate=4.0", "sweep:rate=3.2", "trace"),
+    ok, runtime_s (end-to-end seconds, null when failed), ttft_s (null when not streamed),
+    inter_token_latencies_s (list), num_output_tokens, started_at_s (seconds since the level's
+    start, monotonic clock), finished_at_s (same clock; used for failed rows), run_id (optional:
+    rows of one uninterrupted run of the level; a resumed level adds a second run).
+
+Rows without ``started_at_s`` fall back to the ISO ``started_at``/``finished_at`` timestamps.
+The level's duration is, summed over its runs, the span from the first request's start to the
+last request's end; ``requests_per_s`` and ``output_tokens_per_s`` count successful requests
+over it. ``requests`` counts all rows; ``error_rate`` is failed/requests. TPOT per request is
+(e2e - TTFT) / (output tokens - 1); ITL pools every inter-token gap of the level. Goodput counts
+successful requests meeting every target of the SLO (all successful requests when no SLO); a
+request without a TTFT fails a TTFT target, one with a single output token meets any TPOT one.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import LatencyStats, LoadSummary, Slo
+
+SLO_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
+UNLABELLED_LOAD = "unlabelled"
+
+
+def parse_slo(text: str) -> Slo:
+    """``ttft=0.5,tpot=0.05,e2e=10`` (seconds; any subset) as an Slo; InputError if malformed."""
+    values: dict[str, float] = {}
+    for part in text.split(","):
+        name, sep, raw = part.partition("=")
+        name = name.strip().lower()
+        if not sep or name not in SLO_KEYS:
+            raise InputError(
+                f"--slo must be comma-separated ttft=S,tpot=S,e2e=S (seconds), got {text!r}"
+            )
+        if SLO_KEYS[name] in values:
+            raise InputError(f"--slo names {name} twice")
+        try:
+            value = float(raw)
+        except ValueError:
+            raise InputError(f"--slo {name}={raw.strip()!r} is not a number of seconds") from None
+        if not math.isfinite(value) or value <= 0:
+            raise InputError(f"--slo {name} must be a positive number of seconds, got {raw!r}")
+        values[SLO_KEYS[name]] = value
+    return Slo(**values)
+
+
+def load_label(value: Any) -> str:
+    """A row's load level as a label. Older rows held a dict ({"pattern": "poisson", "rate": R}
+    or {"pattern": "concurrency", "concurrency": C})."""
+    if isinstance(value, str) and value.strip():
+        return value.strip()
+    if isinstance(value, Mapping):
+        if value.get("pattern") == "poisson" and value.get("rate") is not None:
+            return f"rate={float(value['rate'])}"
+        if value.get("concurrency") is not None:
+            return f"concurrency={int(value['concurrency'])}"
+    return UNLABELLED_LOAD
+
+
+LOAD_KIND_ORDER = ("sweep:synchronous", "concurrency=", "rate=", "sweep:rate=", "sweep:throughput")
+
+
+def load_sort_key(label: str) -> tuple[int, float, str]:
+    """Order of load levels in tables and curves: by kind (a sweep's synchronous level first,
+    its throughput level last), then by the number in the label."""
+    number = re.search(r"[-+]?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?", label)
+    value = float(number.group()) if number else 0.0
+    kinds = [i for i, kind in enumerate(LOAD_KIND_ORDER) if label.startswith(kind)]
+    return (kinds[0] if kinds else len(LOAD_KIND_ORDER), value, label)
+
+
+def latency_stats(values: Sequence[float]) -> LatencyStats:
+    if len(values) == 0:
+        return LatencyStats()
+    array = np.asarray(values, dtype=float)
+    p50, p90, p99 = np.percentile(array, [50, 90, 99])
+    return LatencyStats(p50=float(p50), p90=float(p90), p99=float(p99), mean=float(array.mean()))
+
+
+def _number(value: Any) -> float | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _epoch(value: Any) -> float | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _span(row: Mapping[str, Any]) -> tuple[float, float] | None:
+    """(start, end) of a request on one clock per run."""
+    start = _number(row.get("started_at_s"))
+    if start is not None:
+        runtime = _number(row.get("runtime_s"))
+        end = _number(row.get("finished_at_s"))
+        if end is None:
+            end = start + runtime if runtime is not None else start
+        return start, max(start, end)
+    start, end = _epoch(row.get("started_at")), _epoch(row.get("finished_at"))
+    if start is None:
+        return None
+    return start, max(start, end if end is not None else start)
+
+
+def _tpot(row: Mapping[str, Any]) -> float | None:
+    e2e, ttft = _number(row.get("runtime_s")), _number(row.get("ttft_s"))
+    tokens = _number(row.get("num_output_tokens"))
+    if e2e is None or ttft is None or tokens is None or tokens < 2:
+        return None
+    return max(0.0, e2e - ttft) / (tokens - 1)
+
+
+def _meets(row: Mapping[str, Any], slo: Slo | None) -> bool:
+    if slo is None:
+        return True
+    if slo.ttft_s is not None:
+        ttft = _number(row.get("ttft_s"))
+        if ttft is None or ttft > slo.ttft_s:
+            return False
+    if slo.tpot_s is not None:
+        tpot = _tpot(row)
+        if tpot is not None and tpot > slo.tpot_s:
+            return False
+    if slo.e2e_s is not None:
+        e2e = _number(row.get("runtime_s"))
+        if e2e is None or e2e > slo.e2e_s:
+            return False
+    return True
+
+
+def _records(frame_or_rows: Any) -> list[Mapping[str, Any]]:
+    if hasattr(frame_or_rows, "to_dict") and hasattr(frame_or_rows, "columns"):
+        records = frame_or_rows.to_dict("records")
+        # pandas holds missing values as NaN; _number treats NaN as missing already.
+        return [
+            {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in r.items()}
+            for r in records
+        ]
+    return list(frame_or_rows)
+
+
+def _is_ok(row: Mapping[str, Any]) -> bool:
+    ok = row.get("ok")
+    return bool(ok) and _number(row.get("runtime_s")) is not None
+
+
+def summarize_level(
+    model: str, load: str, rows: Sequence[Mapping[str, Any]], slo: Slo | None = None
+) -> LoadSummary:
+    ok_rows = [row for row in rows if _is_ok(row)]
+    runs: dict[Any, list[tuple[float, float]]] = {}
+    for row in rows:
+        span = _span(row)
+        if span is not None:
+            runs.setdefault(row.get("run_id"), []).append(span)
+    duration = sum(
+        max(end for _, end in spans) - min(start for start, _ in spans) for spans in runs.values()
+    )
+
+    def per_second(count: float) -> float:
+        return count / duration if duration > 0 else 0.0
+
+    gaps: list[float] = []
+    for row in ok_rows:
+        for gap in row.get("inter_token_latencies_s") or []:
+            number = _number(gap)
+            if number is not None:
+                gaps.append(number)
+    output_tokens = sum(_number(row.get("num_output_tokens")) or 0.0 for row in ok_rows)
+    return LoadSummary(
+        model=model,
+        load=load,
+        requests=len(rows),
+        requests_per_s=per_second(len(ok_rows)),
+        output_tokens_per_s=per_second(output_tokens),
+        ttft_s=latency_stats(
+            [t for t in (_number(row.get("ttft_s")) for row in ok_rows) if t is not None]
+        ),
+        itl_s=latency_stats(gaps),
+        tpot_s=latency_stats([t for t in map(_tpot, ok_rows) if t is not None]),
+        e2e_s=latency_stats([_number(row.get("runtime_s")) or 0.0 for row in ok_rows]),
+        error_rate=(len(rows) - len(ok_rows)) / len(rows) if rows else 0.0,
+        goodput_requests_per_s=per_second(sum(_meets(row, slo) for row in ok_rows)),
+    )
+
+
+def summarize(frame_or_rows: Any, slo: Slo | None = None) -> list[LoadSummary]:
+    """One LoadSummary per (model, load level), ordered by model then load level."""
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for row in _records(frame_or_rows):
+        if not isinstance(row, Mapping) or row.get("model") is None:
+            continue
+        key = (str(row["model"]), load_label(row.get("load")))
+        groups.setdefault(key, []).append(row)
+    ordered = sorted(groups, key=lambda key: (key[0], load_sort_key(key[1])))
+    return [summarize_level(model, load, groups[(model, load)], slo) for model, load in ordered]
+
+
+def summaries_to_json(summaries: Iterable[LoadSummary]) -> list[dict[str, Any]]:
+    return [summary.model_dump(mode="json") for summary in summaries]
+
+
+def read_raw_rows(paths: Iterable[str | Any]) -> list[dict[str, Any]]:
+    """Rows of raw JSONL files (``measure``'s output). A trailing partial line (a run killed
+    while writing) is skipped; any other line that is not a JSON object is an InputError."""
+    from pathlib import Path
+
+    rows: list[dict[str, Any]] = []
+    for path in map(Path, paths):
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except (OSError, UnicodeDecodeError) as error:
+            reason = getattr(error, "strerror", None) or error
+            raise InputError(f"cannot read raw rows: {reason}", path=str(path)) from None
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                row = None
+            if not isinstance(row, dict):
+                if number == len(lines):
+                    continue
+                raise InputError(f"line {number} is not a JSON object", path=str(path))
+            rows.append(row)
+    return rows
+
+
+def format_table(summaries: Sequence[LoadSummary]) -> str:
+    """A plain-text table, milliseconds for latencies."""
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1000:.1f}"
+
+    header = (
+        "model", "load", "requests", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50",
+        "TPOT p50", "E2E p50", "E2E p99", "errors", "goodput/s",
+    )  # fmt: skip
+    lines = [
+        (
+            s.model,
+            s.load,
+            str(s.requests),
+            f"{s.requests_per_s:.3f}",
+            f"{s.output_tokens_per_s:.1f}",
+            ms(s.ttft_s.p50),
+            ms(s.ttft_s.p99),
+            ms(s.itl_s.p50),
+            ms(s.tpot_s.p50),
+            ms(s.e2e_s.p50),
+            ms(s.e2e_s.p99),
+            f"{s.error_rate:.1%}",
+            f"{s.goodput_requests_per_s:.3f}",
+        )
+        for s in summaries
+    ]
+    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
+    text = [
+        "  ".join(
+            cell.ljust(w) if i < 2 else cell.rjust(w)
+            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+        )
+        for row in [header, *lines]
+    ]
+    return "\n".join(text) + "\n(latencies in ms)"

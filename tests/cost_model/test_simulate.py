@@ -1,0 +1,189 @@
+"""The serving simulator: hand-computed schedules, memory limits, closed loops, and properties
+(latency non-decreasing in load, throughput capped by the hardware model, every request once,
+deterministic for a seed)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cost_model.serving import decode_throughput
+from cost_model.simulate import (
+    FittedStepTime,
+    HardwareStepTime,
+    RequestShape,
+    ServerConfig,
+    StepWork,
+    fit_step_time,
+    kv_capacity_tokens,
+    poisson_arrivals,
+    read_step_fit,
+    read_workload,
+    simulate,
+)
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+
+ONE_SECOND_STEPS = FittedStepTime("m", intercept_s=1.0, per_token_s=0.0, per_attended_s=0.0)
+ARCH, HARDWARE = get_architecture("llama-3.1-8b"), get_hardware("a100-80gb")
+ROOFLINE = HardwareStepTime(ARCH, HARDWARE)
+
+
+def test_chunked_prefill_then_one_token_per_step_by_hand() -> None:
+    # Budget 2: the 3-token prompt takes two steps (2 + 1 tokens), the second yields the first
+    # token, then one token per step.
+    rows = simulate([RequestShape(3, 4, 0.0)], ONE_SECOND_STEPS, ServerConfig(token_budget=2))
+    (row,) = rows
+    assert row["ok"] and row["ttft_s"] == 2.0 and row["runtime_s"] == 5.0
+    assert row["inter_token_latencies_s"] == [1.0, 1.0, 1.0]
+    assert row["num_output_tokens"] == 4 and row["started_at_s"] == 0.0
+
+
+def test_decode_tokens_share_a_step_with_a_prompt_chunk() -> None:
+    # The second request arrives at 1.5 s and joins at the step starting at 2 s: with a budget
+    # of 2, each step holds the first request's decode token and one token of the second's
+    # prompt, so its first token comes at 4 s and its second at 5 s.
+    shapes = [RequestShape(1, 5, 0.0), RequestShape(2, 2, 1.5)]
+    first, second = simulate(shapes, ONE_SECOND_STEPS, ServerConfig(max_batch=2, token_budget=2))
+    assert first["runtime_s"] == 5.0
+    assert second["ttft_s"] == 4.0 - 1.5 and second["runtime_s"] == 5.0 - 1.5
+
+
+def test_max_batch_one_queues_fcfs() -> None:
+    rows = simulate([RequestShape(1, 2, 0.0)] * 2, ONE_SECOND_STEPS, ServerConfig(max_batch=1))
+    assert [r["runtime_s"] for r in rows] == [2.0, 4.0]
+    assert [r["ttft_s"] for r in rows] == [1.0, 3.0]
+
+
+def test_kv_capacity_limits_admission_and_rejects_what_never_fits() -> None:
+    config = ServerConfig(max_batch=8, kv_capacity_tokens=10)
+    shapes = [RequestShape(3, 3, 0.0), RequestShape(3, 3, 0.0), RequestShape(20, 1, 0.0)]
+    first, second, too_big = simulate(shapes, ONE_SECOND_STEPS, config)
+    assert second["ttft_s"] > first["runtime_s"]  # 6 + 6 > 10: it waits for the first
+    assert not too_big["ok"] and "KV cache" in too_big["error"]
+
+
+def test_closed_loop_sends_the_next_request_when_one_ends() -> None:
+    rows = simulate([RequestShape(1, 2)] * 4, ONE_SECOND_STEPS, concurrency=2)
+    assert [r["started_at_s"] for r in rows] == [0.0, 0.0, 2.0, 2.0]
+    assert all(r["runtime_s"] == 2.0 for r in rows)
+
+
+def test_kv_capacity_from_the_memory_planner() -> None:
+    capacity = kv_capacity_tokens(ARCH, HARDWARE)
+    # 8B in bf16 is 16 GB of weights; a token of KV is 2 * 32 layers * 8 heads * 128 * 2 B.
+    assert capacity == pytest.approx((80e9 * 0.9 - 16.06e9) / 131072, rel=0.01)
+    with pytest.raises(InputError, match="weights"):
+        kv_capacity_tokens(get_architecture("llama-3.1-405b"), HARDWARE)
+
+
+def test_roofline_step_of_decodes_equals_the_decode_step_time() -> None:
+    table = decode_throughput(ARCH, HARDWARE, context_tokens=300, batch_sizes=[1, 16], tp=1)
+    for point in table:
+        work = StepWork.of([300] * point.batch_size, [])
+        assert ROOFLINE.seconds(work)[0] == pytest.approx(point.step_s, rel=1e-9)
+
+
+def _sweep(rate: float, shapes: list[tuple[int, int]], seed: int) -> list[dict]:
+    arrivals = poisson_arrivals(rate, len(shapes), seed)
+    requests = [RequestShape(p, o, a) for (p, o), a in zip(shapes, arrivals, strict=True)]
+    return simulate(requests, ROOFLINE, ServerConfig(max_batch=8, token_budget=128))
+
+
+shape_lists = st.lists(st.tuples(st.integers(1, 600), st.integers(1, 40)), min_size=1, max_size=24)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 600), st.integers(1, 40)),
+    count=st.integers(1, 24),
+    seed=st.integers(0, 1000),
+    rates=st.lists(st.floats(0.5, 2000), min_size=2, max_size=2),
+)
+def test_latency_non_decreasing_in_rate(
+    shape: tuple[int, int], count: int, seed: int, rates: list[float]
+) -> None:
+    low, high = sorted(rates)
+    slow, fast = _sweep(low, [shape] * count, seed), _sweep(high, [shape] * count, seed)
+    for key in ("runtime_s", "ttft_s"):
+        assert np.mean([r[key] for r in fast]) >= np.mean([r[key] for r in slow]) * (1 - 1e-9)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes=shape_lists, seed=st.integers(0, 1000), rate=st.floats(0.5, 5000))
+def test_every_request_once_and_throughput_capped(
+    shapes: list[tuple[int, int]], seed: int, rate: float
+) -> None:
+    rows = _sweep(rate, shapes, seed)
+    assert sorted(r["request_index"] for r in rows) == list(range(len(shapes)))
+    for row, (p, o) in zip(rows, shapes, strict=True):
+        assert row["ok"] and row["num_prompt_tokens"] == p and row["num_output_tokens"] == o
+        assert len(row["inter_token_latencies_s"]) == o - 1
+        assert 0 < row["ttft_s"] <= row["runtime_s"]
+    span = max(r["finished_at_s"] for r in rows) - min(r["started_at_s"] for r in rows)
+    tokens_per_s = sum(o for _, o in shapes) / span
+    cap = decode_throughput(
+        ARCH, HARDWARE, context_tokens=min(p for p, _ in shapes), batch_sizes=[8], tp=1
+    )[0].tokens_per_s
+    assert tokens_per_s <= cap * (1 + 1e-9)
+
+
+@settings(max_examples=10, deadline=None)
+@given(shapes=shape_lists, seed=st.integers(0, 1000), rate=st.floats(0.5, 500))
+def test_deterministic_for_a_seed(shapes: list[tuple[int, int]], seed: int, rate: float) -> None:
+    assert _sweep(rate, shapes, seed) == _sweep(rate, shapes, seed)
+
+
+def test_fit_step_time_recovers_known_coefficients(tmp_path: Path) -> None:
+    truth = FittedStepTime("m", 0.01, 2e-4, 1e-7, 5e-4)
+    rows = []
+    for batch in (1, 2, 4):
+        for p in (8, 32, 128):
+            o = 9
+            ttft = float(truth.seconds(StepWork.of([], [(p, 0)] * batch))[0])
+            step = float(truth.seconds(StepWork.of([p + 4] * batch, []))[0])
+            rows.append({"model": "m", "batch_size": batch, "num_prompt_tokens": p,
+                         "num_output_tokens": o, "ttft_s": ttft,
+                         "runtime_s": ttft + 8 * step})  # fmt: skip
+    fitted = fit_step_time(rows)
+    for name in ("intercept_s", "per_token_s", "per_attended_s", "per_sequence_s"):
+        assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6, abs=1e-12)
+    assert fitted.max_batch == 4
+    saved = tmp_path / "step_fit.json"
+    saved.write_text(json.dumps(fitted.to_dict()))
+    assert read_step_fit(saved) == fitted
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "no requests"),
+        ('{"arrival_s": 0, "num_prompt_tokens": 5}\n', "num_output_tokens"),
+        ('{"arrival_s": "x", "num_prompt_tokens": 5, "num_output_tokens": 2}\n', "not a number"),
+        ('{"num_prompt_tokens": 5, "num_output_tokens": 2}\n', "arrival_s"),
+        ("[1, 2\n", "not JSON"),
+    ],
+)
+def test_bad_workloads_are_one_line_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "trace.jsonl"
+    path.write_text(text)
+    with pytest.raises(InputError, match=message):
+        read_workload(path)
+
+
+def test_workload_csv_with_aliases_is_relative_and_sorted(tmp_path: Path) -> None:
+    path = tmp_path / "trace.csv"
+    path.write_text("timestamp,input_length,output_length\n12.5,10,3\n10,4,2\n")
+    shapes = read_workload(path)
+    assert shapes == [RequestShape(4, 2, 0.0), RequestShape(10, 3, 2.5)]
+
+
+def test_bad_rate_is_an_input_error() -> None:
+    for rate in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(InputError, match="--rate"):
+            poisson_arrivals(rate, 3, 0)

@@ -1,0 +1,87 @@
+"""`serve-model --max-batch B` (continuous batching) under concurrent real HTTP clients."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.servers import cli_command, free_port, running_server
+from tests.timing_client.conftest import ENV
+
+CLIENTS = 8
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    log = tmp_path_factory.mktemp("serve") / "serve-model.log"
+    command = cli_command(
+        "serve-model", "--arch", "tiny-llama", "--port", str(port),
+        "--max-batch", "4", "--token-budget", "16",
+    )  # fmt: skip
+    with running_server(
+        command, f"http://127.0.0.1:{port}/health", env=ENV, timeout_s=90, log_path=log
+    ):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
+def _prompt(i: int) -> list[int]:
+    return [(7 * i + j) % 200 for j in range(5 + 9 * i)]
+
+
+async def _complete(client: httpx.AsyncClient, base: str, i: int, stream: bool) -> dict:
+    body = {"model": "tiny-llama", "prompt": _prompt(i), "max_tokens": 3 + 2 * i}
+    if not stream:
+        response = await client.post(f"{base}/completions", json=body)
+        assert response.status_code == 200, response.text
+        data = response.json()
+        return {"text": data["choices"][0]["text"], "usage": data["usage"], "pieces": None}
+    pieces, usage = [], None
+    async with client.stream("POST", f"{base}/completions", json={**body, "stream": True}) as r:
+        assert r.status_code == 200
+        async for line in r.aiter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            elif chunk["choices"][0]["finish_reason"] is None:
+                pieces.append(chunk["choices"][0]["text"])
+    return {"text": "".join(pieces), "usage": usage, "pieces": len(pieces)}
+
+
+def _run_concurrently(base: str, stream: bool) -> list[dict]:
+    async def main() -> list[dict]:
+        async with httpx.AsyncClient(timeout=60) as client:
+            return await asyncio.gather(
+                *(_complete(client, base, i, stream) for i in range(CLIENTS))
+            )
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_concurrent_clients_each_get_exactly_max_tokens(served: str, stream: bool) -> None:
+    results = _run_concurrently(served, stream)
+    for i, result in enumerate(results):
+        expected = 3 + 2 * i
+        assert result["usage"] == {
+            "prompt_tokens": len(_prompt(i)),
+            "completion_tokens": expected,
+            "total_tokens": len(_prompt(i)) + expected,
+        }
+        if stream:
+            assert result["pieces"] == expected
+
+
+def test_batched_text_equals_one_at_a_time(served: str) -> None:
+    together = _run_concurrently(served, stream=False)
+    with httpx.Client(timeout=60) as client:
+        for i, result in enumerate(together):
+            body = {"model": "tiny-llama", "prompt": _prompt(i), "max_tokens": 3 + 2 * i}
+            alone = client.post(f"{served}/completions", json=body).json()
+            assert alone["choices"][0]["text"] == result["text"]
