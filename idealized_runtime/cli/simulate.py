@@ -38,13 +38,9 @@ def _numbers(values: list[str], option: str, kind: type) -> list[Any]:
 
 
 def _architecture(name: str) -> Any:
-    from idealized_runtime.core.catalog import get_architecture
+    from idealized_runtime.core.architectures import load_architecture
 
-    if Path(name).is_file():  # an HF config.json (its parser lives with the runner)
-        from local_runner.hf_config import resolve_architecture
-
-        return resolve_architecture(name)
-    return get_architecture(name)
+    return load_architecture(name)
 
 
 @app.command("simulate")
@@ -80,6 +76,9 @@ def simulate_command(
         None, "--kv-tokens", min=1, help="KV cache capacity in tokens (default: memory planner)"
     ),
     tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel size"),  # noqa: UP045
+    stack: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--stack", help="reference stack's efficiencies (see `stacks`); default: ideal"
+    ),
     dtype: str = typer.Option("bfloat16", "--dtype", help="float16 | bfloat16 | float32"),
     requests: Optional[int] = typer.Option(  # noqa: UP045
         None, "--requests", min=1, help=f"requests per load level (default {DEFAULT_REQUESTS})"
@@ -105,7 +104,7 @@ def simulate_command(
     if output.is_dir():
         fail(f"{output}: is a folder; -o names the JSONL file to write")
     try:
-        step_time, model, capacity = _step_time(arch, hardware, fit, tp, dtype, kv_tokens)
+        step_time, model, capacity = _step_time(arch, hardware, fit, tp, dtype, kv_tokens, stack)
         if save_fit is not None:
             if not isinstance(step_time, sim.FittedStepTime):
                 fail("--save-fit needs --fit")
@@ -149,6 +148,7 @@ def _step_time(
     tp: int | None,
     dtype: str,
     kv_tokens: int | None,
+    stack: str | None = None,
 ) -> tuple[Any, str, int | None]:
     from cost_model import simulate as sim
     from idealized_runtime.core.types import DTYPE_BYTES
@@ -156,6 +156,8 @@ def _step_time(
     if dtype not in DTYPE_BYTES:
         raise InputError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     if fit is not None:
+        if stack is not None:
+            raise InputError("--stack applies to the roofline step times, not to --fit")
         step_time = sim.read_step_fit(fit)
         return step_time, arch or step_time.model, kv_tokens
     from cost_model.serving import plan_gpus
@@ -172,7 +174,18 @@ def _step_time(
         tp=tp,
         dtype=dtype,  # type: ignore[arg-type]
     )
-    step_time = sim.HardwareStepTime(architecture, accelerator, tp=tp, dtype=dtype)  # type: ignore[arg-type]
+    efficiency = sim.IDEAL
+    if stack is not None:
+        from cost_model.stacks import get_stack
+
+        efficiency = get_stack(stack).efficiency
+    step_time = sim.HardwareStepTime(
+        architecture,
+        accelerator,
+        tp=tp,
+        dtype=dtype,  # type: ignore[arg-type]
+        efficiency=efficiency,
+    )
     return step_time, architecture.name, capacity
 
 
