@@ -104,8 +104,11 @@ def _estimate(
     dtype: str,
     ideal: bool,
 ) -> tuple[Estimate, str]:
-    if not (1 <= prompt_tokens <= MAX_TOKENS and 1 <= output_tokens <= MAX_TOKENS):
-        raise InputError(f"--prompt-tokens and --output-tokens must be from 1 to {MAX_TOKENS}")
+    if not 1 <= prompt_tokens <= MAX_TOKENS:
+        raise InputError(f"--prompt-tokens must be from 1 to {MAX_TOKENS}, got {prompt_tokens}")
+    if not 0 <= output_tokens <= MAX_TOKENS:
+        # 0 output tokens: a prompt-only request (HELM's language modeling), alpha(p) alone.
+        raise InputError(f"--output-tokens must be from 0 to {MAX_TOKENS}, got {output_tokens}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
     fits = _read_fits(fit_path) if fit_path is not None else {}
