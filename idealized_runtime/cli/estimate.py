@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from cost_model.serving import Estimate, estimate_from_architecture, estimate_from_fit
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
-from idealized_runtime.core.catalog import UnknownNameError, get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS, FittedCostModel
+
+if TYPE_CHECKING:  # the cost model and catalog load only when an estimate runs
+    from cost_model.serving import Estimate
+    from idealized_runtime.core.types import FittedCostModel
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
@@ -80,6 +82,8 @@ def estimate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
     """Estimate one request: runtime, alpha, beta, GPUs, GPU-seconds, energy and dollars."""
+    from idealized_runtime.core.catalog import UnknownNameError
+
     try:
         result, calibration = _estimate(
             prompt_tokens, output_tokens, fit, model, arch, hardware, batch, tp, dtype, ideal
@@ -104,6 +108,10 @@ def _estimate(
     dtype: str,
     ideal: bool,
 ) -> tuple[Estimate, str]:
+    from cost_model.serving import Estimate, estimate_from_architecture, estimate_from_fit
+    from idealized_runtime.core.catalog import get_architecture, get_hardware
+    from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS
+
     if not 1 <= prompt_tokens <= MAX_TOKENS:
         raise InputError(f"--prompt-tokens must be from 1 to {MAX_TOKENS}, got {prompt_tokens}")
     if not 0 <= output_tokens <= MAX_TOKENS:

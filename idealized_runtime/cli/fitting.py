@@ -10,14 +10,14 @@ import typer
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import FitMethod
 
 if TYPE_CHECKING:
     from idealized_runtime.core.types import FittedCostModel
 
-# The cost model (numpy, pandas, pyarrow, scikit-learn) is imported inside the commands, so
-# that `--help` and the other commands start without it.
-FIT_METHODS: tuple[str, ...] = FitMethod.__args__  # type: ignore[attr-defined]
+# The cost model (numpy, pandas, pyarrow, scikit-learn) and the domain types (pydantic) are
+# imported inside the commands, so that `--help` and the other commands start without them.
+# Same names as core.types.FitMethod (tests/cost_model/test_frames.py checks they agree).
+FIT_METHODS = ("helm", "default", "denoised")
 FIT_FORMATS = ("native", "helm")
 
 
