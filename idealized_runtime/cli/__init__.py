@@ -40,6 +40,7 @@ def _register_commands() -> None:
     from idealized_runtime.cli import (  # noqa: F401  (modules register on import)
         estimate,
         fitting,
+        importing,
         measure,
         profile,
         report,
