@@ -91,6 +91,19 @@ def _evaluate(
     return out
 
 
+_FEW_MODELS = 32
+
+
+def _rows_per_model(codes: NDArray[np.intp], count: int) -> list[NDArray[np.intp]]:
+    """Row indices of each model code: one comparison pass per model when there are few (the
+    usual log), else one stable sort (O(n log n), not O(n * models))."""
+    if count <= _FEW_MODELS:
+        return [np.flatnonzero(codes == code) for code in range(count)]
+    order = np.argsort(codes, kind="stable")
+    bounds = np.cumsum(np.bincount(codes, minlength=count))
+    return np.split(order, bounds[:-1])
+
+
 def convert_requests(
     requests: RequestTable,
     fits: FitMapping | Sequence[FitMapping],
@@ -131,10 +144,7 @@ def convert_requests(
     if kept is not None:
         p, o = p[kept], o[kept]
         runtime = None if runtime is None else runtime[kept]
-    # Row indices of each model code, from one stable sort (O(n log n), not O(n * models)).
-    order = np.argsort(codes, kind="stable")
-    bounds = np.cumsum(np.bincount(codes, minlength=len(requests.models)))
-    groups = np.split(order, bounds[:-1])
+    groups = _rows_per_model(codes, len(requests.models))
     columns: dict[str, NDArray[np.float64]] = {}
     if idealized:
         columns[IDEALIZED] = _evaluate(idealized, requests.models, groups, p, o)
@@ -149,13 +159,31 @@ def convert_requests(
 
 
 def _added_arrays(conversion: Conversion) -> dict[str, Any]:
-    import pyarrow as pa
 
     # NaN (no fit of that kind) becomes null: an empty CSV cell, JSON null, Parquet null.
-    return {
-        name: pa.array(values, type=pa.float64(), from_pandas=True)
-        for name, values in conversion.columns.items()
-    }
+    return {name: _float_array(values) for name, values in conversion.columns.items()}
+
+
+# Arrays built from numpy buffers directly: pa.array() on a numpy array imports pandas (0.4 s)
+# to check whether it was given a pandas object.
+def _float_array(values: NDArray[np.float64]) -> Any:
+    import pyarrow as pa
+
+    values = np.ascontiguousarray(values, dtype=np.float64)
+    missing = np.isnan(values)
+    validity = None
+    if missing.any():  # NaN (no value) becomes null
+        validity = pa.py_buffer(np.packbits(~missing, bitorder="little"))
+    return pa.Array.from_buffers(
+        pa.float64(), len(values), [validity, pa.py_buffer(values)], null_count=int(missing.sum())
+    )
+
+
+def _bool_array(values: NDArray[np.bool_]) -> Any:
+    import pyarrow as pa
+
+    bits = pa.py_buffer(np.packbits(values, bitorder="little"))
+    return pa.Array.from_buffers(pa.bool_(), len(values), [None, bits], null_count=0)
 
 
 def _output_table(requests: RequestTable, conversion: Conversion) -> Any:
@@ -181,10 +209,10 @@ def _output_table(requests: RequestTable, conversion: Conversion) -> Any:
             table = table.set_column(
                 table.column_names.index(RUNTIME),
                 RUNTIME,
-                pa.array(requests.runtime_s, from_pandas=True),
+                pa.array(requests.runtime_s, mask=np.isnan(requests.runtime_s)),
             )
     if conversion.kept is not None:
-        table = table.filter(pa.array(conversion.kept))
+        table = table.filter(_bool_array(conversion.kept))
     added = _added_arrays(conversion)
     # Input columns that an earlier conversion added are replaced, not duplicated.
     table = table.drop_columns([c for c in added if c in table.column_names])
@@ -236,9 +264,26 @@ def _json_row(row: dict[str, Any]) -> dict[str, Any]:
     return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in row.items()}
 
 
+_PARALLEL_CSV_ROWS = 1 << 16
+
+
 def _csv_bytes(table: Any) -> bytes:
     """CSV rows without header: plain cells where possible, quoted only where a cell needs
-    it; floats in their shortest round-trip form (pyarrow writes them so)."""
+    it; floats in their shortest round-trip form (pyarrow writes them so). Large tables are
+    formatted in slices on all cores (pyarrow releases the GIL), joined in order."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    workers = min(os.cpu_count() or 1, 8)
+    if workers < 2 or table.num_rows < _PARALLEL_CSV_ROWS:
+        return _csv_slice_bytes(table)
+    step = -(-table.num_rows // workers)
+    slices = [table.slice(start, step) for start in range(0, table.num_rows, step)]
+    with ThreadPoolExecutor(workers) as pool:
+        return b"".join(pool.map(_csv_slice_bytes, slices))
+
+
+def _csv_slice_bytes(table: Any) -> bytes:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -289,7 +334,7 @@ def convert_file(
     kind = file_format(output)
     summary = FileConversion()
     unknown: dict[str, None] = {}
-    with atomic_writer(output, mode="wb") as handle:
+    with atomic_writer(output, mode="wb", durable=False) as handle:
         writer = _TableWriter(handle, kind)
         for table in iter_requests(requests, chunk_bytes=chunk_bytes):
             conversion = convert_requests(table, fits, skip_unknown=skip_unknown)

@@ -539,6 +539,32 @@ def _locate_in_table(table: Any, name: str, first_row: int) -> None:
             _check_request_row(record.get, number, name, has_runtime, True)
 
 
+def _numpy(column: Any) -> NDArray[Any]:
+    """A numeric pyarrow (chunked) array as numpy, nulls as NaN (float columns). Read from the
+    buffers: pyarrow's own to_numpy imports pandas (0.4 s) on every call site's first use."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    array = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = array.type
+    if pa.types.is_floating(kind):
+        code = "f"
+    elif pa.types.is_signed_integer(kind):
+        code = "i"
+    elif pa.types.is_unsigned_integer(kind):
+        code = "u"
+    else:
+        return array.to_numpy(zero_copy_only=False)
+    if array.null_count:
+        if code != "f":
+            return array.to_numpy(zero_copy_only=False)
+        array = pc.fill_null(array, math.nan)
+    dtype = np.dtype(f"{code}{kind.bit_width // 8}")
+    return np.frombuffer(
+        array.buffers()[1], dtype=dtype, count=len(array), offset=array.offset * dtype.itemsize
+    )
+
+
 def _table_from_arrow(
     table: Any, name: str, locate: Any, *, nan_is_missing: bool = True
 ) -> RequestTable:
@@ -564,14 +590,15 @@ def _table_from_arrow(
     model = table.column(MODEL)
     if not pa.types.is_string(model.type) and not pa.types.is_large_string(model.type):
         raise bad()
-    if model.null_count or pc.any(pc.equal(pc.utf8_length(pc.utf8_trim_whitespace(model)), 0)):
+    # (Comparisons in numpy: a Python scalar given to pyarrow.compute imports pandas.)
+    if model.null_count or not _numpy(pc.utf8_length(pc.utf8_trim_whitespace(model))).all():
         raise bad()
     encoded = pc.dictionary_encode(model.combine_chunks())
-    names = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
+    names = np.array(encoded.dictionary.to_pylist(), dtype=object)
     order = np.argsort(names)
     rank = np.empty_like(order)
     rank[order] = np.arange(order.size)
-    index = rank[encoded.indices.to_numpy()]
+    index = rank[_numpy(encoded.indices)]
 
     tokens: dict[str, NDArray[np.int64]] = {}
     for column in (PROMPT, OUTPUT):
@@ -579,7 +606,7 @@ def _table_from_arrow(
         kind = values.type
         if values.null_count or not (pa.types.is_integer(kind) or pa.types.is_floating(kind)):
             raise bad()
-        array = values.to_numpy()
+        array = _numpy(values)
         minimum = MIN_TOKENS[column]
         ok = (array >= minimum) & (array <= MAX_TOKENS)
         if array.dtype.kind == "f":
@@ -597,9 +624,10 @@ def _table_from_arrow(
             runtime = np.full(table.num_rows, np.nan)
         else:
             explicit_nan = False
+            runtime = _numpy(values).astype(np.float64, copy=False)
             if pa.types.is_floating(values.type) and not nan_is_missing:
-                explicit_nan = bool(pc.any(pc.is_nan(values)).as_py() or False)
-            runtime = values.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
+                # NaN where the cell held a value: "nan" written out (empty cells are null).
+                explicit_nan = bool(np.isnan(runtime).sum() > values.null_count)
             if explicit_nan or (
                 (np.isinf(runtime) | (runtime < MIN_RUNTIME_S) | (runtime > MAX_RUNTIME_S)).any()
             ):
