@@ -205,3 +205,63 @@ def write_rows(frame: Any, output: str | Path) -> None:
         raise InputError(
             "unsupported file type: expected .csv, .jsonl or .parquet", path=str(output)
         )
+
+
+# --- archives (uploads) ------------------------------------------------------------------------
+
+# Only HELM's small per-run files are extracted; scenario inputs and outputs can be gigabytes.
+_ARCHIVE_FILES = (RUN_SPEC, PER_INSTANCE_STATS)
+MAX_ARCHIVE_MEMBER_BYTES = 256 << 20
+
+
+def import_helm_archive(data: bytes, name: str = "upload") -> Any:
+    """``import_helm`` of a .tar.gz / .tar / .zip of HELM run folders (any nesting), given as
+    bytes: only run_spec.json and per_instance_stats.json are read, never written outside a
+    temporary folder (no path from the archive is trusted)."""
+    import io
+    import tarfile
+    import tempfile
+    import zipfile
+
+    members: dict[str, bytes] = {}
+    try:
+        if zipfile.is_zipfile(io.BytesIO(data)):
+            with zipfile.ZipFile(io.BytesIO(data)) as archive:
+                for info in archive.infolist():
+                    if _wanted(info.filename, info.file_size, info.is_dir()):
+                        members[info.filename] = archive.read(info)
+        else:
+            with tarfile.open(fileobj=io.BytesIO(data), mode="r:*") as archive:
+                for member in archive:
+                    if member.isfile() and _wanted(member.name, member.size, False):
+                        handle = archive.extractfile(member)
+                        if handle is not None:
+                            members[member.name] = handle.read()
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError, OSError) as error:
+        raise InputError(f"not a .tar.gz, .tar or .zip archive ({error})", path=name) from None
+    if not members:
+        raise InputError(f"no HELM run in the archive (no {RUN_SPEC})", path=name)
+    with tempfile.TemporaryDirectory(prefix="helm-upload-") as folder:
+        root = Path(folder)
+        for member, content in sorted(members.items()):
+            # Keep the run's folder name (it is the run's name when run_spec has none) and the
+            # suite's, under a numbered folder of our own.
+            parts = [p for p in member.replace("\\", "/").split("/") if p not in ("", ".", "..")]
+            run_name = parts[-2] if len(parts) >= 2 else "run"
+            suite = parts[-3] if len(parts) >= 3 else "upload"
+            target = root / _safe(suite) / _safe(run_name)
+            target.mkdir(parents=True, exist_ok=True)
+            (target / parts[-1]).write_bytes(content)
+        return import_helm([root])
+
+
+def _wanted(member: str, size: int, is_dir: bool) -> bool:
+    if is_dir or member.replace("\\", "/").rsplit("/", 1)[-1] not in _ARCHIVE_FILES:
+        return False
+    if size > MAX_ARCHIVE_MEMBER_BYTES:
+        raise InputError(f"{member}: larger than {MAX_ARCHIVE_MEMBER_BYTES >> 20} MB")
+    return True
+
+
+def _safe(part: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_.:=,+" else "_" for c in part)[:200] or "_"
