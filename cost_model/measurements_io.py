@@ -677,6 +677,21 @@ def _csv_options(header: list[str], block_bytes: int) -> tuple[Any, Any, Any]:
     return read, parse, convert
 
 
+def _csv_pieces(path: Path, chunk_bytes: int) -> Iterator[bytes]:
+    """The data lines of a CSV file (header skipped) in pieces of about ``chunk_bytes``, each
+    ending at a line end. Read here, not by pyarrow's streaming reader, whose read-ahead buffers
+    as much of the file as it can: this bounds memory at a few pieces."""
+    with open(path, "rb") as handle:
+        handle.readline()  # the header (checked by _csv_header)
+        while True:
+            piece = handle.read(chunk_bytes)
+            if not piece:
+                return
+            if not piece.endswith(b"\n"):
+                piece += handle.readline()
+            yield piece
+
+
 def _slow_requests(path: Path) -> RequestTable:
     """The row-by-row reader (JSONL; CSV that pyarrow cannot type but Python can)."""
     rows = _read_rows(path, REQUEST_COLUMNS)
@@ -750,22 +765,18 @@ def iter_requests(
     import pyarrow.csv as pacsv
 
     header = _csv_header(path)
-    read, parse, convert = _csv_options(header, chunk_bytes)
+    read, parse, convert = _csv_options(header, min(chunk_bytes, 1 << 20))
+    read.skip_rows = 0
     rows = 0
     try:
-        reader = pacsv.open_csv(
-            path, read_options=read, parse_options=parse, convert_options=convert
-        )
-        for batch in reader:
-            if batch.num_rows == 0:
-                continue
-            rows += batch.num_rows
-            yield _table_from_arrow(
-                pa.Table.from_batches([batch]),
-                name,
-                lambda: _locate_in_csv(name),
-                nan_is_missing=False,
+        for piece in _csv_pieces(path, chunk_bytes):
+            table = pacsv.read_csv(
+                pa.py_buffer(piece), read_options=read, parse_options=parse, convert_options=convert
             )
+            if table.num_rows == 0:
+                continue
+            rows += table.num_rows
+            yield _table_from_arrow(table, name, lambda: _locate_in_csv(name), nan_is_missing=False)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
         _locate_in_csv(name)
         # Nothing wrong row by row (e.g. spaces around numbers): the row-by-row reader.
