@@ -22,6 +22,7 @@ from numpy.typing import NDArray
 from cost_model.evaluate import predict_runtime
 from cost_model.measurements_io import (
     DEFAULT_CHUNK_BYTES,
+    MODEL,
     OUTPUT,
     PROMPT,
     RUNTIME,
@@ -29,6 +30,7 @@ from cost_model.measurements_io import (
     file_format,
     iter_requests,
 )
+from cost_model.measurements_io import _Rows as _JSONL_ROWS
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.core.types import FittedCostModel
@@ -195,22 +197,18 @@ def _output_table(requests: RequestTable, conversion: Conversion) -> Any:
         table = source
     else:  # JSONL rows: their objects as read, the parsed request columns typed
         records: list[Any] = source.records
-        columns = list(source.columns)
-        table = pa.Table.from_pylist(
-            [{c: _plain(record.get(c)) for c in columns} for record in records]
-        )
-        table = table.set_column(
-            table.column_names.index(PROMPT), PROMPT, pa.array(requests.num_prompt_tokens)
-        )
-        table = table.set_column(
-            table.column_names.index(OUTPUT), OUTPUT, pa.array(requests.num_output_tokens)
-        )
+        typed: dict[str, Any] = {
+            MODEL: requests.model_per_row.tolist(),
+            PROMPT: requests.num_prompt_tokens,
+            OUTPUT: requests.num_output_tokens,
+        }
         if requests.runtime_s is not None:
-            table = table.set_column(
-                table.column_names.index(RUNTIME),
-                RUNTIME,
-                pa.array(requests.runtime_s, mask=np.isnan(requests.runtime_s)),
-            )
+            typed[RUNTIME] = _float_array(requests.runtime_s)
+        arrays = {
+            column: typed[column] if column in typed else _json_column(records, column)
+            for column in source.columns
+        }
+        table = pa.table(arrays)
     if conversion.kept is not None:
         table = table.filter(_bool_array(conversion.kept))
     added = _added_arrays(conversion)
@@ -221,9 +219,24 @@ def _output_table(requests: RequestTable, conversion: Conversion) -> Any:
     return table
 
 
-def _plain(value: Any) -> Any:
-    # Nested JSON values go to Parquet/CSV as their JSON text (column types must be uniform).
-    return json.dumps(value) if isinstance(value, (dict, list)) else value
+def _json_column(records: list[dict[str, Any]], column: str) -> Any:
+    """One JSON field of every record as an Arrow column: its own type where the values agree,
+    else their text (nested objects as JSON), so that any JSONL log can go to CSV or Parquet."""
+    import pyarrow as pa
+
+    values = [record.get(column) for record in records]
+    if any(isinstance(v, (dict, list)) for v in values):
+        values = [None if v is None else _csv_value(v) for v in values]
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return pa.array([None if v is None else _csv_value(v) for v in values], type=pa.string())
+
+
+def _csv_value(value: Any) -> str:
+    if isinstance(value, (dict, list, bool)):
+        return json.dumps(value)
+    return str(value)
 
 
 class _TableWriter:
@@ -304,10 +317,28 @@ def write_conversion(requests: RequestTable, conversion: Conversion, path: str |
     if requests.source is None:
         raise ValueError("write_conversion needs a table read by read_requests")
     kind = file_format(path)
+    if kind == "jsonl" and isinstance(requests.source, _JSONL_ROWS):
+        _write_json_records(requests, conversion, path)
+        return
     with atomic_writer(path, mode="wb") as handle:
         writer = _TableWriter(handle, kind)
         writer.write(_output_table(requests, conversion))
         writer.close()
+
+
+def _write_json_records(requests: RequestTable, conversion: Conversion, path: str | Path) -> None:
+    """JSONL in, JSONL out: each object as read (nested values untouched) plus the added
+    fields."""
+    records: list[dict[str, Any]] = requests.source.records
+    if conversion.kept is not None:
+        records = [r for r, keep in zip(records, conversion.kept, strict=True) if keep]
+    added = {name: column.tolist() for name, column in conversion.columns.items()}
+    with atomic_writer(path) as handle:
+        for i, record in enumerate(records):
+            row = {c: v for c, v in record.items() if c not in added}
+            for name, column in added.items():
+                row[name] = None if math.isnan(column[i]) else column[i]
+            handle.write(json.dumps(row) + "\n")
 
 
 @dataclass
@@ -332,6 +363,16 @@ def convert_file(
     into ``output`` (CSV, JSONL or Parquet by extension). Atomic: a bad row anywhere (reported
     with its file row and column) leaves no output file."""
     kind = file_format(output)
+    if file_format(requests) == "jsonl":  # one table; JSON objects kept as they are
+        table = next(iter_requests(requests))
+        conversion = convert_requests(table, fits, skip_unknown=skip_unknown)
+        write_conversion(table, conversion, output)
+        return FileConversion(
+            len(conversion),
+            conversion.dropped_unknown_rows,
+            conversion.unknown_models,
+            table.skipped_failed,
+        )
     summary = FileConversion()
     unknown: dict[str, None] = {}
     with atomic_writer(output, mode="wb", durable=False) as handle:
