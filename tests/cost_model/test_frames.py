@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import subprocess
 import sys
@@ -224,3 +225,21 @@ def test_commands_without_a_model_import_no_torch_sklearn_or_scipy() -> None:
             result.stdout[-300:],
             result.stderr[-500:],
         )
+
+
+def test_jsonl_objects_survive_and_mixed_fields_become_text(tmp_path: Path, helm_fits) -> None:
+    model = sorted(helm_fits)[0]
+    source = tmp_path / "r.jsonl"
+    source.write_text(
+        f'{{"model": "{model}", "num_prompt_tokens": 10, "num_output_tokens": 0, '
+        '"meta": {"a": 1}, "tag": 5}\n'
+        f'{{"model": "{model}", "num_prompt_tokens": 12, "num_output_tokens": 3, '
+        '"meta": [1, 2], "tag": "x"}\n'
+    )
+    convert_file(source, helm_fits, tmp_path / "o.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "o.jsonl").read_text().splitlines()]
+    assert [r["meta"] for r in rows] == [{"a": 1}, [1, 2]] and rows[0]["tag"] == 5
+    convert_file(source, helm_fits, tmp_path / "o.parquet")
+    frame = pd.read_parquet(tmp_path / "o.parquet")
+    assert frame["meta"].tolist() == ['{"a": 1}', "[1, 2]"] and frame["tag"].tolist() == ["5", "x"]
+    assert frame["idealized_runtime_s"].tolist() == [r["idealized_runtime_s"] for r in rows]
