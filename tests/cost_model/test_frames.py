@@ -243,3 +243,12 @@ def test_jsonl_objects_survive_and_mixed_fields_become_text(tmp_path: Path, helm
     frame = pd.read_parquet(tmp_path / "o.parquet")
     assert frame["meta"].tolist() == ['{"a": 1}', "[1, 2]"] and frame["tag"].tolist() == ["5", "x"]
     assert frame["idealized_runtime_s"].tolist() == [r["idealized_runtime_s"] for r in rows]
+
+
+def test_cli_fit_methods_match_the_domain_type() -> None:
+    from typing import get_args
+
+    from idealized_runtime.cli.fitting import FIT_METHODS
+    from idealized_runtime.core.types import FitMethod
+
+    assert get_args(FitMethod) == FIT_METHODS
