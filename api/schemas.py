@@ -19,6 +19,7 @@ from idealized_runtime.core.types import (
     Hardware,
     Measurement,
     Name,
+    OutputTokenCount,
     Stack,
     TokenCount,
 )
@@ -163,7 +164,7 @@ class EstimateQuery(BaseModel):
 
     model: Name = Field(examples=["openai/davinci"])
     prompt_tokens: TokenCount = Field(examples=[512])
-    output_tokens: TokenCount = Field(examples=[64])
+    output_tokens: OutputTokenCount = Field(examples=[64], description="0: prompt only")
     metric: Metric = "idealized"
     fit_id: int | None = Field(default=None, ge=1, le=MAX_ID, description="Default: newest")
     hardware: Name | None = Field(default=None, description="Default: the fit's stack")
@@ -186,6 +187,8 @@ class EstimateOut(BaseModel):
 
 
 Tokens = Annotated[list[TokenCount], Field(min_length=1, max_length=SCHEMA_MAX_ROWS)]
+# Output tokens may be 0 (prompt-only requests cost alpha(p) alone, as in HELM).
+OutputTokens = Annotated[list[OutputTokenCount], Field(min_length=1, max_length=SCHEMA_MAX_ROWS)]
 
 
 class BatchEstimateIn(_Body):
@@ -193,7 +196,7 @@ class BatchEstimateIn(_Body):
 
     model: Name
     prompt_tokens: Tokens
-    output_tokens: Tokens
+    output_tokens: OutputTokens
     metric: Metric = "idealized"
     fit_id: int | None = Field(default=None, ge=1, le=MAX_ID)
     hardware: Name | None = None
@@ -307,7 +310,7 @@ class HardwareModelEstimateOut(BaseModel):
 
 class RequestsIn(_Body):
     prompt_tokens: Tokens
-    output_tokens: Tokens
+    output_tokens: OutputTokens
 
 
 class CompareIn(_Body):

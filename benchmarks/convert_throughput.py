@@ -1,13 +1,23 @@
 """Conversion throughput: 1,000,000 requests over several models, fits from the A100 grid.
 
-Times the conversion compute only (the table is built in memory, no file reading), ours
-(vectorized per model) vs a naive per-row Python loop (timed on a subsample, extrapolated).
-Run: python benchmarks/convert_throughput.py
+Part 1 times the conversion compute only (the table built in memory), ours (vectorized per
+model) vs a naive per-row Python loop (timed on a subsample, extrapolated).
+
+Part 2 times the whole command, ``idealized-runtime convert requests.csv --fit ... -o out.csv``
+in a subprocess (start-up, read, validate, predict, write), against a pandas + pyarrow script
+doing the same (read, ``cost_model.predict_runtime`` per model, write) and, when installed, a
+polars script; each in its own process, best of a few runs, with its peak RSS.
+Run: python benchmarks/convert_throughput.py [--rows N]
 """
 
 from __future__ import annotations
 
+import argparse
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -92,5 +102,137 @@ def main() -> None:
     print(f"speed-up: {naive_s / best:.0f}x   target < 2 s: {'met' if best < 2 else 'MISSED'}")
 
 
+PANDAS_SCRIPT = """
+import sys
+import numpy as np, pandas as pd, pyarrow as pa, pyarrow.csv as pacsv
+from cost_model import predict_runtime, read_fit_file
+source, fit_path, output = sys.argv[1:4]
+fits = read_fit_file(fit_path)
+frame = pd.read_csv(source, engine="pyarrow")
+out = np.full(len(frame), np.nan)
+for model, rows in frame.groupby("model").indices.items():
+    out[rows] = predict_runtime(
+        fits[model], frame["num_prompt_tokens"].to_numpy()[rows],
+        frame["num_output_tokens"].to_numpy()[rows])
+frame["idealized_runtime_s"] = out
+frame["runtime_discrepancy_s"] = frame["runtime_s"] - out
+pacsv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), output)
+"""
+
+POLARS_SCRIPT = """
+import sys
+import numpy as np, polars as pl
+from cost_model import predict_runtime, read_fit_file
+source, fit_path, output = sys.argv[1:4]
+fits = read_fit_file(fit_path)
+frame = pl.read_csv(source)
+models = frame["model"].to_numpy()
+p, o = frame["num_prompt_tokens"].to_numpy(), frame["num_output_tokens"].to_numpy()
+out = np.full(len(frame), np.nan)
+for model in np.unique(models):
+    rows = models == model
+    out[rows] = predict_runtime(fits[model], p[rows], o[rows])
+frame = frame.with_columns(pl.Series("idealized_runtime_s", out))
+frame = frame.with_columns((pl.col("runtime_s") - pl.col("idealized_runtime_s")).alias(
+    "runtime_discrepancy_s"))
+frame.write_csv(output)
+"""
+
+
+# A small launcher runs each command: a child forked straight from this (large) process would
+# count this process's pages in its peak RSS.
+LAUNCHER = (
+    "import resource, subprocess, sys, time\n"
+    "start = time.perf_counter()\n"
+    "code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
+    "elapsed = time.perf_counter() - start\n"
+    "peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss\n"
+    "print(code, elapsed, peak)\n"
+)
+
+
+def timed_process(command: list[str]) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of one command in its own process."""
+    result = subprocess.run(
+        [sys.executable, "-c", LAUNCHER, *command], capture_output=True, text=True, check=False
+    )
+    code, elapsed, peak_kb = result.stdout.split()
+    if code != "0" or result.returncode:
+        raise SystemExit(f"{command[:4]} failed: {result.stderr[-500:]}")
+    return float(elapsed), int(peak_kb) / 1024
+
+
+def end_to_end(rows: int, repeats: int) -> None:
+    from cost_model.fit_files import write_fit_file
+
+    fits = fit_measurements(catalog.megatron_a100_measurements(), "default")
+    rng = np.random.default_rng(1)
+    models = np.array(sorted(fits))
+    with tempfile.TemporaryDirectory() as folder:
+        work = Path(folder)
+        source, fit_path = work / "requests.csv", work / "fits.json"
+        write_fit_file(fits, fit_path)
+        import pandas as pd
+
+        pd.DataFrame(
+            {
+                "model": models[rng.integers(0, models.size, rows)],
+                "num_prompt_tokens": rng.integers(1, 4096, rows),
+                "num_output_tokens": rng.integers(0, 512, rows),
+                "runtime_s": np.round(rng.random(rows) * 5 + 0.05, 4),
+            }
+        ).to_csv(source, index=False)
+        scripts = {"pandas + pyarrow script": PANDAS_SCRIPT}
+        try:
+            import polars  # noqa: F401
+
+            scripts["polars script"] = POLARS_SCRIPT
+        except ImportError:
+            pass
+        commands = {
+            "idealized-runtime convert": [
+                sys.executable,
+                "-m",
+                "idealized_runtime",
+                "convert",
+                str(source),
+                "--fit",
+                str(fit_path),
+                "-o",
+                str(work / "ours.csv"),
+            ],
+        }
+        for name, script in scripts.items():
+            path = work / f"reference_{name.split()[0]}.py"
+            path.write_text(script)
+            commands[name] = [sys.executable, str(path), str(source), str(fit_path),
+                              str(work / f"{name.split()[0]}.csv")]  # fmt: skip
+        results = {}
+        for name, command in commands.items():
+            runs = [timed_process(command) for _ in range(repeats)]
+            results[name] = (min(r[0] for r in runs), max(r[1] for r in runs))
+        ours = pd.read_csv(work / "ours.csv")["idealized_runtime_s"].to_numpy()
+        reference = pd.read_csv(work / "pandas.csv")["idealized_runtime_s"].to_numpy()
+        assert np.allclose(ours, reference, rtol=1e-12), "ours and the pandas script differ"
+    size_mb = rows * 28 / 1e6
+    print()
+    print(f"end to end: convert a {rows:,}-row CSV (~{size_mb:.0f} MB), best of {repeats}")
+    print(f"{'command':<30}{'seconds':>10}{'peak RSS MB':>14}{'time vs pandas':>16}")
+    base = results["pandas + pyarrow script"][0]
+    for name, (seconds, rss) in results.items():
+        print(f"{name:<30}{seconds:>10.2f}{rss:>14.0f}{seconds / base:>15.2f}x")
+    ratio = results["idealized-runtime convert"][0] / base
+    rss = results["idealized-runtime convert"][1]
+    verdict = "met" if ratio <= 1.2 and rss <= 350 else "MISSED"
+    print(f"target: within 1.2x of pandas, <= 350 MB: {verdict} ({ratio:.2f}x, {rss:.0f} MB)")
+
+
 if __name__ == "__main__":
-    main()
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--rows", type=int, default=ROWS, help="rows of the end-to-end file")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--skip-compute", action="store_true", help="end-to-end part only")
+    arguments = parser.parse_args()
+    if not arguments.skip_compute:
+        main()
+    end_to_end(arguments.rows, arguments.repeats)

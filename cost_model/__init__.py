@@ -1,34 +1,49 @@
 """Fitting and evaluating runtime models: HELM's method, a better default, denoised fits,
-HELM JSON import/export, fit files, request-log conversion."""
+HELM JSON import/export, fit files, request-log conversion (files or pandas DataFrames).
 
-from cost_model.convert import Conversion, convert_requests, write_conversion
-from cost_model.evaluate import predict_alpha, predict_runtime
-from cost_model.fit_files import read_fit_file, write_fit_file
-from cost_model.fitting import FIT_METHODS, fit_measurements
-from cost_model.helm_format import export_helm_table, import_helm_table
-from cost_model.measurements_io import (
-    RequestTable,
-    parse_measurements,
-    read_measurements,
-    read_requests,
-)
-from cost_model.quality import fit_quality
+Names are imported on first use (PEP 562): ``import cost_model`` stays cheap, and scikit-learn
+or scipy load only when a fit runs.
+"""
 
-__all__ = [
-    "FIT_METHODS",
-    "Conversion",
-    "RequestTable",
-    "convert_requests",
-    "export_helm_table",
-    "fit_measurements",
-    "fit_quality",
-    "import_helm_table",
-    "parse_measurements",
-    "predict_alpha",
-    "predict_runtime",
-    "read_fit_file",
-    "read_measurements",
-    "read_requests",
-    "write_conversion",
-    "write_fit_file",
-]
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_EXPORTS = {
+    "FIT_METHODS": "cost_model.fitting",
+    "fit_measurements": "cost_model.fitting",
+    "fit_frame": "cost_model.fitting",
+    "Conversion": "cost_model.convert",
+    "convert_requests": "cost_model.convert",
+    "convert_file": "cost_model.convert",
+    "convert_frame": "cost_model.convert",
+    "write_conversion": "cost_model.convert",
+    "predict_alpha": "cost_model.evaluate",
+    "predict_runtime": "cost_model.evaluate",
+    "read_fit_file": "cost_model.fit_files",
+    "write_fit_file": "cost_model.fit_files",
+    "export_helm_table": "cost_model.helm_format",
+    "import_helm_table": "cost_model.helm_format",
+    "RequestTable": "cost_model.measurements_io",
+    "iter_requests": "cost_model.measurements_io",
+    "parse_measurements": "cost_model.measurements_io",
+    "read_measurements": "cost_model.measurements_io",
+    "read_requests": "cost_model.measurements_io",
+    "fit_quality": "cost_model.quality",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'cost_model' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

@@ -35,10 +35,13 @@ def predict_runtime(
     num_output_tokens: ArrayLike,
     include_overhead: bool = True,
 ) -> NDArray[np.float64]:
-    """runtime(p, o) in seconds, vectorized over arrays of p and o (broadcast together)."""
+    """runtime(p, o) in seconds, vectorized over arrays of p and o (broadcast together).
+
+    o = 0 (a prompt-only request, e.g. HELM's language-modeling scenarios) costs alpha(p) alone,
+    as in HELM: the prompt pass, no decode steps."""
     p = np.asarray(num_prompt_tokens, dtype=np.float64)
     o = np.asarray(num_output_tokens, dtype=np.float64)
-    decode_steps = o - 1.0
+    decode_steps = np.maximum(o - 1.0, 0.0)
     runtime = predict_alpha(fit, p) + fit.beta_s * decode_steps
     if fit.beta_per_context_token_s:
         context_tokens = decode_steps * p + decode_steps * (decode_steps - 1.0) / 2.0

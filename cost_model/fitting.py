@@ -28,7 +28,6 @@ from typing import get_args
 
 import numpy as np
 from numpy.typing import NDArray
-from sklearn.linear_model import LinearRegression
 
 from cost_model.evaluate import predict_runtime
 from cost_model.quality import fit_quality
@@ -183,6 +182,8 @@ def _scaled_nnls(
     scaled to unit size first (context sums are ~10^5 times larger than the one-hot columns)."""
     scale = np.abs(design * weights[:, None]).max(axis=0)
     scale[scale == 0] = 1.0
+    from sklearn.linear_model import LinearRegression  # heavy: imported when a fit runs
+
     regression = LinearRegression(fit_intercept=False, positive=True)
     regression.fit(design / scale, target, sample_weight=weights**2)
     return regression.coef_ / scale
@@ -344,3 +345,11 @@ def fit_default(
     return fit_default_group({timings.model: timings}, stack=stack, prompt_tile=prompt_tile)[
         timings.model
     ]
+
+
+def fit_frame(frame: object, method: str = "default") -> dict[str, FittedCostModel]:
+    """``fit_measurements`` of a pandas DataFrame of timings (columns as in a timings file:
+    model, num_prompt_tokens, num_output_tokens, runtime_s; optional batch_size, ttft_s)."""
+    from cost_model.measurements_io import read_measurements
+
+    return fit_measurements(read_measurements(frame), check_method(method))

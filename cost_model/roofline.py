@@ -756,7 +756,7 @@ def predict_runtime(
         "precision": precision,
     }
     alpha = predict_alpha(arch, hardware, p, **kwargs)
-    steps = (o - 1.0)[..., None]
+    steps = np.maximum(o - 1.0, 0.0)[..., None]  # o = 0: prompt only, no decode step
     edges = steps * np.linspace(0.0, 1.0, DECODE_CHUNKS + 1)
     counts = np.diff(edges, axis=-1)
     # Steps (s0, s1] have contexts p + i - 1 whose mean is p - 1 + (s0 + s1 + 1) / 2.

@@ -357,8 +357,8 @@ class Estimate:
 
 
 def _check_tokens(num_prompt_tokens: int, num_output_tokens: int, batch_size: int) -> None:
-    if num_prompt_tokens < 1 or num_output_tokens < 1:
-        raise InputError("prompt and output token counts must be >= 1")
+    if num_prompt_tokens < 1 or num_output_tokens < 0:
+        raise InputError("prompt token counts must be >= 1 and output token counts >= 0")
     if batch_size < 1:
         raise InputError(f"batch size must be >= 1, got {batch_size}")
 
@@ -378,7 +378,7 @@ def estimate_from_fit(
     _check_tokens(num_prompt_tokens, num_output_tokens, 1)
     runtime = float(evaluate.predict_runtime(fit, num_prompt_tokens, num_output_tokens))
     alpha = float(evaluate.predict_alpha(fit, num_prompt_tokens))
-    steps = num_output_tokens - 1
+    steps = max(num_output_tokens - 1, 0)
     overhead = fit.overhead_s or 0.0
     beta = (
         (runtime - alpha - overhead) / steps
@@ -459,7 +459,7 @@ def estimate_from_architecture(
     }
     runtime = float(predict_runtime(arch, hardware, num_prompt_tokens, num_output_tokens, **kwargs))
     alpha = float(predict_alpha(arch, hardware, num_prompt_tokens, **kwargs))
-    steps = num_output_tokens - 1
+    steps = max(num_output_tokens - 1, 0)
     # With one output token there is no decode step to average over: report the time of the
     # step that would come next, at this context.
     beta = (

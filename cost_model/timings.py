@@ -15,7 +15,10 @@ from idealized_runtime.core.types import Measurement
 @dataclass(frozen=True)
 class ModelTimings:
     """Requests of one model: prompt and output token counts, runtime, and time to first token
-    (NaN where not measured). Float arrays, so that design matrices need no conversion."""
+    (NaN where not measured). Float arrays, so that design matrices need no conversion.
+
+    A request with 0 output tokens is timed as one with 1 (HELM's rule: both cost alpha(p)),
+    so output counts are stored as max(o, 1): every fitting method sees o >= 1."""
 
     model: str
     num_prompt_tokens: NDArray[np.float64]
@@ -57,7 +60,7 @@ class ModelTimings:
         return cls(
             model,
             np.asarray(num_prompt_tokens, dtype=np.float64),
-            np.asarray(num_output_tokens, dtype=np.float64),
+            np.maximum(np.asarray(num_output_tokens, dtype=np.float64), 1.0),
             runtime,
             ttft,
         )
@@ -73,7 +76,7 @@ def group_by_model(measurements: Sequence[Measurement]) -> dict[str, ModelTiming
     for m in measurements:
         ttft = np.nan if m.ttft_s is None else m.ttft_s
         columns.setdefault(m.model, []).append(
-            (m.num_prompt_tokens, m.num_output_tokens, m.runtime_s, ttft)
+            (m.num_prompt_tokens, max(m.num_output_tokens, 1), m.runtime_s, ttft)
         )
         batch_sizes.setdefault(m.model, set()).add(m.batch_size)
     groups: dict[str, ModelTimings] = {}

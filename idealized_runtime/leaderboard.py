@@ -221,8 +221,9 @@ def _runtime(
 ) -> float | None:
     if fit is None or prompt is None or output is None:
         return None
-    # Mean token counts are fractional; the cost model's formulas are defined for any p, o >= 1.
-    return float(predict_runtime(fit, max(prompt, 1.0), max(output, 1.0)))
+    # Mean token counts are fractional; the formulas hold for any p >= 1 and o >= 0 (o = 0:
+    # prompt-only scenarios cost alpha(p), as in HELM; fractional o < 1 also has no decode step).
+    return float(predict_runtime(fit, max(prompt, 1.0), max(output, 0.0)))
 
 
 def cost_per_1000(runtime_s: float | None, num_gpus: int | None, rates: CostRates | None) -> Cost:

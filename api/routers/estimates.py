@@ -440,7 +440,7 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
     )
     shapes = [scenario_workload(s) for s in scenarios]
     p = np.array([max(w.mean_prompt_tokens, 1.0) for w in shapes])
-    o = np.array([max(w.mean_output_tokens, 1.0) for w in shapes])
+    o = np.array([max(w.mean_output_tokens, 0.0) for w in shapes])
     return name, p, o
 
 

@@ -169,6 +169,79 @@ def upload_csv(
     )
 
 
+ARCHIVE_TYPES = (
+    "application/gzip",
+    "application/x-gzip",
+    "application/x-tar",
+    "application/zip",
+    "application/octet-stream",
+)
+
+
+async def _archive_bytes(request: Request) -> bytes:
+    """The archive: the whole body, or the ``file`` part of a multipart form."""
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    body = await request.body()
+    if content_type == "multipart/form-data":
+        form = await request.form(max_files=1, max_fields=20)
+        upload = form.get("file")
+        if upload is None or isinstance(upload, str):
+            raise InputError("multipart upload: expected a file part named 'file'")
+        return await upload.read()
+    if content_type not in ARCHIVE_TYPES:
+        raise HTTPException(
+            status_code=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+            detail="send a .tar.gz or .zip (application/gzip, application/zip), or multipart "
+            "with a 'file' part",
+        )
+    return body
+
+
+@router.post(
+    "/helm",
+    status_code=201,
+    response_model=MeasurementSetOut,
+    responses={**WRITE_ERRORS, 409: ERRORS[409], 415: {"description": "Not an archive"}},
+    summary="Upload HELM runs (.tar.gz or .zip of benchmark_output/runs folders)",
+    description=(
+        "Reads each run's run_spec.json and per_instance_stats.json: one measurement per "
+        "request with a measured inference_runtime (model: the run's model deployment). "
+        "Store it, then fit it with method=denoised."
+    ),
+)
+def upload_helm(
+    name: str | None = Query(default=None, min_length=1, max_length=200),
+    data: bytes = Depends(_archive_bytes),
+    context: WriteContext = Depends(write_context),
+    session: Session = Depends(write_session),
+) -> JSONResponse:
+    from idealized_runtime.timing.importers.helm import import_helm_archive
+
+    frame = import_helm_archive(data)
+    timed = frame[frame["runtime_s"].notna()]
+    if timed.empty:
+        raise InputError("the HELM runs hold no request with a measured inference_runtime")
+    measurements = [
+        Measurement(model=model, num_prompt_tokens=p, num_output_tokens=o, runtime_s=runtime)
+        for model, p, o, runtime in zip(
+            timed["model"].tolist(),
+            timed["num_prompt_tokens"].tolist(),
+            timed["num_output_tokens"].tolist(),
+            timed["runtime_s"].tolist(),
+            strict=True,
+        )
+    ]
+    return _store(
+        session,
+        context,
+        name=name,
+        source="import",
+        metadata={"format": "helm", "runs": int(frame["run"].nunique())},
+        stack=Stack(runner="api"),
+        measurements=measurements,
+    )
+
+
 @router.get("", response_model=Page[MeasurementSetOut], responses=READ_ERRORS)
 def list_sets(
     source: MeasurementSource | None = Query(default=None),

@@ -15,7 +15,6 @@ try:  # recent typer vendors its own click
 except ImportError:  # pragma: no cover - older typer on top of click
     from click import exceptions as click_exceptions
 
-from idealized_runtime.core.catalog import UnknownNameError
 from idealized_runtime.core.errors import InputError
 
 app = typer.Typer(
@@ -41,6 +40,7 @@ def _register_commands() -> None:
     from idealized_runtime.cli import (  # noqa: F401  (modules register on import)
         estimate,
         fitting,
+        importing,
         measure,
         profile,
         report,
@@ -62,7 +62,13 @@ def main() -> None:
         hint = f" (see '{error.ctx.command_path} --help')" if error.ctx else ""
         typer.echo(f"error: {error.format_message()}{hint}", err=True)
         sys.exit(2)
-    except (InputError, UnknownNameError) as error:
+    except (InputError, KeyError) as error:
+        # The catalog (pydantic types) loads only in commands that use it: look its error up.
+        catalog = sys.modules.get("idealized_runtime.core.catalog")
+        if not isinstance(error, InputError) and not (
+            catalog is not None and isinstance(error, catalog.UnknownNameError)
+        ):
+            raise
         typer.echo(f"error: {error}", err=True)
         sys.exit(2)
     except typer.Abort:  # Ctrl-C at a prompt, or a command that chose to abort (typer's own class)

@@ -14,22 +14,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
-from cost_model.serving import Estimate, estimate_from_fit, hardware_model_estimate
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
-from idealized_runtime.core.architectures import load_architecture
-from idealized_runtime.core.catalog import UnknownNameError, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import (
-    DTYPE_BYTES,
-    MAX_TOKENS,
-    FittedCostModel,
-    Precision,
-    parse_precision,
-)
+
+if TYPE_CHECKING:  # the cost model and catalog load only when an estimate runs
+    from cost_model.serving import Estimate
+    from idealized_runtime.core.types import FittedCostModel
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
@@ -102,6 +97,8 @@ def estimate(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
     """Estimate one request: runtime, alpha, beta, GPUs, GPU-seconds, energy and dollars."""
+    from idealized_runtime.core.catalog import UnknownNameError
+
     try:
         result, calibration = _estimate(
             prompt_tokens,
@@ -140,8 +137,16 @@ def _estimate(
     precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
     stack_name: str | None = None,
 ) -> tuple[Estimate, str]:
-    if not (1 <= prompt_tokens <= MAX_TOKENS and 1 <= output_tokens <= MAX_TOKENS):
-        raise InputError(f"--prompt-tokens and --output-tokens must be from 1 to {MAX_TOKENS}")
+    from cost_model.serving import estimate_from_fit, hardware_model_estimate
+    from idealized_runtime.core.architectures import load_architecture
+    from idealized_runtime.core.catalog import get_hardware
+    from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS, Precision, parse_precision
+
+    if not 1 <= prompt_tokens <= MAX_TOKENS:
+        raise InputError(f"--prompt-tokens must be from 1 to {MAX_TOKENS}, got {prompt_tokens}")
+    if not 0 <= output_tokens <= MAX_TOKENS:
+        # 0 output tokens: a prompt-only request (HELM's language modeling), alpha(p) alone.
+        raise InputError(f"--output-tokens must be from 0 to {MAX_TOKENS}, got {output_tokens}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
     if stack_name is not None:

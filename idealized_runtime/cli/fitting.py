@@ -3,24 +3,27 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
-from cost_model.convert import convert_requests, write_conversion
-from cost_model.fit_files import read_fit_file, write_fit_file
-from cost_model.fitting import FIT_METHODS, check_method, fit_measurements
-from cost_model.measurements_io import file_format, read_measurements, read_requests
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import fail
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import FittedCostModel
 
+if TYPE_CHECKING:
+    from idealized_runtime.core.types import FittedCostModel
+
+# The cost model (numpy, pandas, pyarrow, scikit-learn) and the domain types (pydantic) are
+# imported inside the commands, so that `--help` and the other commands start without them.
+# Same names as core.types.FitMethod (tests/cost_model/test_frames.py checks they agree).
+FIT_METHODS = ("helm", "default", "denoised")
 FIT_FORMATS = ("native", "helm")
 
 
-def _summary(fits: dict[str, FittedCostModel]) -> Table:
+def _summary(fits: dict[str, FittedCostModel]) -> Any:
+    from rich.table import Table
+
     table = Table(title="fits")
     for column in ("model", "method", "beta (ms/token)", "alpha range (s)", "R^2", "MAPE", "max"):
         table.add_column(column, justify="left" if column in ("model", "method") else "right")
@@ -45,7 +48,7 @@ def _cannot_write(output: Path, error: OSError) -> str:
 
 @app.command("fit")
 def fit(
-    measurements: Path = typer.Argument(..., help="Timings, .csv or .jsonl."),
+    measurements: Path = typer.Argument(..., help="Timings, .csv, .jsonl or .parquet."),
     output: Path = typer.Option(..., "-o", "--output", help="Fit file to write (.json)."),
     method: str = typer.Option("default", "--method", help="helm | default | denoised"),
     format: str = typer.Option("native", "--format", help="native | helm (HELM's JSON table)"),
@@ -55,6 +58,12 @@ def fit(
         fail(f"unknown method {method!r}; choose one of {', '.join(FIT_METHODS)}")
     if format not in FIT_FORMATS:
         fail(f"unknown format {format!r}; choose one of {', '.join(FIT_FORMATS)}")
+    from rich.console import Console
+
+    from cost_model.fit_files import write_fit_file
+    from cost_model.fitting import check_method, fit_measurements
+    from cost_model.measurements_io import read_measurements
+
     try:
         chosen = check_method(method)
         fits = fit_measurements(read_measurements(measurements), chosen)
@@ -72,26 +81,30 @@ def fit(
 
 @app.command("convert")
 def convert(
-    requests: Path = typer.Argument(..., help="Requests, .csv or .jsonl."),
+    requests: Path = typer.Argument(..., help="Requests, .csv, .jsonl or .parquet."),
     fit: list[Path] = typer.Option(..., "--fit", help="Fit file(s): native or HELM JSON."),
-    output: Path = typer.Option(..., "-o", "--output", help="Output, .csv or .jsonl."),
+    output: Path = typer.Option(..., "-o", "--output", help="Output, .csv, .jsonl or .parquet."),
     skip_unknown: bool = typer.Option(False, "--skip-unknown", help="Drop unfitted models."),
 ) -> None:
-    """Add idealized_runtime_s, denoised_runtime_s and runtime_discrepancy_s columns."""
+    """Add idealized_runtime_s, denoised_runtime_s and runtime_discrepancy_s columns.
+
+    Works chunk by chunk: memory stays flat on logs of any size."""
+    from cost_model.convert import convert_file
+    from cost_model.fit_files import read_fit_file
+    from cost_model.measurements_io import file_format
+
     try:
         file_format(output)
         fits = [read_fit_file(path) for path in fit]
-        table = read_requests(requests)
-        conversion = convert_requests(table, fits, skip_unknown=skip_unknown)
-        write_conversion(table, conversion, output)
+        summary = convert_file(requests, fits, output, skip_unknown=skip_unknown)
     except InputError as error:
         fail(str(error))
     except OSError as error:
         fail(_cannot_write(output, error))
-    notes = [f"wrote {len(conversion)} rows to {output}"]
-    if conversion.dropped_unknown_rows:
-        shown = ", ".join(conversion.unknown_models[:5])
-        notes.append(f"dropped {conversion.dropped_unknown_rows} rows of unfitted models {shown}")
-    if table.skipped_failed:
-        notes.append(f"skipped {table.skipped_failed} failed requests")
+    notes = [f"wrote {summary.rows} rows to {output}"]
+    if summary.dropped_unknown_rows:
+        shown = ", ".join(summary.unknown_models[:5])
+        notes.append(f"dropped {summary.dropped_unknown_rows} rows of unfitted models {shown}")
+    if summary.skipped_failed:
+        notes.append(f"skipped {summary.skipped_failed} failed requests")
     typer.echo("; ".join(notes), err=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
@@ -14,7 +14,9 @@ from rich.table import Table
 
 from idealized_runtime.cli import app
 from idealized_runtime.cli.common import console, fail
-from idealized_runtime.leaderboard import Leaderboard
+
+if TYPE_CHECKING:  # the leaderboard (numpy, pydantic) loads only when a report runs
+    from idealized_runtime.leaderboard import Leaderboard
 
 SUMMARY_ROWS = 15
 

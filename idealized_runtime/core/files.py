@@ -11,8 +11,14 @@ from typing import IO
 
 
 @contextlib.contextmanager
-def atomic_writer(path: str | Path, mode: str = "w", newline: str | None = None) -> Iterator[IO]:
-    """Write to a temporary file beside ``path``, rename over it only if the block succeeds."""
+def atomic_writer(
+    path: str | Path, mode: str = "w", newline: str | None = None, *, durable: bool = True
+) -> Iterator[IO]:
+    """Write to a temporary file beside ``path``, rename over it only if the block succeeds.
+
+    ``durable=False`` skips the fsync before the rename: still never a partial file, but after
+    a power loss the output may be missing. For outputs derived from inputs that can be re-run
+    (a conversion), where the fsync would be a sizeable share of the run."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -25,7 +31,8 @@ def atomic_writer(path: str | Path, mode: str = "w", newline: str | None = None)
         with os.fdopen(fd, mode, **kwargs) as handle:
             yield handle
             handle.flush()
-            os.fsync(handle.fileno())
+            if durable:
+                os.fsync(handle.fileno())
         os.replace(tmp_name, target)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

@@ -25,6 +25,9 @@ NonNegativeInt = Annotated[int, Field(ge=0)]
 # Token counts are bounded so that a typo (or an attack) cannot ask for a 10^12-token estimate.
 MAX_TOKENS = 10_000_000
 TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+# Output tokens of a request may be 0: HELM's language-modeling scenarios only score the prompt,
+# and their runtime is alpha(p) alone (the prompt pass), exactly as HELM's rule.
+OutputTokenCount = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 # Durations outside these bounds are typos or unit mistakes (ns for s), and would overflow the
 # relative-error weights of the fits: a request takes more than 0.1 us and less than 11.6 days.
 MIN_RUNTIME_S = 1e-7
@@ -561,7 +564,7 @@ class Measurement(_Frozen):
 
     model: Name
     num_prompt_tokens: TokenCount
-    num_output_tokens: TokenCount
+    num_output_tokens: OutputTokenCount
     batch_size: PositiveInt = 1
     runtime_s: float
     ttft_s: float | None = None
@@ -627,7 +630,7 @@ class RequestRecord(_Frozen):
 
     model: Name
     num_prompt_tokens: TokenCount
-    num_output_tokens: TokenCount
+    num_output_tokens: OutputTokenCount
     runtime_s: float | None = None
     ttft_s: float | None = None
     timestamp: datetime | None = None

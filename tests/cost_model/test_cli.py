@@ -186,9 +186,20 @@ def test_estimate_from_a_fit_bounds_token_counts(workdir: Path) -> None:
     ok = run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "3",
              cwd=workdir)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
-    for p, o in (("100000000", "3"), ("5", "10000001"), ("0", "3")):
+    for p, o, message in (
+        ("100000000", "3", "--prompt-tokens must be from 1 to 10000000, got 100000000"),
+        ("5", "10000001", "--output-tokens must be from 0 to 10000000, got 10000001"),
+        ("0", "3", "--prompt-tokens must be from 1 to 10000000, got 0"),
+        ("5", "-1", "--output-tokens must be from 0 to 10000000, got -1"),
+    ):
         assert_input_error(
             run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", p, "-o", o,
                 cwd=workdir),
-            "--prompt-tokens and --output-tokens must be from 1 to 10000000",
+            message,
         )  # fmt: skip
+    # 0 output tokens: a prompt-only request costs alpha(p) alone, as in HELM.
+    zero = run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "0",
+               "--json", cwd=workdir)  # fmt: skip
+    assert zero.returncode == 0, zero.stderr
+    result = json.loads(zero.stdout)
+    assert result["runtime_s"] == pytest.approx(result["alpha_s"])

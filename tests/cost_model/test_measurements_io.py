@@ -55,7 +55,8 @@ def test_csv_and_jsonl_measurements(tmp_path) -> None:
     [
         ("a,10,2.5,0.5,\n", 1, "num_output_tokens"),
         ("a,10,2,0.5,\na,-3,2,0.5,\n", 2, "num_prompt_tokens"),
-        ("a,10,0,0.5,\n", 1, "num_output_tokens"),
+        ("a,10,-1,0.5,\n", 1, "num_output_tokens"),
+        ("a,0,2,0.5,\n", 1, "num_prompt_tokens"),
         ("a,10,2,nan,\n", 1, "runtime_s"),
         ("a,10,2,-1,\n", 1, "runtime_s"),
         ("a,10,2,fast,\n", 1, "runtime_s"),
@@ -83,7 +84,7 @@ def test_missing_columns_empty_files_and_types(tmp_path) -> None:
     with pytest.raises(InputError, match=r"row 2.*not valid JSON"):
         good = '{"model": "a", "num_prompt_tokens": 1, "num_output_tokens": 1}\n'
         read_requests(write(tmp_path, "e.jsonl", good + "{oops\n"))
-    with pytest.raises(InputError, match=r"expected \.csv or \.jsonl"):
+    with pytest.raises(InputError, match=r"expected \.csv, \.jsonl or \.parquet"):
         read_requests(write(tmp_path, "f.txt", HEADER))
     with pytest.raises(InputError, match="no such file"):
         read_requests(tmp_path / "missing.csv")
@@ -104,8 +105,11 @@ def test_request_table_columns(tmp_path) -> None:
 def test_request_table_from_columns_validates() -> None:
     table = RequestTable.from_columns(["m", "n", "m"], [1, 2, 3], [4, 5, 6])
     assert table.models == ["m", "n"] and len(table) == 3
-    with pytest.raises(InputError, match="positive integer"):
+    with pytest.raises(InputError, match=r"whole number from 1 to 10000000, got 0$"):
         RequestTable.from_columns(["m"], [0], [1])
+    with pytest.raises(InputError, match=r"whole number from 0 to 10000000, got -1$"):
+        RequestTable.from_columns(["m"], [1], [-1])
+    assert RequestTable.from_columns(["m"], [1], [0]).num_output_tokens.tolist() == [0]
 
 
 def test_parse_measurements_in_memory_matches_the_file_reader(tmp_path: Path) -> None:
