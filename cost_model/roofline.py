@@ -558,9 +558,9 @@ def request_costs(
     """
     p = np.asarray(num_prompt_tokens, dtype=np.float64)
     o = np.asarray(num_output_tokens, dtype=np.float64)
-    if np.any(p < 1) or np.any(o < 1):
-        raise InputError("token counts must be >= 1")
-    steps = o - 1.0
+    if np.any(p < 1) or np.any(o < 0):
+        raise InputError("prompt token counts must be >= 1 and output token counts >= 0")
+    steps = np.maximum(o - 1.0, 0.0)  # o = 0: the prompt pass only, as in HELM
     kwargs = {"batch": batch, "dtype": dtype, "tp": tp, "precision": precision}
     prompt = forward_costs(arch, p, 0.0, **kwargs)  # type: ignore[arg-type]
     mean_context = p + steps / 2.0 - 0.5  # mean of p + i - 1 over i = 1..steps
@@ -745,8 +745,8 @@ def predict_runtime(
     """
     p = np.asarray(num_prompt_tokens, dtype=np.float64)
     o = np.asarray(num_output_tokens, dtype=np.float64)
-    if np.any(p < 1) or np.any(o < 1):
-        raise InputError("token counts must be >= 1")
+    if np.any(p < 1) or np.any(o < 0):
+        raise InputError("prompt token counts must be >= 1 and output token counts >= 0")
     p, o = np.broadcast_arrays(p, o)
     kwargs = {
         "tp": tp,
