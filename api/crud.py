@@ -18,6 +18,7 @@ from api.models import (
     FitRow,
     HardwareRow,
     IdempotencyRecordRow,
+    LoadSummaryRow,
     MeasurementRow,
     MeasurementSetRow,
     StackRow,
@@ -27,12 +28,20 @@ from api.schemas import (
     CapabilityScoreOut,
     FitOut,
     HardwareOut,
+    LoadSummaryOut,
     MeasurementOut,
     MeasurementSetOut,
     Metric,
     ModelOut,
 )
-from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware, Measurement, Stack
+from idealized_runtime.core.types import (
+    Architecture,
+    FittedCostModel,
+    Hardware,
+    LoadSummary,
+    Measurement,
+    Stack,
+)
 
 IDEALIZED_METHODS = ("helm", "default")
 METRIC_METHODS: dict[str, tuple[str, ...]] = {
@@ -423,3 +432,59 @@ def get_idempotency_record(
             IdempotencyRecordRow.api_key_id == api_key_id, IdempotencyRecordRow.key == key
         )
     ).scalar_one_or_none()
+
+
+# --- load summaries ----------------------------------------------------------------------------
+
+
+def load_summary_out(row: LoadSummaryRow) -> LoadSummaryOut:
+    return LoadSummaryOut(
+        **LoadSummary.model_validate(row.summary).model_dump(),
+        id=row.id,
+        source=row.source,
+        created_at=row.created_at,
+    )
+
+
+def upsert_load_summaries(
+    session: Session, summaries: Sequence[LoadSummary], source: str
+) -> list[LoadSummaryRow]:
+    """Insert or replace the (model, load, source) rows; the rows written, in input order."""
+    latest = {(s.model, s.load): s for s in summaries}
+    models = sorted({model for model, _ in latest})
+    existing = {
+        (row.model, row.load): row
+        for row in session.execute(
+            select(LoadSummaryRow).where(
+                LoadSummaryRow.model.in_(models), LoadSummaryRow.source == source
+            )
+        ).scalars()
+    }
+    rows = []
+    for key, summary in latest.items():
+        row = existing.get(key) or LoadSummaryRow(model=key[0], load=key[1], source=source)
+        row.requests_per_s = summary.requests_per_s
+        row.goodput_requests_per_s = summary.goodput_requests_per_s
+        row.summary = summary.model_dump(mode="json")
+        if key not in existing:
+            session.add(row)
+        rows.append(row)
+    session.flush()
+    return rows
+
+
+def list_load_summaries(
+    session: Session, *, model: str | None, source: str | None, limit: int, offset: int
+) -> tuple[list[LoadSummaryOut], int]:
+    query = select(LoadSummaryRow).order_by(LoadSummaryRow.model, LoadSummaryRow.id)
+    if model is not None:
+        query = query.where(LoadSummaryRow.model == model)
+    if source is not None:
+        query = query.where(LoadSummaryRow.source == source)
+    rows, total = _page(session, query, limit, offset)
+    return [load_summary_out(row) for row in rows], total
+
+
+def all_load_summaries(session: Session) -> list[LoadSummaryOut]:
+    rows = session.execute(select(LoadSummaryRow).order_by(LoadSummaryRow.id)).scalars()
+    return [load_summary_out(row) for row in rows]

@@ -8,7 +8,16 @@ from fastapi import FastAPI
 
 from api import errors
 from api.middleware import BodyLimitMiddleware, ServerTimingMiddleware
-from api.routers import catalog, estimates, fits, leaderboard, measurements, scores, service
+from api.routers import (
+    catalog,
+    estimates,
+    fits,
+    leaderboard,
+    load_summaries,
+    measurements,
+    scores,
+    service,
+)
 from api.settings import get_settings
 
 DESCRIPTION = """
@@ -56,7 +65,9 @@ def create_app() -> FastAPI:
     )
     errors.install(app)
     # The hot estimate routes first: routing tries routes in order.
-    for module in (estimates, service, catalog, measurements, fits, scores, leaderboard):
+    for module in (
+        estimates, service, catalog, measurements, fits, scores, leaderboard, load_summaries,
+    ):  # fmt: skip
         app.include_router(module.router)
     _document_optional_read_auth(app)
     # Outermost first on the way in: time everything, then refuse oversized bodies.

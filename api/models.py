@@ -182,3 +182,20 @@ class IdempotencyRecordRow(Base):
     status_code: Mapped[int] = mapped_column(Integer)
     response_body: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class LoadSummaryRow(Base):
+    """What users saw from a model at one load level (a LoadSummary, whole in ``summary``);
+    one row per (model, load, source): a new upload replaces it."""
+
+    __tablename__ = "load_summaries"
+    __table_args__ = (UniqueConstraint("model", "load", "source"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    model: Mapped[str] = mapped_column(String(NAME_LENGTH), index=True)
+    load: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    source: Mapped[str] = mapped_column(String(NAME_LENGTH))  # measured, simulated, a label
+    requests_per_s: Mapped[float] = mapped_column(Float)
+    goodput_requests_per_s: Mapped[float] = mapped_column(Float)
+    summary: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)

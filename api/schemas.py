@@ -17,6 +17,7 @@ from idealized_runtime.core.types import (
     FitMethod,
     FittedCostModel,
     Hardware,
+    LoadSummary,
     Measurement,
     Name,
     OutputTokenCount,
@@ -454,3 +455,19 @@ class LeaderboardOut(BaseModel):
     scenarios: list[LeaderboardScenario] | None = Field(
         default=None, description="Per (scenario, model) rows when include_scenarios=true"
     )
+
+
+# --- load summaries ----------------------------------------------------------------------------
+
+LoadSource = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
+
+
+class LoadSummaryOut(LoadSummary):
+    id: int
+    source: str = Field(description="measured (default), simulated, or the uploader's label")
+    created_at: datetime
+
+
+class LoadSummariesWritten(BaseModel):
+    written: int
+    items: list[LoadSummaryOut]

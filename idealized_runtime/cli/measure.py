@@ -34,9 +34,17 @@ def measure_command(
         "helm-synthetic", "--grid", help="helm-synthetic, quick, or a CSV/JSON file of points"
     ),
     repeats: int = typer.Option(3, "--repeats", min=1, help="requests per grid point"),
-    concurrency: int = typer.Option(1, "--concurrency", min=1, help="requests in flight"),
-    rate: Optional[float] = typer.Option(  # noqa: UP045
-        None, "--rate", help="Poisson arrivals per second instead of fixed concurrency"
+    concurrency: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--concurrency", help="requests in flight; a list (1,4,16) runs one level each"
+    ),
+    rate: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--rate", help="Poisson arrivals per second (a list: one level each)"
+    ),
+    sweep: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--sweep", help="synchronous, saturated, then N rates between them"
+    ),
+    workload: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--workload", help="replay a trace (CSV/JSONL: arrival_s, prompt/output tokens)"
     ),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="stream (TTFT, inter-token)"),
     tokenizer: Optional[str] = typer.Option(  # noqa: UP045
@@ -63,13 +71,30 @@ def measure_command(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
 ) -> None:
     """Time an OpenAI-compatible API over a grid of prompt/output sizes (raw JSONL for `fit`)."""
-    from idealized_runtime.timing.client import MeasureConfig, run_measure
+    import asyncio
+
+    from idealized_runtime.timing.client import MeasureConfig, measure_levels, measure_sweep
     from idealized_runtime.timing.grids import load_grid
+    from idealized_runtime.timing.load_patterns import parse_levels, read_workload
 
     if endpoint not in ("completions", "chat"):
         fail(f"--endpoint must be completions or chat, got {endpoint!r}")
-    if rate is not None and rate <= 0:
-        fail("--rate must be positive")
+    chosen = [name for name, value in (("--rate", rate), ("--sweep", sweep),
+              ("--workload", workload)) if value is not None]  # fmt: skip
+    if len(chosen) > 1 or (chosen and concurrency is not None):
+        fail(f"choose one of --concurrency, --rate, --sweep, --workload (got {', '.join(chosen)}"
+             + (", --concurrency" if concurrency is not None else "") + ")")  # fmt: skip
+    if sweep is not None and sweep < 1:
+        fail(f"--sweep needs at least 1 rate between the bounds, got {sweep}")
+    levels: list[dict] = [{"concurrency": 1}]
+    if concurrency is not None:
+        levels = [
+            {"concurrency": int(c)}
+            for c in parse_levels(concurrency, "--concurrency", integer=True)
+        ]
+    if rate is not None:
+        levels = [{"rate": r} for r in parse_levels(rate, "--rate", integer=False)]
+    trace = read_workload(workload) if workload is not None else None
     body: dict = {}
     if extra_body:
         try:
@@ -86,8 +111,7 @@ def measure_command(
         endpoint=endpoint,  # type: ignore[arg-type]
         grid=load_grid(grid),
         repeats=repeats,
-        concurrency=concurrency,
-        rate=rate,
+        workload=trace,
         stream=stream,
         tokenizer=tokenizer,
         timeout_s=timeout,
@@ -100,21 +124,31 @@ def measure_command(
         seed=seed,
     )
     config.url  # noqa: B018  (validates the base URL before any work)
-    summary = run_measure(config, output, progress=progress)
-    detail = (
-        f"{summary.written} rows written ({summary.ok} ok, {summary.failed} failed, "
-        f"{summary.usage_mismatches} usage mismatches), {summary.already_done} already in "
-        f"{output}; {summary.elapsed_s:.1f} s"
-    )
-    if summary.dropped_fields:
-        detail += f"; server rejected {', '.join(summary.dropped_fields)} (not sent)"
+    if sweep is not None:
+        result = asyncio.run(measure_sweep(config, sweep, output, progress))
+    else:
+        result = asyncio.run(measure_levels(config, levels, output, progress))
+    written = ok = 0
     # Plain echo, not rich: a rich console wraps the line at 80 columns when piped, and reads
     # brackets in a file name as markup.
-    if summary.interrupted:
-        typer.echo(f"interrupted: {detail}. Run the same command again to resume.", err=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
-    typer.echo(detail, err=True)
-    if summary.written and not summary.ok:
+    for summary in result.levels:
+        written, ok = written + summary.written, ok + summary.ok
+        detail = (
+            f"{summary.load}: {summary.written} rows written ({summary.ok} ok, "
+            f"{summary.failed} failed, {summary.usage_mismatches} usage mismatches), "
+            f"{summary.already_done} already in {output}; {summary.elapsed_s:.1f} s"
+        )
+        if summary.dropped_fields:
+            detail += f"; server rejected {', '.join(summary.dropped_fields)} (not sent)"
+        if summary.stopped:
+            detail += f"; stopped early, server over-saturated: {summary.stopped}"
+        if summary.interrupted:
+            typer.echo(f"interrupted: {detail}. Run the same command again to resume.", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED)
+        typer.echo(detail, err=True)
+    for load in result.skipped:
+        typer.echo(f"{load}: skipped (the server was over-saturated at or below it)", err=True)
+    if written and not ok:
         fail("every request failed; see the error column of the rows", code=1)
 
 

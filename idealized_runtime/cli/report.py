@@ -134,21 +134,39 @@ def report_command(
     with_helm: bool = typer.Option(
         True, "--with-helm/--no-helm", help="add the HELM reference models to a results folder"
     ),
+    slo: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--slo", help="latency targets drawn on the load curves: ttft=S,tpot=S,e2e=S"
+    ),
 ) -> None:
-    """Write the leaderboard report: self-contained HTML, Markdown and CSV."""
+    """Write the leaderboard report: self-contained HTML, Markdown and CSV (and load.html with
+    latency-throughput curves when the source holds load levels)."""
+    from idealized_runtime.report import load as load_report
+    from idealized_runtime.timing.summary import parse_slo
+
+    targets = parse_slo(slo) if slo is not None else None
     from idealized_runtime.leaderboard import build_leaderboard
     from idealized_runtime.report import inputs
     from idealized_runtime.report.render import write_report
 
+    curves: list = []
     if source is None:
         loaded = inputs.bundled_helm_inputs()
     elif "://" in source:
         from idealized_runtime.report.database import database_report_inputs
 
         loaded = database_report_inputs(source)
+        curves = load_report.database_curves(source)
     elif Path(source).is_dir():
+        curves = load_report.results_dir_curves(source, targets)
+        if curves and not (Path(source) / "manifest.json").is_file():
+            # Only load levels (measure/summarize outputs): the load page alone.
+            path = load_report.write_load_report(curves, output, targets)
+            typer.echo(f"load curves: {path}")
+            return
         loaded = inputs.results_dir_inputs(source, with_helm=with_helm)
     else:
         fail(f"--from {source!r} is neither a database URL nor a results folder")
     files = write_report(build_leaderboard(loaded), output)
     typer.echo(f"report: {files.html}")
+    if curves:
+        typer.echo(f"load curves: {load_report.write_load_report(curves, output, targets)}")

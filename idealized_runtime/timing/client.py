@@ -10,9 +10,13 @@ Raw JSONL row (one object per line):
     runtime_s (null when failed), ttft_s (streaming only), inter_token_latencies_s (streaming),
     status, error, attempts, retry_waits_s, started_at, finished_at (ISO UTC, of the last attempt),
     usage_mismatch, usage_reported, usage, server_model, system_fingerprint, response_id,
-    finish_reason, stream, num_chunks, prompt_source, dropped_fields, load, client.
-The resume key is (model, endpoint, requested_prompt_tokens, requested_output_tokens, repeat);
-a failed row (after its retries) counts as done.
+    finish_reason, stream, num_chunks, prompt_source, dropped_fields, client,
+    load (the level's label: "concurrency=8", "rate=4.0", "sweep:synchronous", "sweep:rate=3.2",
+    "sweep:throughput", "trace"), started_at_s and finished_at_s (seconds since the level's run
+    started, monotonic clock, retries included), run_id (one uninterrupted run of the level).
+The resume key is (model, endpoint, requested_prompt_tokens, requested_output_tokens, repeat,
+load); a failed row (after its retries) counts as done. ``measure_levels`` runs several levels
+into one file and ``measure_sweep`` finds the levels of a sweep; both resume per level.
 
 API keys are read from the environment variable the config names, sent as a bearer token, and
 never written anywhere (server error texts are redacted).
@@ -24,6 +28,7 @@ import asyncio
 import contextlib
 import email.utils
 import json
+import math
 import os
 import queue
 import random
@@ -31,6 +36,7 @@ import re
 import signal
 import threading
 import time
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,7 +50,12 @@ from idealized_runtime import __version__
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import append_line_durably, atomic_writer, truncate_partial_line
 from idealized_runtime.timing.grids import GridPoint
-from idealized_runtime.timing.load_patterns import run_poisson, run_with_concurrency
+from idealized_runtime.timing.load_patterns import (
+    TraceRequest,
+    run_at_arrivals,
+    run_poisson,
+    run_with_concurrency,
+)
 from idealized_runtime.timing.prompts import (
     LocalTokenizer,
     PromptBuilder,
@@ -52,6 +63,7 @@ from idealized_runtime.timing.prompts import (
     calibrate,
     load_tokenizer,
 )
+from idealized_runtime.timing.summary import load_label, summarize_level
 
 Endpoint = Literal["completions", "chat"]
 ENDPOINT_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
@@ -63,7 +75,7 @@ STREAM_USAGE_FIELD = "stream_options"
 OPTIONAL_FIELDS = (*FIXED_LENGTH_FIELDS, STREAM_USAGE_FIELD)
 RETRY_AFTER_CAP_S = 300.0
 ERROR_TEXT_LIMIT = 500
-Key = tuple[str, str, int, int, int]
+Key = tuple[str, str, int, int, int, str]
 
 
 class MeasureConfig(BaseModel):
@@ -89,6 +101,16 @@ class MeasureConfig(BaseModel):
     shuffle: bool = True  # random order spreads slow periods of the server over the grid
     seed: int = 0
     max_in_flight: int = Field(default=256, ge=1)
+    workload: list[TraceRequest] | None = Field(
+        default=None, description="replay these arrivals instead of the grid (load 'trace')"
+    )
+    level_label: str | None = Field(default=None, description="load label written to rows")
+    # An open-loop level (rate, trace) stops offering requests when the server is over-saturated:
+    # more than stop_in_flight requests open at once (the queue is growing), or more than
+    # stop_error_rate of at least stop_min_finished finished requests failed.
+    stop_in_flight: int | None = Field(default=None, ge=1)
+    stop_error_rate: float = Field(default=0.5, gt=0, le=1)
+    stop_min_finished: int = Field(default=10, ge=1)
 
     @property
     def recorded_model(self) -> str:
@@ -107,10 +129,14 @@ class MeasureConfig(BaseModel):
         )
 
     @property
-    def load(self) -> dict[str, Any]:
+    def load(self) -> str:
+        if self.level_label:
+            return self.level_label
+        if self.workload is not None:
+            return "trace"
         if self.rate is not None:
-            return {"pattern": "poisson", "rate": self.rate}
-        return {"pattern": "concurrency", "concurrency": self.concurrency}
+            return f"rate={float(self.rate)}"
+        return f"concurrency={self.concurrency}"
 
 
 class MeasureSummary(BaseModel):
@@ -126,6 +152,8 @@ class MeasureSummary(BaseModel):
     dropped_fields: list[str]
     prompt_source: str
     prompt_offset: int
+    load: str = ""
+    stopped: str | None = None  # why an over-saturated level stopped early
 
 
 class _NotAnAPIResponse(Exception):
@@ -136,6 +164,7 @@ class _NotAnAPIResponse(Exception):
 class _Job:
     point: GridPoint
     repeat: int
+    arrival_s: float = 0.0  # trace replays only
 
 
 @dataclass
@@ -212,6 +241,7 @@ def row_key(row: dict[str, Any]) -> Key | None:
             int(row.get("requested_prompt_tokens", row["num_prompt_tokens"])),
             int(row.get("requested_output_tokens", row["num_output_tokens"])),
             int(row["repeat"]),
+            load_label(row.get("load")),
         )
     except (KeyError, TypeError, ValueError):
         return None
@@ -575,6 +605,9 @@ class _Client:
         self.builder = PromptBuilder(recipe, tokenizer)
         return self.builder
 
+    origin = 0.0  # perf_counter at the start of this run of the level
+    run_id = ""
+
     # --- rows --------------------------------------------------------------------------------
 
     async def measure_job(self, job: _Job) -> dict[str, Any]:
@@ -582,9 +615,11 @@ class _Client:
         config = self.config
         p, o = job.point
         text = self.builder.text(p, job.repeat)
+        started_at_s = time.perf_counter() - self.origin
         result, attempts, waits = await self.request(
             self.payload(text, o, stream=config.stream, fixed=True)
         )
+        finished_at_s = time.perf_counter() - self.origin
         usage = result.usage if isinstance(result.usage, dict) else None
         reported_p = usage.get("prompt_tokens") if usage else None
         reported_o = usage.get("completion_tokens") if usage else None
@@ -621,20 +656,38 @@ class _Client:
             "prompt_source": self.builder.recipe.source,
             "dropped_fields": sorted(self.dropped),
             "load": config.load,
+            "started_at_s": round(started_at_s, 6),
+            "finished_at_s": round(finished_at_s, 6),
+            "run_id": self.run_id,
             "client": f"idealized-runtime {__version__}",
         }
 
 
+def _planned(config: MeasureConfig) -> int:
+    if config.workload is not None:
+        return len(config.workload)
+    return config.repeats * len(config.grid)
+
+
 def _plan(config: MeasureConfig, done: set[Key]) -> tuple[list[_Job], int]:
+    identity = (config.recorded_model, config.endpoint)
+    if config.workload is not None:
+        # A trace's requests are told apart by their index (the repeat column).
+        jobs = [
+            _Job(GridPoint(p, o), index, arrival)
+            for index, (arrival, p, o) in enumerate(config.workload)
+            if (*identity, p, o, index, config.load) not in done
+        ]
+        return jobs, _planned(config) - len(jobs)
     jobs = [
         _Job(point, repeat)
         for repeat in range(config.repeats)
         for point in config.grid
-        if (config.recorded_model, config.endpoint, *point, repeat) not in done
+        if (*identity, *point, repeat, config.load) not in done
     ]
     if config.shuffle:
         random.Random(config.seed).shuffle(jobs)
-    return jobs, config.repeats * len(config.grid) - len(jobs)
+    return jobs, _planned(config) - len(jobs)
 
 
 def calibration_cache_path(output: Path) -> Path:
@@ -678,10 +731,24 @@ async def measure(
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     limit = config.concurrency if config.rate is None else config.max_in_flight
     pool = _ConnectionPool(limit, headers, config.timeout_s)
-    counts = {"written": 0, "ok": 0, "failed": 0, "mismatch": 0}
+    counts = {"written": 0, "ok": 0, "failed": 0, "mismatch": 0, "started": 0}
     client = _Client(config, pool, api_key)
     interrupted = False
     writer: _RowWriter | None = None
+    stopped: list[str] = []
+    open_loop = config.rate is not None or config.workload is not None
+
+    def over_saturated() -> bool:
+        finished = counts["written"]
+        in_flight = counts["started"] - finished
+        if config.stop_in_flight is not None and in_flight > config.stop_in_flight:
+            stopped.append(f"{in_flight} requests in flight (limit {config.stop_in_flight})")
+        elif (
+            finished >= config.stop_min_finished
+            and counts["failed"] > config.stop_error_rate * finished
+        ):
+            stopped.append(f"{counts['failed']} of {finished} requests failed")
+        return bool(stopped)
 
     async def work() -> None:
         nonlocal writer
@@ -693,9 +760,11 @@ async def measure(
             path = calibration_cache_path(output)
             raise InputError(f"cannot write: {error.strerror or error}", path=str(path)) from None
         writer = _RowWriter(output)
+        client.origin, client.run_id = time.perf_counter(), uuid.uuid4().hex[:12]
         with _ProgressBar(progress, len(jobs)) as bar:
 
             async def run(job: _Job) -> None:
+                counts["started"] += 1
                 row = await client.measure_job(job)
                 assert writer is not None
                 writer.write(row)
@@ -704,9 +773,17 @@ async def measure(
                 counts["mismatch"] += row["usage_mismatch"]
                 bar.advance(counts["failed"])
 
-            if config.rate is not None:
+            stop = over_saturated if open_loop else None
+            if config.workload is not None:
+                await run_at_arrivals(jobs, [job.arrival_s for job in jobs], run, should_stop=stop)
+            elif config.rate is not None:
                 await run_poisson(
-                    jobs, run, config.rate, seed=config.seed, max_in_flight=config.max_in_flight
+                    jobs,
+                    run,
+                    config.rate,
+                    seed=config.seed,
+                    max_in_flight=config.max_in_flight,
+                    should_stop=stop,
                 )
             else:
                 await run_with_concurrency(jobs, run, config.concurrency)
@@ -745,7 +822,7 @@ async def measure(
     recipe = client.builder.recipe if client.builder else None
     return MeasureSummary(
         output=str(output),
-        planned=config.repeats * len(config.grid),
+        planned=_planned(config),
         already_done=already_done,
         written=counts["written"],
         ok=counts["ok"],
@@ -756,12 +833,156 @@ async def measure(
         dropped_fields=sorted(client.dropped),
         prompt_source=recipe.source if recipe else "none",
         prompt_offset=recipe.offset if recipe else 0,
+        load=config.load,
+        stopped=stopped[0] if stopped else None,
     )
 
 
 def run_measure(config: MeasureConfig, output: Path, progress: bool = False) -> MeasureSummary:
     """Synchronous ``measure`` (its own event loop)."""
     return asyncio.run(measure(config, output, progress))
+
+
+class LevelsSummary(BaseModel):
+    output: str
+    levels: list[MeasureSummary]
+    skipped: list[str]  # levels not run: stopped before (state file) or after an over-saturation
+    interrupted: bool
+
+
+def levels_state_path(output: Path) -> Path:
+    return output.with_name(output.name + ".levels.json")
+
+
+def _read_stopped(output: Path) -> dict[str, str]:
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        data = json.loads(levels_state_path(output).read_text(encoding="utf-8"))
+        stopped = data.get("stopped", {})
+        if isinstance(stopped, dict):
+            return {str(k): str(v) for k, v in stopped.items()}
+    return {}
+
+
+def _write_stopped(output: Path, stopped: dict[str, str]) -> None:
+    with atomic_writer(levels_state_path(output)) as handle:
+        json.dump({"stopped": stopped}, handle, indent=1)
+
+
+async def measure_levels(
+    config: MeasureConfig,
+    levels: list[dict[str, Any]],
+    output: Path,
+    progress: bool = False,
+    *,
+    skip_after_stop: bool = False,
+    _done: list[MeasureSummary] | None = None,
+) -> LevelsSummary:
+    """Run ``config`` at each level (a dict of MeasureConfig fields, e.g. {"concurrency": 8} or
+    {"rate": 4.0}) into one file, in order. A level that over-saturated the server is recorded
+    beside the output (``.levels.json``) and not offered again on resume; with
+    ``skip_after_stop`` the levels after it are skipped too (higher rates of a sweep)."""
+    output = Path(output)
+    summaries = list(_done or [])
+    skipped: list[str] = []
+    stopped = _read_stopped(output)
+    for index, update in enumerate(levels):
+        level = config.model_copy(update=update)
+        if level.load in stopped:
+            skipped.append(level.load)
+            if skip_after_stop:
+                skipped.extend(config.model_copy(update=u).load for u in levels[index + 1 :])
+                break
+            continue
+        summary = await measure(level, output, progress)
+        summaries.append(summary)
+        if summary.interrupted:
+            return LevelsSummary(
+                output=str(output), levels=summaries, skipped=skipped, interrupted=True
+            )
+        if summary.stopped:
+            stopped[level.load] = summary.stopped
+            _write_stopped(output, stopped)
+            if skip_after_stop:
+                skipped.extend(config.model_copy(update=u).load for u in levels[index + 1 :])
+                break
+    return LevelsSummary(output=str(output), levels=summaries, skipped=skipped, interrupted=False)
+
+
+SWEEP_SYNCHRONOUS, SWEEP_THROUGHPUT = "sweep:synchronous", "sweep:throughput"
+
+
+def sweep_rates(synchronous_rps: float, throughput_rps: float, count: int) -> list[float]:
+    """``count`` rates evenly spaced strictly between the synchronous and the saturated
+    throughput (requests per second), rounded to 4 significant digits."""
+    low, high = sorted((synchronous_rps, throughput_rps))
+    step = (high - low) / (count + 1)
+    return [float(f"{low + step * (i + 1):.4g}") for i in range(count)]
+
+
+def _level_rows(output: Path, config: MeasureConfig, load: str) -> list[dict[str, Any]]:
+    rows = []
+    for line in truncate_partial_line(output).splitlines():
+        with contextlib.suppress(ValueError):
+            row = json.loads(line)
+            if (
+                isinstance(row, dict)
+                and row.get("model") == config.recorded_model
+                and load_label(row.get("load")) == load
+            ):
+                rows.append(row)
+    return rows
+
+
+async def measure_sweep(
+    config: MeasureConfig, count: int, output: Path, progress: bool = False
+) -> LevelsSummary:
+    """A sweep: the grid one request at a time (``sweep:synchronous``), then all at once (up to
+    ``max_in_flight``: ``sweep:throughput``), then Poisson arrivals at ``count`` rates evenly
+    between the two throughputs (``sweep:rate=R``), lowest first. A rate level stops early when
+    more than 3 x (saturated throughput x unloaded mean latency) requests are open (the queue
+    grows) or most requests fail; the higher rates are then skipped. The rates come from the
+    rows in ``output``, so a resumed sweep finds the same levels."""
+    if count < 1:
+        raise InputError("--sweep needs at least 1 rate between the two bounds")
+    output = Path(output)
+    jobs = _planned(config)
+    bounds = [
+        {"concurrency": 1, "rate": None, "level_label": SWEEP_SYNCHRONOUS},
+        {
+            "concurrency": max(1, min(config.max_in_flight, jobs)),
+            "rate": None,
+            "level_label": SWEEP_THROUGHPUT,
+        },
+    ]
+    first = await measure_levels(config, bounds, output, progress)
+    if first.interrupted:
+        return first
+    rates: list[float] = []
+    summaries = {}
+    for label in (SWEEP_SYNCHRONOUS, SWEEP_THROUGHPUT):
+        summaries[label] = summarize_level(
+            config.recorded_model, label, _level_rows(output, config, label)
+        )
+    low = summaries[SWEEP_SYNCHRONOUS].requests_per_s
+    high = summaries[SWEEP_THROUGHPUT].requests_per_s
+    if low <= 0 or high <= 0:
+        raise InputError("the sweep's bounds completed no request; see the rows' errors")
+    rates = sweep_rates(low, high, count)
+    # Little's law: serving the saturated throughput at the unloaded latency needs about
+    # high x (synchronous mean latency) requests open; three times that means a growing queue.
+    unloaded = summaries[SWEEP_SYNCHRONOUS].e2e_s.mean or 0.0
+    in_flight = max(4, math.ceil(3 * high * unloaded))
+    levels = [
+        {
+            "rate": rate,
+            "level_label": f"sweep:rate={rate}",
+            "stop_in_flight": config.stop_in_flight or in_flight,
+        }
+        for rate in rates
+    ]
+    return await measure_levels(
+        config, levels, output, progress, skip_after_stop=True, _done=first.levels
+    )
 
 
 class _ProgressBar(contextlib.AbstractContextManager):

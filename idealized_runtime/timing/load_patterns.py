@@ -1,15 +1,25 @@
-"""How requests are offered to a server: a fixed number in flight, or Poisson arrivals.
+"""How requests are offered to a server: a fixed number in flight, Poisson arrivals, or the
+arrival times of a recorded trace.
 
-Both take the jobs in order and an async ``run(job)``; cancelling the pattern cancels every
-request in flight (Ctrl-C).
+Each takes the jobs in order and an async ``run(job)``; cancelling the pattern cancels every
+request in flight (Ctrl-C). The open-loop patterns take ``should_stop()``, asked before each
+arrival: a level that over-saturates the server stops offering new requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import csv
+import json
+import math
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TypeVar
+from pathlib import Path
+from typing import Any, NamedTuple, TypeVar
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import MAX_TOKENS
 
 Job = TypeVar("Job")
 
@@ -36,6 +46,7 @@ async def run_poisson(
     *,
     seed: int = 0,
     max_in_flight: int = 256,
+    should_stop: Callable[[], bool] | None = None,
 ) -> None:
     """Start jobs at exponentially distributed gaps (mean 1/rate s), an open-loop load like
     independent users; ``max_in_flight`` bounds the requests open at once if the server falls
@@ -56,6 +67,8 @@ async def run_poisson(
         for job in jobs:
             next_at += rng.expovariate(rate)
             await asyncio.sleep(max(0.0, next_at - loop.time()))
+            if should_stop is not None and should_stop():
+                break
             await slots.acquire()
             tasks.append(asyncio.create_task(start(job)))
     except asyncio.CancelledError:
@@ -64,6 +77,135 @@ async def run_poisson(
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
     await _wait_all(tasks)
+
+
+async def run_at_arrivals(
+    jobs: Sequence[Job],
+    arrivals_s: Sequence[float],
+    run: Callable[[Job], Awaitable[None]],
+    *,
+    should_stop: Callable[[], bool] | None = None,
+) -> None:
+    """Start each job at its arrival time (seconds, counted from the earliest one given)."""
+    loop = asyncio.get_running_loop()
+    tasks: list[asyncio.Task[None]] = []
+    origin = loop.time() - (min(arrivals_s) if arrivals_s else 0.0)
+    try:
+        for job, arrival in sorted(zip(jobs, arrivals_s, strict=True), key=lambda pair: pair[1]):
+            await asyncio.sleep(max(0.0, origin + arrival - loop.time()))
+            if should_stop is not None and should_stop():
+                break
+            tasks.append(asyncio.create_task(run(job)))
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+    await _wait_all(tasks)
+
+
+def parse_levels(text: str, option: str, *, integer: bool) -> list[float]:
+    """``"1,4,16"`` as load levels for ``option`` (--concurrency, --rate); InputError if any is
+    not a positive (integer) number. Duplicates are dropped, order kept."""
+    levels: list[float] = []
+    for part in text.split(","):
+        try:
+            value = int(part) if integer else float(part)
+        except ValueError:
+            value = None
+        if value is None or not math.isfinite(value) or value <= 0:
+            kind = "positive integers" if integer else "positive numbers"
+            raise InputError(f"{option} takes comma-separated {kind}, got {text!r}")
+        levels.append(value)
+    return list(dict.fromkeys(levels))
+
+
+class TraceRequest(NamedTuple):
+    arrival_s: float
+    num_prompt_tokens: int
+    num_output_tokens: int
+
+
+# Column names accepted for a trace's fields (ours first, then common spellings).
+TRACE_COLUMNS = {
+    "arrival_s": ("arrival_s", "arrival_time", "timestamp"),
+    "num_prompt_tokens": ("num_prompt_tokens", "prompt_tokens", "input_length"),
+    "num_output_tokens": ("num_output_tokens", "output_tokens", "output_length"),
+}
+MAX_TRACE_REQUESTS = 1_000_000
+
+
+def read_workload(path: str | Path) -> list[TraceRequest]:
+    """A request trace: CSV with a header, or JSONL objects, with an arrival time (seconds) and
+    prompt and output lengths per request (see TRACE_COLUMNS). Sorted by arrival; arrival times
+    are relative to the first one."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise InputError(f"cannot read the workload: {reason}", path=str(path)) from None
+    records: list[dict[str, Any]] = []
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        for number, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                record = None
+            if not isinstance(record, dict):
+                raise InputError("not a JSON object", path=str(path), row=number)
+            records.append(record)
+    else:
+        try:
+            reader = csv.DictReader(text.splitlines())
+            records = [{(k or "").strip(): v for k, v in row.items()} for row in reader]
+        except csv.Error as error:
+            raise InputError(f"malformed CSV ({error})", path=str(path)) from None
+    if not records:
+        raise InputError("the workload has no requests", path=str(path))
+    if len(records) > MAX_TRACE_REQUESTS:
+        raise InputError(f"more than {MAX_TRACE_REQUESTS} requests", path=str(path))
+    requests = [_trace_request(record, str(path), row) for row, record in enumerate(records, 1)]
+    requests.sort(key=lambda request: request.arrival_s)
+    first = requests[0].arrival_s
+    return [request._replace(arrival_s=request.arrival_s - first) for request in requests]
+
+
+def _trace_request(record: dict[str, Any], path: str, row: int) -> TraceRequest:
+    values: dict[str, Any] = {}
+    for field, names in TRACE_COLUMNS.items():
+        name = next((name for name in names if record.get(name) not in (None, "")), None)
+        if name is None:
+            raise InputError(f"missing {' or '.join(names)}", path=path, row=row)
+        values[field] = record[name]
+    try:
+        arrival = float(values["arrival_s"])
+    except (TypeError, ValueError):
+        arrival = math.nan
+    if isinstance(values["arrival_s"], bool) or not math.isfinite(arrival) or arrival < 0:
+        raise InputError(
+            f"arrival time must be a non-negative number of seconds, got {values['arrival_s']!r}",
+            path=path,
+            row=row,
+        )
+    counts = []
+    for field in ("num_prompt_tokens", "num_output_tokens"):
+        value = values[field]
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                value = float(value)
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+            raise InputError(
+                f"{field} must be an integer from 1 to {MAX_TOKENS}, got {values[field]!r}",
+                path=path,
+                row=row,
+            )
+        counts.append(value)
+    return TraceRequest(arrival, *counts)
 
 
 async def _wait_all(tasks: list[asyncio.Task[None]]) -> None:

@@ -172,7 +172,8 @@ def test_cli_output_errors_and_summary_are_one_line(start_fake, tmp_path: Path) 
     result = run_cli(measure_args(url, out, "--grid", "quick", "--repeats", "1"))
     assert result.returncode == 0, result.stderr
     lines = result.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("9 rows written") and str(out) in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("concurrency=1: 9 rows written")
+    assert str(out) in lines[0]
     assert len(read_rows(out)) == 9
 
 

@@ -198,7 +198,7 @@ def test_poisson_arrivals_and_usage_mismatch_flags(start_fake, tmp_path: Path) -
     assert result.returncode == 0, result.stderr
     rows = read_rows(out)
     assert len(rows) == 10
-    assert {row["load"]["pattern"] for row in rows} == {"poisson"}
+    assert {row["load"] for row in rows} == {"rate=100.0"}
     short = [row for row in rows if row["requested_prompt_tokens"] == 1]
     long = [row for row in rows if row["requested_prompt_tokens"] == 32]
     assert all(row["usage_mismatch"] and row["num_prompt_tokens"] == 2 for row in short)
