@@ -9,9 +9,11 @@ guidellm defines it, per request (latency - TTFT) / (output tokens - 1), i.e. ou
 client's CPU seconds per request (user + system of the client process and its children; target:
 ours no higher).
 
-guidellm lives in its own virtual environment (it brings its own dependencies):
+guidellm lives in its own virtual environment (it brings its own dependencies); pin torch to the
+CPU build already installed so that pip does not fetch another one:
     python -m venv /tmp/guidellm-venv
-    /tmp/guidellm-venv/bin/pip install -c /work/main/.venv/constraints.txt guidellm==0.8.1
+    echo torch==2.13.0 > /tmp/torch-pin.txt
+    /tmp/guidellm-venv/bin/pip install -c /tmp/torch-pin.txt guidellm==0.8.1
 and is found through GUIDELLM (the executable), else `guidellm` on PATH.
 
 Usage: python benchmarks/client_vs_guidellm.py [--levels 1,4] [--requests 40]
