@@ -17,7 +17,7 @@ transformers = pytest.importorskip("transformers")
 
 from idealized_runtime.core.architectures import architecture_from_hf_config  # noqa: E402
 from idealized_runtime.core.errors import InputError  # noqa: E402
-from idealized_runtime.core.types import RopeScaling  # noqa: E402
+from idealized_runtime.core.types import Architecture, RopeScaling  # noqa: E402
 from local_runner.hf_config import load_hf_state_dict  # noqa: E402
 from local_runner.model import build_model  # noqa: E402
 from local_runner.rope import yarn_attention_factor, yarn_inv_freq, yarn_softmax_scale  # noqa: E402
@@ -149,6 +149,8 @@ def test_loader_reads_hub_style_rope_scaling_and_transformers5_rope_parameters()
         {**TINY["deepseek_v3"], "rope_parameters": DEEPSEEK_YARN}, name="d"
     )
     assert old_style == new_style
+    # Stored as JSON (catalog, database) and read back unchanged.
+    assert Architecture(**old_style.model_dump(mode="json")) == old_style
     assert old_style.rope_scaling == RopeScaling(
         factor=40, original_max_context=4096, mscale=1.0, mscale_all_dim=1.0
     )
