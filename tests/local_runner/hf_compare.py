@@ -25,7 +25,8 @@ def assert_matches_transformers(
     arch = architecture_from_hf_config(raw if raw is not None else config.to_dict(), name=name)
     model = build_model(arch)
     model.setup_cache(max_batch_size=2, max_seq_len=32)
-    load_hf_state_dict(model, hf.state_dict(), arch.family)
+    interleave = getattr(config, "rope_interleave", True)
+    load_hf_state_dict(model, hf.state_dict(), arch.family, rope_interleave=interleave)
     tokens = torch.randint(0, 128, (2, SEQ), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         expected = hf(tokens).logits

@@ -36,6 +36,8 @@ VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {
             n_routed_experts=32, n_group=8, topk_group=3, num_experts_per_tok=5, n_shared_experts=2
         ),
     ),
+    # A checkpoint converted to half-split RoPE dims: loaded without the permutation.
+    "deepseek_rope_not_interleaved": ("deepseek_v3", dict(rope_interleave=False)),
     "gpt_oss_top4_of_8_window_3": (
         "gpt_oss",
         dict(num_local_experts=8, num_experts_per_tok=4, sliding_window=3),
