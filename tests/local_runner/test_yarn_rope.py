@@ -182,7 +182,7 @@ def test_loader_reads_hub_style_rope_scaling_and_transformers5_rope_parameters()
         ({"rope_type": "yarn", "factor": 4.0}, "needs original_max_position_embeddings"),
         (
             {"rope_type": "yarn", "factor": -1.0, "original_max_position_embeddings": 64},
-            "bad rope_scaling: factor",
+            "rope_scaling.factor: Input should be greater than 0",
         ),
         ("yarn", "unsupported rope_scaling='yarn'"),
     ],
