@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from idealized_runtime.core.architectures import (
     SUPPORTED_FAMILIES,
@@ -254,3 +256,40 @@ def test_bench_yaml_takes_a_config_json(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="unsupported model_type 'rwkv'") as error:
         load_config(bench)
     assert "\n" not in str(error.value)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    num_layers=st.integers(1, 40),
+    first_dense=st.integers(0, 45),
+    pattern=st.lists(st.sampled_from(["full", "sliding"]), min_size=1, max_size=7),
+    window=st.integers(1, 64),
+    tokens=st.integers(1, 200),
+    experts=st.sampled_from([1, 4, 8]),
+)
+def test_closed_form_counts_equal_per_layer_sums(
+    num_layers: int, first_dense: int, pattern: list[str], window: int, tokens: int, experts: int
+) -> None:
+    """num_parameters and kv_cache_bytes are closed forms (a request may name any depth); they
+    equal the layer-by-layer sums."""
+    arch = architecture_from_hf_config(TINY["deepseek_v3"], name="d").model_copy(
+        update={
+            "num_layers": num_layers,
+            "first_k_dense_layers": first_dense,
+            "layer_pattern": tuple(pattern),
+            "sliding_window": window,
+            "num_experts": experts,
+            "n_group": 1,
+            "topk_group": 1,
+        }
+    )
+    for active in (False, True):
+        by_layer = sum(arch.layer_parameters(active, i) for i in range(num_layers))
+        ends = arch.num_parameters(active) - by_layer
+        assert ends == 2 * arch.vocab_size * arch.hidden_size + arch.hidden_size
+    per_layer = [
+        min(tokens, window) if arch.attention_kind(i) == "sliding" else tokens
+        for i in range(num_layers)
+    ]
+    values = arch.kv_cache_values_per_token() * 2
+    assert arch.kv_cache_bytes(tokens) == sum(per_layer) * values

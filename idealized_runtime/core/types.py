@@ -251,7 +251,11 @@ class Architecture(_Frozen):
         pos = self.max_context * self.hidden_size if self.position == "learned" else 0
         norm = 2 * self.hidden_size if self.norm == "layernorm" else self.hidden_size
         norms = norm * (2 if self.embedding_norm else 1)  # final norm (+ BLOOM's embedding norm)
-        layers = sum(self.layer_parameters(active_only, layer) for layer in range(self.num_layers))
+        # Closed form (num_layers can be any size in a request): dense layers, then MoE ones.
+        dense = min(self.first_k_dense_layers, self.num_layers) if self.num_experts > 1 else 0
+        moe = self.num_layers - dense
+        layers = dense * self.layer_parameters(active_only, 0)
+        layers += moe * self.layer_parameters(active_only, self.num_layers - 1)
         return embed + head + pos + norms + layers
 
     def kv_cache_values_per_token(self) -> int:
@@ -265,11 +269,14 @@ class Architecture(_Frozen):
         """Bytes of one sequence's KV cache holding ``num_tokens`` tokens: sliding-window
         layers keep at most the window."""
         window = min(num_tokens, self.sliding_window or num_tokens)
-        tokens = sum(
-            window if self.attention_kind(layer) == "sliding" else num_tokens
-            for layer in range(self.num_layers)
-        )
+        sliding = self.num_sliding_layers()
+        tokens = sliding * window + (self.num_layers - sliding) * num_tokens
         return tokens * self.kv_cache_values_per_token() * DTYPE_BYTES[dtype]
+
+    def num_sliding_layers(self) -> int:
+        cycles, rest = divmod(self.num_layers, len(self.layer_pattern))
+        count = self.layer_pattern.count("sliding")
+        return cycles * count + self.layer_pattern[:rest].count("sliding")
 
     def kv_cache_bytes_per_token(
         self, dtype: Dtype = "bfloat16", context_tokens: int | None = None
