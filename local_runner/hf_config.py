@@ -216,9 +216,11 @@ def _half_rotary_rows(weight: torch.Tensor, groups: int, rope: int) -> torch.Ten
     return torch.cat([view[:, :head], view[:, head:][:, order]], 1).reshape(weight.shape)
 
 
-def _map_deepseek_v3(sd, arch):
+def _map_deepseek_v3(sd, arch, interleaved: bool = True):
     """MLA + DeepSeek MoE. DeepSeek's RoPE dims are interleaved pairs; permuting the q and key
-    projection rows into our half-split layout leaves the attention scores unchanged."""
+    projection rows into our half-split layout leaves the attention scores unchanged (a
+    checkpoint converted to half-split, ``rope_interleave: false``, is taken as it is)."""
+    rows = _half_rotary_rows if interleaved else (lambda weight, groups, rope: weight)
     out = {"embed": sd["model.embed_tokens.weight"], "final_norm.weight": sd["model.norm.weight"]}
     if not arch.tie_embeddings:
         out["lm_head"] = sd["lm_head.weight"]
@@ -234,10 +236,8 @@ def _map_deepseek_v3(sd, arch):
             q_up = sd[f"{attn}q_b_proj.weight"]
         else:
             q_up = sd[f"{attn}q_proj.weight"]
-        out[f"{ours}q_up_weight"] = _half_rotary_rows(q_up, heads, rope)
-        out[f"{ours}kv_down_weight"] = _half_rotary_rows(
-            sd[f"{attn}kv_a_proj_with_mqa.weight"], 1, rope
-        )
+        out[f"{ours}q_up_weight"] = rows(q_up, heads, rope)
+        out[f"{ours}kv_down_weight"] = rows(sd[f"{attn}kv_a_proj_with_mqa.weight"], 1, rope)
         out[f"{ours}kv_norm.weight"] = sd[f"{attn}kv_a_layernorm.weight"]
         out[f"{ours}kv_up_weight"] = sd[f"{attn}kv_b_proj.weight"]
         out[f"{ours}out_weight"] = sd[f"{attn}o_proj.weight"]
@@ -334,15 +334,21 @@ _MAPPERS: dict[str, Callable[[dict[str, torch.Tensor], Architecture], dict[str, 
 
 @torch.no_grad()
 def load_hf_state_dict(
-    model: Transformer, hf_state_dict: dict[str, torch.Tensor], family: str
+    model: Transformer,
+    hf_state_dict: dict[str, torch.Tensor],
+    family: str,
+    *,
+    rope_interleave: bool = True,
 ) -> None:
     """Copy the weights of an HF ``*ForCausalLM`` state dict into ``model`` (this rank's shard
-    of each). Biases our layout has but the HF model lacks (GPT-J's attention output) are zero."""
+    of each). Biases our layout has but the HF model lacks (GPT-J's attention output) are zero.
+    ``rope_interleave``: the HF config's flag of that name (DeepSeek-V3 only)."""
     if family not in _MAPPERS:
         raise InputError(f"unsupported family {family!r}; supported: {', '.join(_MAPPERS)}")
     arch = model.arch.model_copy(update={"num_layers": model.num_layers})
     try:
-        full = _MAPPERS[family](hf_state_dict, arch)
+        extra = {"interleaved": rope_interleave} if family == "deepseek_v3" else {}
+        full = _MAPPERS[family](hf_state_dict, arch, **extra)
     except KeyError as error:
         raise InputError(f"{family} state dict lacks {error.args[0]!r}") from None
     # DeepSeek's expert selection bias is a buffer (as in HF), but it is loaded like a weight.

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from idealized_runtime.core.catalog import UnknownNameError, get_architecture
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture, Precision, RopeScaling
+from idealized_runtime.core.types import Architecture, Precision
 
 SUPPORTED_FAMILIES = (
     "gpt2",
@@ -275,7 +275,7 @@ def _gemma(c: _Config, family: str) -> dict[str, Any]:
     )
 
 
-def _yarn(c: _Config) -> RopeScaling | None:
+def _yarn(c: _Config) -> dict[str, Any] | None:
     """The YaRN RoPE extension of DeepSeek-V3 and gpt-oss (transformers 5 ``rope_parameters``,
     4.x ``rope_scaling``); plain RoPE gives None, any other scaling is refused."""
     raw = c.raw.get("rope_scaling") or c.raw.get("rope_parameters") or {}
@@ -294,20 +294,17 @@ def _yarn(c: _Config) -> RopeScaling | None:
             "rope_scaling needs original_max_position_embeddings, a positive integer", path=c.path
         )
     factor = raw.get("factor") or c.get("max_position_embeddings") / original
-    try:
-        return RopeScaling(
-            factor=factor,
-            original_max_context=original,
-            beta_fast=raw.get("beta_fast") or 32.0,
-            beta_slow=raw.get("beta_slow") or 1.0,
-            mscale=raw.get("mscale"),
-            mscale_all_dim=raw.get("mscale_all_dim"),
-            attention_factor=raw.get("attention_factor"),
-            truncate=raw.get("truncate", True),
-        )
-    except ValidationError as error:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        raise InputError(f"bad rope_scaling: {detail}", path=c.path) from None
+    # Validated as Architecture.rope_scaling (a RopeScaling) when the architecture is built.
+    return dict(
+        factor=factor,
+        original_max_context=original,
+        beta_fast=raw.get("beta_fast") or 32.0,
+        beta_slow=raw.get("beta_slow") or 1.0,
+        mscale=raw.get("mscale"),
+        mscale_all_dim=raw.get("mscale_all_dim"),
+        attention_factor=raw.get("attention_factor"),
+        truncate=raw.get("truncate", True),
+    )
 
 
 def _deepseek_v3(c: _Config) -> dict[str, Any]:

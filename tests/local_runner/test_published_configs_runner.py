@@ -9,16 +9,13 @@ import os
 from typing import Any
 
 import pytest
-import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 from idealized_runtime.core.architectures import architecture_from_hf_config  # noqa: E402
 from idealized_runtime.core.types import RopeScaling  # noqa: E402
-from local_runner.hf_config import load_hf_state_dict  # noqa: E402
-from local_runner.model import build_model  # noqa: E402
-from tests.local_runner.test_hf_equivalence import TOLERANCE, _hf_model  # noqa: E402
+from tests.local_runner.hf_compare import assert_matches_transformers  # noqa: E402
 
 # https://huggingface.co/deepseek-ai/DeepSeek-V3/blob/main/config.json (auto_map left out)
 DEEPSEEK_V3: dict[str, Any] = {
@@ -199,18 +196,5 @@ def test_shrunk_published_config_logits_match_transformers(family: str) -> None:
     }
     config = transformers.AutoConfig.for_model(family, **hf_kwargs)
     assert config.rope_parameters["rope_type"] == "yarn"
-    hf = _hf_model(config)
-    arch = architecture_from_hf_config(raw, name=family)
+    arch, _, _ = assert_matches_transformers(config, raw=raw, name=family)
     assert arch.rope_scaling is not None
-    model = build_model(arch)
-    model.setup_cache(max_batch_size=2, max_seq_len=32)
-    load_hf_state_dict(model, hf.state_dict(), arch.family)
-
-    tokens = torch.randint(0, 128, (2, 20), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        expected = hf(tokens).logits
-        ours = model(tokens, torch.arange(20), 20)
-        model(tokens[:, :12], torch.arange(12), 12)
-        stepped = [model(tokens[:, i : i + 1], torch.tensor([i]), i + 1) for i in range(12, 20)]
-    assert (ours - expected).abs().max().item() < TOLERANCE
-    assert (torch.cat(stepped, 1) - expected[:, 12:]).abs().max().item() < TOLERANCE

@@ -17,11 +17,12 @@ transformers = pytest.importorskip("transformers")
 
 from idealized_runtime.core.architectures import architecture_from_hf_config  # noqa: E402
 from idealized_runtime.core.errors import InputError  # noqa: E402
-from idealized_runtime.core.types import RopeScaling  # noqa: E402
+from idealized_runtime.core.types import Architecture, RopeScaling  # noqa: E402
 from local_runner.hf_config import load_hf_state_dict  # noqa: E402
 from local_runner.model import build_model  # noqa: E402
 from local_runner.rope import yarn_attention_factor, yarn_inv_freq, yarn_softmax_scale  # noqa: E402
-from tests.local_runner.test_hf_equivalence import CONFIGS, TOLERANCE, _hf_model  # noqa: E402
+from tests.local_runner.hf_compare import assert_matches_transformers  # noqa: E402
+from tests.local_runner.test_hf_equivalence import CONFIGS, TOLERANCE  # noqa: E402
 from tests.test_architectures import TINY  # noqa: E402
 
 # The published configs' YaRN settings, with the tiny models' RoPE bases; an original context of
@@ -60,26 +61,15 @@ def test_yarn_logits_match_transformers_with_and_without_cache(case: str) -> Non
     base, rope = CASES[case]
     config = CONFIGS[base]()
     config.rope_parameters = dict(rope)
-    hf = _hf_model(config)
-    arch = architecture_from_hf_config(config.to_dict(), name=case)
+    arch, expected, hf = assert_matches_transformers(config, name=case)
     assert arch.rope_scaling is not None
-    model = build_model(arch)
-    model.setup_cache(max_batch_size=2, max_seq_len=32)
-    load_hf_state_dict(model, hf.state_dict(), arch.family)
-
+    # The same weights without YaRN give other logits: the comparison would notice it missing.
+    plain = build_model(arch.model_copy(update={"rope_scaling": None}))
+    plain.setup_cache(max_batch_size=2, max_seq_len=32)
+    load_hf_state_dict(plain, hf.state_dict(), arch.family)
     tokens = torch.randint(0, 128, (2, 20), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
-        expected = hf(tokens).logits
-        ours = model(tokens, torch.arange(20), 20)
-        model(tokens[:, :12], torch.arange(12), 12)
-        stepped = [model(tokens[:, i : i + 1], torch.tensor([i]), i + 1) for i in range(12, 20)]
-        # The same weights without YaRN give other logits: the test would notice it missing.
-        plain = build_model(arch.model_copy(update={"rope_scaling": None}))
-        plain.setup_cache(max_batch_size=2, max_seq_len=32)
-        load_hf_state_dict(plain, hf.state_dict(), arch.family)
         unscaled = plain(tokens, torch.arange(20), 20)
-    assert (ours - expected).abs().max().item() < TOLERANCE
-    assert (torch.cat(stepped, 1) - expected[:, 12:]).abs().max().item() < TOLERANCE
     assert (unscaled - expected).abs().max().item() > 10 * TOLERANCE
 
 
@@ -159,6 +149,8 @@ def test_loader_reads_hub_style_rope_scaling_and_transformers5_rope_parameters()
         {**TINY["deepseek_v3"], "rope_parameters": DEEPSEEK_YARN}, name="d"
     )
     assert old_style == new_style
+    # Stored as JSON (catalog, database) and read back unchanged.
+    assert Architecture(**old_style.model_dump(mode="json")) == old_style
     assert old_style.rope_scaling == RopeScaling(
         factor=40, original_max_context=4096, mscale=1.0, mscale_all_dim=1.0
     )
@@ -190,7 +182,7 @@ def test_loader_reads_hub_style_rope_scaling_and_transformers5_rope_parameters()
         ({"rope_type": "yarn", "factor": 4.0}, "needs original_max_position_embeddings"),
         (
             {"rope_type": "yarn", "factor": -1.0, "original_max_position_embeddings": 64},
-            "bad rope_scaling: factor",
+            "rope_scaling.factor: Input should be greater than 0",
         ),
         ("yarn", "unsupported rope_scaling='yarn'"),
     ],
