@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.errors import InputError, plain
 from idealized_runtime.core.types import (
     MAX_RUNTIME_S,
     MAX_TOKENS,
@@ -56,7 +56,7 @@ def parse_token_count(value: Any, *, path: str, row: int, column: str) -> int:
     """A token count: a positive integer (JSON may write it as 12.0)."""
     if isinstance(value, bool):
         raise InputError(
-            f"expected a positive integer, got {value!r}", path=path, row=row, column=column
+            f"expected a positive integer, got {plain(value)!r}", path=path, row=row, column=column
         )
     if isinstance(value, int):
         number = value
@@ -67,7 +67,7 @@ def parse_token_count(value: Any, *, path: str, row: int, column: str) -> int:
     else:
         shown = value if value is not None else "nothing"
         raise InputError(
-            f"expected a positive integer, got {shown!r}", path=path, row=row, column=column
+            f"expected a positive integer, got {plain(shown)!r}", path=path, row=row, column=column
         )
     if number < 1:
         raise InputError(f"must be at least 1, got {number}", path=path, row=row, column=column)
@@ -83,16 +83,16 @@ def parse_seconds(value: Any, *, path: str, row: int, column: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         shown = value if value is not None else "nothing"
         raise InputError(
-            f"expected a number of seconds, got {shown!r}", path=path, row=row, column=column
+            f"expected a number of seconds, got {plain(shown)!r}", path=path, row=row, column=column
         )
     try:
         number = float(value)
     except ValueError:
         raise InputError(
-            f"expected a number of seconds, got {value!r}", path=path, row=row, column=column
+            f"expected a number of seconds, got {plain(value)!r}", path=path, row=row, column=column
         ) from None
     if problem := check_runtime(number):
-        raise InputError(f"{problem}, got {value!r}", path=path, row=row, column=column)
+        raise InputError(f"{problem}, got {plain(value)!r}", path=path, row=row, column=column)
     return number
 
 
@@ -274,7 +274,7 @@ def _parse_non_negative(value: Any, *, path: str, row: int, column: str) -> floa
         if math.isfinite(number) and number >= 0:
             return number
     raise InputError(
-        f"expected a non-negative number, got {value!r}", path=path, row=row, column=column
+        f"expected a non-negative number, got {plain(value)!r}", path=path, row=row, column=column
     )
 
 
@@ -358,7 +358,7 @@ def _check_tokens(values: NDArray[Any], column: str, path: str | None, numbers: 
     if bad.any():
         first = int(np.argmax(bad))
         raise InputError(
-            f"expected a positive integer up to {MAX_TOKENS}, got {values[first]!r}",
+            f"expected a positive integer up to {MAX_TOKENS}, got {plain(values[first])!r}",
             path=path,
             row=numbers[first],
             column=column,
@@ -372,7 +372,7 @@ def _check_runtimes(values: NDArray[np.float64], path: str | None, numbers: list
         first = int(np.argmax(bad))
         raise InputError(
             f"must be a finite number of seconds between {MIN_RUNTIME_S:g} and "
-            f"{MAX_RUNTIME_S:g}, got {values[first]!r}",
+            f"{MAX_RUNTIME_S:g}, got {plain(values[first])!r}",
             path=path,
             row=numbers[first],
             column=RUNTIME,

@@ -12,6 +12,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from idealized_runtime.core.errors import plain
+
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 PositiveInt = Annotated[int, Field(gt=0)]
 # Token counts are bounded so that a typo (or an attack) cannot ask for a 10^12-token estimate.
@@ -176,7 +178,7 @@ def check_runtime(value: float) -> str | None:
 
 def _finite_positive(value: float | None, field: str) -> float | None:
     if value is not None and (problem := check_runtime(value)):
-        raise ValueError(f"{field} {problem}, got {value!r}")
+        raise ValueError(f"{field} {problem}, got {plain(value)!r}")
     return value
 
 
