@@ -377,12 +377,9 @@ def fit_file(item_dir: Path, method: str) -> Path:
 
 def read_fits(item_dir: str | Path) -> list[FittedCostModel]:
     """Every fit written for an item (all methods, all models)."""
-    from cost_model.fit_files import read_fit_file
+    from idealized_runtime.report.inputs import read_fits as read_item_fits
 
-    fits: list[FittedCostModel] = []
-    for path in sorted(Path(item_dir).glob("fits-*.json")):
-        fits.extend(read_fit_file(path).values())
-    return fits
+    return read_item_fits(item_dir)
 
 
 def _write_fits(item_dir: Path, method: str, fits: dict[str, FittedCostModel]) -> None:

@@ -1,4 +1,4 @@
-"""The report's side of the service database: store bench results and the HELM reference data
+"""The service database as the report sees it: store bench results and the HELM reference data
 (through the service's ``api.crud`` functions), and read leaderboard inputs back (through the
 service's ``api.leaderboard_inputs``, plus the profiles for the runtime-vs-output charts).
 
@@ -188,13 +188,10 @@ def store_scenario_results(session: Session, results: tuple[ScenarioResult, ...]
     from api import crud
     from api.schemas import CapabilityScore
 
-    # A (model, scenario) HELM ran twice keeps its first run, as the leaderboard does.
-    first: dict[tuple[str, str], ScenarioResult] = {}
-    for result in results:
-        first.setdefault((result.model, result.scenario), result)
+    # One result per (model, scenario): the scenario loader keeps one run of each.
     scores = [
         CapabilityScore(model=r.model, scenario=r.scenario, metric=metric, value=value)
-        for r in first.values()
+        for r in results
         for metric, attribute in SCORE_FIELDS.items()
         if (value := getattr(r, attribute)) is not None
     ]
