@@ -247,7 +247,18 @@ class CompareIn(_Body):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"models": ["openai/davinci", "openai/curie"], "workload": "mmlu"}]
+            "examples": [{"models": ["openai/davinci", "openai/curie"], "workload": "mmlu"}],
+            # Exactly one of workload / requests (the other absent or null).
+            "oneOf": [
+                {
+                    "required": ["workload"],
+                    "properties": {"workload": {"type": "string"}, "requests": {"type": "null"}},
+                },
+                {
+                    "required": ["requests"],
+                    "properties": {"requests": {"type": "object"}, "workload": {"type": "null"}},
+                },
+            ],
         },
     )
 

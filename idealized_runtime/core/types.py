@@ -23,6 +23,7 @@ TokenCount = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 # relative-error weights of the fits: a request takes more than 0.1 us and less than 11.6 days.
 MIN_RUNTIME_S = 1e-7
 MAX_RUNTIME_S = 1e6
+_RUNTIME_RANGE = {"minimum": MIN_RUNTIME_S, "maximum": MAX_RUNTIME_S}
 
 Activation = Literal["gelu", "gelu_new", "relu", "silu", "swiglu", "geglu"]
 Norm = Literal["layernorm", "rmsnorm"]
@@ -189,8 +190,9 @@ class Measurement(_Frozen):
     num_prompt_tokens: TokenCount
     num_output_tokens: TokenCount
     batch_size: PositiveInt = 1
-    runtime_s: float
-    ttft_s: float | None = None
+    # The validator below checks the range; the schema says it too (for API clients).
+    runtime_s: float = Field(json_schema_extra=_RUNTIME_RANGE)
+    ttft_s: float | None = Field(default=None, json_schema_extra=_RUNTIME_RANGE)
     std_s: float | None = Field(default=None, ge=0)
 
     @field_validator("runtime_s", "ttft_s")
