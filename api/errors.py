@@ -88,12 +88,13 @@ def _pydantic(_: Request, error: Exception) -> JSONResponse:
     )
 
 
-def _path_methods(app: FastAPI) -> list[tuple[re.Pattern[str], set[str]]]:
+def _path_methods(app: FastAPI) -> list[tuple[re.Pattern[str], bool, set[str]]]:
     cached = getattr(app.state, "path_methods", None)
     if cached is None:
         cached = [
             (
                 re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path))),
+                "{" not in path,
                 {method.upper() for method in item if method in _HTTP_METHODS},
             )
             for path, item in app.openapi().get("paths", {}).items()
@@ -112,9 +113,12 @@ async def _http(request: Request, error: Exception) -> JSONResponse:
     # Routing answers 405 with the methods of the first route whose path matched; a path served
     # by several routes (GET and POST, GET and DELETE) must list all of them: take them from the
     # OpenAPI document, which is what clients read.
+    # A literal path (/v1/measurement-sets/csv) wins over a template (/v1/measurement-sets/{id}).
+    matches = [(literal, methods) for pattern, literal, methods in _path_methods(request.app)
+               if pattern.fullmatch(request.url.path)]  # fmt: skip
     allowed: set[str] = set()
-    for pattern, methods in _path_methods(request.app):
-        if pattern.fullmatch(request.url.path):
+    for literal, methods in matches:
+        if literal or not any(other for other, _ in matches):
             allowed.update(methods)
     return JSONResponse(
         {"detail": "Method Not Allowed"},

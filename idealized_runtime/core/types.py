@@ -189,7 +189,7 @@ class Measurement(_Frozen):
     model: Name
     num_prompt_tokens: TokenCount
     num_output_tokens: TokenCount
-    batch_size: PositiveInt = 1
+    batch_size: PositiveInt = Field(default=1, le=MAX_TOKENS)  # also fits a database integer
     # The validator below checks the range; the schema says it too (for API clients).
     runtime_s: float = Field(json_schema_extra=_RUNTIME_RANGE)
     ttft_s: float | None = Field(default=None, json_schema_extra=_RUNTIME_RANGE)

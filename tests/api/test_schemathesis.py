@@ -34,6 +34,7 @@ DATA_DEPENDENT_422 = re.compile(
     r"prompt_tokens has \d+ rows, output_tokens \d+"  # equal-length columns
     r"|needs at least two output lengths"  # the default fit of a set with one output length
     r"|has no rows of the requested models"
+    r"|cannot exceed num_experts"  # an architecture's experts_per_token <= num_experts
 )
 
 
