@@ -35,6 +35,7 @@ DATA_DEPENDENT_422 = re.compile(
     r"|needs at least two output lengths"  # the default fit of a set with one output length
     r"|has no rows of the requested models"
     r"|cannot exceed num_experts"  # an architecture's experts_per_token <= num_experts
+    r"|missing required column"  # a CSV body's header row (the description lists the columns)
 )
 
 
