@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
+from fastapi.exception_handlers import http_exception_handler
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from idealized_runtime.core.catalog import UnknownNameError
 from idealized_runtime.core.errors import InputError
@@ -85,7 +88,47 @@ def _pydantic(_: Request, error: Exception) -> JSONResponse:
     )
 
 
+def _path_methods(app: FastAPI) -> list[tuple[re.Pattern[str], bool, set[str]]]:
+    cached = getattr(app.state, "path_methods", None)
+    if cached is None:
+        cached = [
+            (
+                re.compile(re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(path))),
+                "{" not in path,
+                {method.upper() for method in item if method in _HTTP_METHODS},
+            )
+            for path, item in app.openapi().get("paths", {}).items()
+        ]
+        app.state.path_methods = cached
+    return cached
+
+
+_HTTP_METHODS = {"get", "put", "post", "delete", "options", "head", "patch", "trace"}
+
+
+async def _http(request: Request, error: Exception) -> JSONResponse:
+    assert isinstance(error, StarletteHTTPException)
+    if error.status_code != status.HTTP_405_METHOD_NOT_ALLOWED:
+        return await http_exception_handler(request, error)  # type: ignore[return-value]
+    # Routing answers 405 with the methods of the first route whose path matched; a path served
+    # by several routes (GET and POST, GET and DELETE) must list all of them: take them from the
+    # OpenAPI document, which is what clients read.
+    # A literal path (/v1/measurement-sets/csv) wins over a template (/v1/measurement-sets/{id}).
+    matches = [(literal, methods) for pattern, literal, methods in _path_methods(request.app)
+               if pattern.fullmatch(request.url.path)]  # fmt: skip
+    allowed: set[str] = set()
+    for literal, methods in matches:
+        if literal or not any(other for other, _ in matches):
+            allowed.update(methods)
+    return JSONResponse(
+        {"detail": "Method Not Allowed"},
+        status_code=status.HTTP_405_METHOD_NOT_ALLOWED,
+        headers={"Allow": ", ".join(sorted(allowed)) or (error.headers or {}).get("Allow", "")},
+    )
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(ValidationError, _pydantic)
     app.add_exception_handler(InputError, _input_error)
     app.add_exception_handler(UnknownNameError, _unknown_name)

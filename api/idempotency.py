@@ -68,7 +68,7 @@ async def write_context(
 def _replay(record: IdempotencyRecordRow, context: WriteContext) -> JSONResponse:
     if record.request_sha256 != context.request_sha256:
         raise HTTPException(
-            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+            status_code=status.HTTP_409_CONFLICT,
             detail="Idempotency-Key was already used with a different request; use a new key",
         )
     return JSONResponse(

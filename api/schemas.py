@@ -24,6 +24,7 @@ from idealized_runtime.core.types import (
     Stack,
     TokenCount,
 )
+from idealized_runtime.leaderboard import Cost, ModelRow, ScenarioRow, WorkloadRow
 
 Metric = Literal["idealized", "denoised"]
 MeasurementSource = Literal["local_profile", "api_timing", "import"]
@@ -326,7 +327,18 @@ class CompareIn(_Body):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"models": ["openai/davinci", "openai/curie"], "workload": "mmlu"}]
+            "examples": [{"models": ["openai/davinci", "openai/curie"], "workload": "mmlu"}],
+            # Exactly one of workload / requests (the other absent or null).
+            "oneOf": [
+                {
+                    "required": ["workload"],
+                    "properties": {"workload": {"type": "string"}, "requests": {"type": "null"}},
+                },
+                {
+                    "required": ["requests"],
+                    "properties": {"requests": {"type": "object"}, "workload": {"type": "null"}},
+                },
+            ],
         },
     )
 
@@ -395,56 +407,11 @@ class VersionOut(BaseModel):
 # --- leaderboard -------------------------------------------------------------------------------
 
 
-class _FromAttributes(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-
-class CostPer1000(_FromAttributes):
-    """Cost-aware variants per 1,000 requests (null where a rate or GPU count is unknown)."""
-
-    gpu_seconds: float | None
-    usd: float | None
-    kilojoules: float | None
-
-
-class LeaderboardModel(_FromAttributes):
-    model: str
-    architecture: str | None
-    num_parameters: int | None
-    num_gpus: int | None
-    hardware: str | None
-    idealized_runtime_s: float | None = Field(description="Mean over the common workloads")
-    denoised_runtime_s: float | None
-    raw_runtime_s: float | None = Field(description="Mean over the scenarios the model ran")
-    accuracy: float | None
-    num_scenarios: int
-    cost: CostPer1000
-    frontier_count: dict[str, int]
-
-
-class LeaderboardWorkload(_FromAttributes):
-    workload: str
-    model: str
-    prompt_tokens: float
-    output_tokens: float
-    idealized_runtime_s: float | None
-    denoised_runtime_s: float | None
-    num_gpus: int | None
-    cost: CostPer1000
-
-
-class LeaderboardScenario(_FromAttributes):
-    scenario: str
-    group: str
-    model: str
-    prompt_tokens: float | None
-    output_tokens: float | None
-    idealized_runtime_s: float | None
-    idealized_source: str | None
-    denoised_runtime_s: float | None
-    raw_runtime_s: float | None
-    accuracy: float | None
-    on_frontier: dict[str, bool]
+# The leaderboard's own row models, read from its (frozen) rows as they are.
+CostPer1000 = Cost
+LeaderboardModel = ModelRow
+LeaderboardWorkload = WorkloadRow
+LeaderboardScenario = ScenarioRow
 
 
 class LeaderboardOut(BaseModel):

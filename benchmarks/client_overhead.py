@@ -27,12 +27,9 @@ from pathlib import Path
 
 import httpx
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO_ROOT))
-
-from idealized_runtime.processes import free_port, stop_process, wait_until_healthy  # noqa: E402
-from idealized_runtime.timing.client import MeasureConfig, measure  # noqa: E402
-from idealized_runtime.timing.grids import GridPoint  # noqa: E402
+from idealized_runtime.processes import free_port, stop_process, wait_until_healthy
+from idealized_runtime.timing.client import MeasureConfig, measure
+from idealized_runtime.timing.grids import GridPoint
 
 PROMPT, OUTPUT = 4, 1
 ANSWER = json.dumps(

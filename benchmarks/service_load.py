@@ -29,7 +29,13 @@ import httpx
 import numpy as np
 from fastapi import FastAPI
 
-from tests.servers import cli_command, free_port, running_server
+from idealized_runtime.processes import free_port, running_server
+
+
+def cli_command(*args: str) -> list[str]:
+    """The installed CLI, run with this interpreter."""
+    return [sys.executable, "-m", "idealized_runtime", *args]
+
 
 # The bare comparison endpoint: no database, no cost model, no middleware.
 bare_app = FastAPI()

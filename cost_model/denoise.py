@@ -23,7 +23,7 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import linprog
 
-from cost_model.fitting import _finish, alpha_knots, interpolation_basis
+from cost_model.fit_basis import alpha_knots, finish_fit, interpolation_basis
 from cost_model.timings import ModelTimings
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FittedCostModel, Stack
@@ -164,7 +164,7 @@ def fit_denoised(
     )
     params = _parameters(coef, knots)
     alphas = [params[f"alpha_s[{int(k)}]"] for k in knots]
-    return _finish(
+    return finish_fit(
         timings,
         method="denoised",
         alpha_rule="interpolate",

@@ -29,17 +29,12 @@ from typing import get_args
 import numpy as np
 from numpy.typing import NDArray
 
-from cost_model.evaluate import predict_runtime
-from cost_model.quality import fit_quality
+from cost_model.fit_basis import alpha_knots, finish_fit, interpolation_basis
 from cost_model.timings import ModelTimings, decode_context_tokens, group_by_model
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FitMethod, FittedCostModel, Measurement, Stack
 
 FIT_METHODS: tuple[str, ...] = get_args(FitMethod)
-# Up to this many distinct prompt sizes, alpha gets one value per size (a profiling grid);
-# beyond it (e.g. request logs with arbitrary prompts) alpha is fitted at quantile knots.
-MAX_TABLE_SIZES = 64
-QUANTILE_KNOTS = 32
 # Candidate GEMM tile heights (prompt tokens per tile) for the step shape of alpha(p).
 TILE_CANDIDATES = (32, 64, 128, 256)
 # A tile model must explain at least this much more of alpha's shape than a smooth one.
@@ -80,35 +75,6 @@ def fit_measurements(
     }
 
 
-def _finish(
-    timings: ModelTimings,
-    *,
-    method: FitMethod,
-    alpha_rule: str,
-    sizes: Sequence[float],
-    alphas: Sequence[float],
-    beta: float,
-    beta_context: float = 0.0,
-    overhead: float | None = None,
-    stack: Stack | None,
-    confidence_intervals: Mapping[str, tuple[float, float]] | None = None,
-) -> FittedCostModel:
-    fit = FittedCostModel(
-        model=timings.model,
-        method=method,
-        alpha_rule=alpha_rule,  # type: ignore[arg-type]
-        prompt_sizes=[int(s) for s in sizes],
-        prompt_runtimes_s=[max(0.0, float(a)) for a in alphas],
-        beta_s=max(0.0, float(beta)),
-        beta_per_context_token_s=max(0.0, float(beta_context)),
-        overhead_s=None if overhead is None else float(overhead),
-        stack=stack,
-        confidence_intervals=dict(confidence_intervals or {}),
-    )
-    predicted = predict_runtime(fit, timings.num_prompt_tokens, timings.num_output_tokens)
-    return fit.model_copy(update={"quality": fit_quality(timings.runtime_s, predicted)})
-
-
 # --- HELM -------------------------------------------------------------------------------------
 
 
@@ -134,7 +100,7 @@ def fit_helm(timings: ModelTimings, *, stack: Stack | None = None) -> FittedCost
     steps = o[on_grid] - 1.0
     decode_time = y[on_grid] - alphas[np.searchsorted(sizes, p[on_grid])]
     beta = float(np.dot(steps, decode_time) / np.dot(steps, steps))
-    return _finish(
+    return finish_fit(
         timings,
         method="helm",
         alpha_rule="helm_scale_up",
@@ -146,33 +112,6 @@ def fit_helm(timings: ModelTimings, *, stack: Stack | None = None) -> FittedCost
 
 
 # --- default ----------------------------------------------------------------------------------
-
-
-def alpha_knots(num_prompt_tokens: NDArray[np.float64]) -> NDArray[np.float64]:
-    """Prompt sizes at which alpha is fitted: every size of a grid, or quantiles of a log."""
-    sizes = np.unique(num_prompt_tokens)
-    if sizes.size <= MAX_TABLE_SIZES:
-        return sizes
-    return np.unique(np.round(np.quantile(num_prompt_tokens, np.linspace(0, 1, QUANTILE_KNOTS))))
-
-
-def interpolation_basis(
-    num_prompt_tokens: NDArray[np.float64], knots: NDArray[np.float64]
-) -> NDArray[np.float64]:
-    """Matrix B with B @ values == evaluate's "interpolate" rule through (knots, values):
-    piecewise linear, flat below the first knot, extrapolated with the last slope."""
-    p = np.asarray(num_prompt_tokens, dtype=np.float64)
-    basis = np.zeros((p.size, knots.size))
-    if knots.size == 1:
-        basis[:, 0] = 1.0
-        return basis
-    segment = np.clip(np.searchsorted(knots, p, side="right") - 1, 0, knots.size - 2)
-    weight = (p - knots[segment]) / (knots[segment + 1] - knots[segment])
-    weight = np.maximum(weight, 0.0)  # flat below the first knot; > 1 extrapolates past the last
-    rows = np.arange(p.size)
-    basis[rows, segment] = 1.0 - weight
-    basis[rows, segment + 1] += weight
-    return basis
 
 
 def _scaled_nnls(
@@ -325,7 +264,7 @@ def fit_default_group(
     fits = {}
     for model, joint in joints.items():
         sizes, alphas = tabulate_alpha(joint.knots, joint.alphas, tile)
-        fits[model] = _finish(
+        fits[model] = finish_fit(
             groups[model],
             method="default",
             alpha_rule="interpolate",

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from cost_model.evaluate import predict_runtime
-from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.errors import InputError, plain
 from idealized_runtime.core.types import FitMethod, FittedCostModel
 
 BETA_KEY = "runtime_per_output_token"
@@ -38,9 +38,9 @@ def looks_like_helm_table(data: Any) -> bool:
 
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InputError(f"{where}: expected a finite number, got {value!r}")
+        raise InputError(f"{where}: expected a finite number, got {plain(value)!r}")
     if value < 0:
-        raise InputError(f"{where}: must not be negative, got {value!r}")
+        raise InputError(f"{where}: must not be negative, got {plain(value)!r}")
     return float(value)
 
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.errors import InputError, plain
 from idealized_runtime.core.types import (
     MAX_RUNTIME_S,
     MAX_TOKENS,
@@ -120,7 +120,7 @@ def parse_seconds(value: Any, *, path: str | None, row: int, column: str) -> flo
         number = float(value)
     except ValueError:
         raise InputError(
-            f"expected a number of seconds, got {value!r}", path=path, row=row, column=column
+            f"expected a number of seconds, got {plain(value)!r}", path=path, row=row, column=column
         ) from None
     if problem := check_runtime(number):
         raise InputError(f"{problem}, got {_shown(value)}", path=path, row=row, column=column)
@@ -351,7 +351,7 @@ def _parse_non_negative(value: Any, *, path: str, row: int, column: str) -> floa
         if math.isfinite(number) and number >= 0:
             return number
     raise InputError(
-        f"expected a non-negative number, got {value!r}", path=path, row=row, column=column
+        f"expected a non-negative number, got {plain(value)!r}", path=path, row=row, column=column
     )
 
 

@@ -32,13 +32,13 @@ from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
-from scipy.optimize import least_squares
 
-from cost_model.roofline import Efficiency, predict_alpha, predict_runtime
+from cost_model.roofline import IDEAL, Efficiency, predict_alpha, predict_runtime
+from cost_model.serving import Estimate, estimate_from_architecture, min_gpus
 from idealized_runtime.core.catalog import data_path, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import Architecture
+from idealized_runtime.core.types import Architecture, Hardware, Precision
 
 STACKS_DIR = "stacks"
 HELM_STACK = "helm-megatron-2022"
@@ -155,7 +155,6 @@ def targets_from_rows(rows: Iterable) -> list[Target]:
 
 def _fits_in_memory(model: str, gpu: str, tp: int, batch: int, context: int) -> bool:
     """Whether ``batch`` sequences of ``context`` tokens fit in ``tp`` GPUs (weights + KV)."""
-    from cost_model.serving import min_gpus
 
     try:
         arch, hardware = _arch(model), get_hardware(gpu)
@@ -210,6 +209,8 @@ def _efficiency(x: np.ndarray) -> Efficiency:
 
 def fit_stack(targets: Sequence[Target]) -> Efficiency:
     """Least squares on log errors over ``targets``, lightly pulled toward typical values."""
+    from scipy.optimize import least_squares  # only calibration needs scipy, not estimates
+
     if not targets:
         raise InputError("a stack needs at least one published figure to calibrate on")
     lower = np.array([b[0] for b in FITTED.values()])
@@ -504,3 +505,45 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+# --- estimates on a stack ----------------------------------------------------------------
+
+
+def hardware_model_estimate(
+    arch: Architecture,
+    hardware: Hardware,
+    num_prompt_tokens: int,
+    num_output_tokens: int,
+    *,
+    batch_size: int = 1,
+    tp: int | None = None,
+    precision: Precision | None = None,
+    ideal: bool = False,
+    stack: str | None = None,
+) -> tuple[Estimate, str]:
+    """The hardware model's estimate as ``estimate --arch`` and the REST API give it: on a
+    reference stack (source ``calibrated``; the stack's name is returned; default
+    ``DEFAULT_STACK``) or the ideal roofline (``ideal``: source ``analytic``,
+    name ""). ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
+    precision = precision or arch.precision or Precision()
+    if ideal:
+        if stack is not None:
+            raise InputError("a reference stack and the ideal roofline exclude one another")
+        efficiency, source, calibration = IDEAL, "analytic", ""
+    else:
+        chosen = get_stack(stack or DEFAULT_STACK)
+        efficiency, source, calibration = chosen.efficiency, "calibrated", chosen.name
+    estimate = estimate_from_architecture(
+        arch,
+        hardware,
+        num_prompt_tokens,
+        num_output_tokens,
+        batch_size=batch_size,
+        tp=tp,
+        dtype=precision.compute_dtype,
+        efficiency=efficiency,
+        source=source,
+        precision=precision,
+    )
+    return estimate, calibration

@@ -158,7 +158,7 @@ class EstimateSpec(_Spec):
 
     def evaluate(self) -> dict[str, Any]:
         """The estimate as ``estimate --arch ... --json`` prints it (InputError if refused)."""
-        from cost_model.serving import hardware_model_estimate
+        from cost_model.stacks import hardware_model_estimate
         from idealized_runtime.core.catalog import get_hardware
         from idealized_runtime.core.types import parse_precision
 
@@ -461,12 +461,9 @@ def fit_file(item_dir: Path, method: str) -> Path:
 
 def read_fits(item_dir: str | Path) -> list[FittedCostModel]:
     """Every fit written for an item (all methods, all models)."""
-    from cost_model.fit_files import read_fit_file
+    from idealized_runtime.report.inputs import read_fits as read_item_fits
 
-    fits: list[FittedCostModel] = []
-    for path in sorted(Path(item_dir).glob("fits-*.json")):
-        fits.extend(read_fit_file(path).values())
-    return fits
+    return read_item_fits(item_dir)
 
 
 def _write_fits(item_dir: Path, method: str, fits: dict[str, FittedCostModel]) -> None:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from cost_model.evaluate import predict_runtime
 from idealized_runtime.core.scenarios import ScenarioResult, Workload
@@ -104,17 +106,21 @@ class LeaderboardInputs:
 # --- outputs -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Cost:
-    """Cost-aware variants of a runtime, per 1,000 requests (None where a rate is unknown)."""
+class _Row(BaseModel):
+    """Output rows are pydantic models: the REST API's leaderboard schemas are these classes."""
+
+    model_config = ConfigDict(frozen=True)
+
+
+class Cost(_Row):
+    """Cost-aware variants per 1,000 requests (null where a rate or GPU count is unknown)."""
 
     gpu_seconds: float | None = None
     usd: float | None = None
     kilojoules: float | None = None
 
 
-@dataclass(frozen=True)
-class ScenarioRow:
+class ScenarioRow(_Row):
     scenario: str
     group: str
     model: str
@@ -125,11 +131,10 @@ class ScenarioRow:
     denoised_runtime_s: float | None
     raw_runtime_s: float | None
     accuracy: float | None
-    on_frontier: Mapping[FrontierKind, bool] = field(default_factory=dict)
+    on_frontier: dict[FrontierKind, bool] = Field(default_factory=dict)
 
 
-@dataclass(frozen=True)
-class WorkloadRow:
+class WorkloadRow(_Row):
     workload: str
     model: str
     prompt_tokens: float
@@ -140,8 +145,7 @@ class WorkloadRow:
     cost: Cost
 
 
-@dataclass(frozen=True)
-class ModelRow:
+class ModelRow(_Row):
     """Per-model summary. Runtimes from fits are means over the common workloads (comparable
     across models); raw runtime and accuracy are means over the scenarios HELM ran the model on
     (not comparable across models that ran different scenarios; ``num_scenarios`` says how
@@ -152,13 +156,13 @@ class ModelRow:
     num_parameters: int | None
     num_gpus: int | None
     hardware: str | None
-    idealized_runtime_s: float | None
+    idealized_runtime_s: float | None = Field(description="Mean over the common workloads")
     denoised_runtime_s: float | None
-    raw_runtime_s: float | None
+    raw_runtime_s: float | None = Field(description="Mean over the scenarios the model ran")
     accuracy: float | None
     num_scenarios: int
     cost: Cost
-    frontier_count: Mapping[FrontierKind, int]
+    frontier_count: dict[FrontierKind, int]
 
 
 @dataclass(frozen=True)
@@ -285,16 +289,14 @@ def _scenario_rows(
 def _frontier_points(
     rows: Sequence[ScenarioRow], kind: FrontierKind
 ) -> dict[str, tuple[FrontierPoint, ...]]:
-    """Per scenario, every model with an accuracy and a ``kind`` runtime, marked on/off front.
-
-    A model that appears twice in a scenario (HELM reran some) keeps its first result.
-    """
+    """Per scenario, every model with an accuracy and a ``kind`` runtime, marked on/off front
+    (one result per (model, scenario): the scenario loader keeps one run of each)."""
     by_scenario: dict[str, dict[str, tuple[float, float]]] = defaultdict(dict)
     for row in rows:
         runtime = row.idealized_runtime_s if kind == "idealized" else row.raw_runtime_s
         if runtime is None or row.accuracy is None:
             continue
-        by_scenario[row.scenario].setdefault(row.model, (runtime, row.accuracy))
+        by_scenario[row.scenario][row.model] = (runtime, row.accuracy)
     points = {}
     for scenario, values in by_scenario.items():
         front = pareto_front(values)
@@ -403,13 +405,8 @@ def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
     for name in names:
         model = models.get(name, ModelInput(name=name))
         scenarios, workloads = rows_by_model.get(name, []), workloads_by_model.get(name, [])
-        # A scenario HELM ran twice counts once, with its first run (as in the frontier and the
-        # database); a row without any value is no result (the database stores none for it).
-        first_runs: dict[str, ScenarioRow] = {}
-        for row in scenarios:
-            if _has_values(row):
-                first_runs.setdefault(row.scenario, row)
-        scenarios = list(first_runs.values())
+        # A row without any value is no result (the database stores none for it).
+        scenarios = [row for row in scenarios if _has_values(row)]
         idealized = _mean(row.idealized_runtime_s for row in workloads)
         summaries.append(
             ModelRow(
@@ -442,7 +439,7 @@ def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
 
 
 def _with_frontier(row: ScenarioRow, on_frontier: dict[FrontierKind, bool]) -> ScenarioRow:
-    return replace(row, on_frontier=on_frontier)
+    return row.model_copy(update={"on_frontier": on_frontier})
 
 
 def stacks(inputs: LeaderboardInputs) -> list[Stack]:

@@ -34,9 +34,9 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from idealized_runtime.core.byte_tokenizer import ByteTokenizer
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
-from idealized_runtime.timing.prompts import ByteTokenizer
 
 DEFAULT_MAX_TOKENS = 16  # OpenAI's default for completions
 

@@ -11,7 +11,11 @@ Layer sampling (models that do not fit): build ``k`` of the ``L`` layers, time e
 the first ``k1 = k // 2`` and with all ``k`` layers, and extrapolate linearly in the layer count:
     t(L) = t(k) + (t(k) - t(k1)) / (k - k1) * (L - k)
 The intercept keeps the embedding, LM head and per-request overheads fixed, where HELM's plain
-``t(k) * L / k`` scales them up too. With k = 1 only the plain rule is possible.
+``t(k) * L / k`` scales them up too. With k = 1 only the plain rule is possible. When noise makes
+the shallow timing the longer one (a negative per-layer slope, e.g. short timings on a loaded
+CPU), the point falls back to the proportional rule, which is positive whenever ``t(k)`` is.
+The CSV's ``extrapolation`` column says which rule each row used: ``none`` (all layers were
+run), ``two_depth`` or ``proportional``. A non-positive runtime is never written.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -48,6 +52,7 @@ CSV_COLUMNS = (
     "std_s",
     "ttft_s",
     "repeats",
+    "extrapolation",
 )
 # HELM's 27 prompt sizes (Narayanan et al. 2023), plus 2048.
 HELM_PROMPT_SIZES = (
@@ -170,6 +175,11 @@ class Timing:
     std_s: float
     ttft_s: float
     repeats: int
+    extrapolation: str = "none"  # none | two_depth | proportional
+
+
+# How a point is timed: (generator, point, repeats=, warmup=) -> Timing; injectable for tests.
+TimePoint = Callable[..., Timing]
 
 
 def time_point(generator: Generator, point: GridPoint, *, repeats: int, warmup: int) -> Timing:
@@ -221,22 +231,33 @@ def representative_sample(arch: Architecture, layers: int) -> bool:
 def extrapolate_layers(
     shallow: Timing, deep: Timing, k1: int, k2: int, total_layers: int
 ) -> Timing:
-    """Linear extrapolation in layer count from depths k1 < k2 to ``total_layers``."""
-    if k1 == k2:  # one depth only: HELM's proportional rule
+    """Linear extrapolation in layer count from depths k1 < k2 to ``total_layers``.
+
+    Falls back to the proportional rule ``t(k2) * L / k2`` when the two depths are equal or
+    when a per-layer slope (of the runtime or of the TTFT) is negative: time cannot shrink
+    with more layers, so a negative slope is noise, and extrapolating it could go below zero.
+    """
+    runtime_slope = (deep.runtime_s - shallow.runtime_s) / (k2 - k1) if k1 != k2 else -1.0
+    ttft_slope = (deep.ttft_s - shallow.ttft_s) / (k2 - k1) if k1 != k2 else -1.0
+    if runtime_slope < 0 or ttft_slope < 0 or not math.isfinite(runtime_slope + ttft_slope):
         scale = total_layers / k2
-        return Timing(deep.runtime_s * scale, deep.std_s * scale, deep.ttft_s * scale, deep.repeats)
-    w_deep = (total_layers - k1) / (k2 - k1)  # t(L) = w_deep * t(k2) - w_shallow * t(k1)
-    w_shallow = (total_layers - k2) / (k2 - k1)
-
-    def combine(a: float, b: float) -> float:
-        return w_deep * b - w_shallow * a
-
+        return Timing(
+            deep.runtime_s * scale,
+            deep.std_s * scale,
+            deep.ttft_s * scale,
+            deep.repeats,
+            "proportional",
+        )
+    extra_layers = total_layers - k2  # t(L) = t(k2) + slope * (L - k2) >= t(k2)
+    w_deep = (total_layers - k1) / (k2 - k1)
+    w_shallow = extra_layers / (k2 - k1)
     std = math.hypot(w_deep * deep.std_s, w_shallow * shallow.std_s)
     return Timing(
-        combine(shallow.runtime_s, deep.runtime_s),
+        deep.runtime_s + runtime_slope * extra_layers,
         std,
-        combine(shallow.ttft_s, deep.ttft_s),
+        deep.ttft_s + ttft_slope * extra_layers,
         deep.repeats,
+        "two_depth",
     )
 
 
@@ -455,10 +476,11 @@ def profile_grid(
     command: str | None = None,
     weights: str | None = None,
     kv_cache: str | None = None,
+    timer: TimePoint = time_point,
 ) -> Path:
     """Time every grid point not already in ``output_path`` and append it there. Returns the
     CSV path. With ``tp_size`` > 1 this must run under torchrun (one process per rank); rank 0
-    writes the files."""
+    writes the files. ``timer`` times one point (``time_point``; tests inject timings)."""
     output = Path(output_path)
     points = sorted(dict.fromkeys(grid_points))
     settings = check_profile(
@@ -516,7 +538,9 @@ def profile_grid(
         handle = output.open("a", encoding="utf-8") if writer else None
         try:
             for point in todo:
-                timing = _time_sampled(generator, point, repeats, warmup, shallow, depth, sampled)
+                timing = _time_sampled(
+                    generator, point, repeats, warmup, shallow, depth, sampled, timer
+                )
                 if handle is not None:
                     append_line_durably(handle, _csv_line(label, point, timing))
                 advance(point)
@@ -534,20 +558,30 @@ def _time_sampled(
     shallow: int,
     depth: int,
     sampled: bool,
+    timer: TimePoint = time_point,
 ) -> Timing:
     if not sampled:
-        return time_point(generator, point, repeats=repeats, warmup=warmup)
+        return timer(generator, point, repeats=repeats, warmup=warmup)
     generator.set_active_layers(depth)
-    deep = time_point(generator, point, repeats=repeats, warmup=warmup)
+    deep = timer(generator, point, repeats=repeats, warmup=warmup)
     if shallow == depth:
         return extrapolate_layers(deep, deep, depth, depth, generator.arch.num_layers)
     generator.set_active_layers(shallow)
-    low = time_point(generator, point, repeats=repeats, warmup=warmup)
+    low = timer(generator, point, repeats=repeats, warmup=warmup)
     generator.set_active_layers(depth)
     return extrapolate_layers(low, deep, shallow, depth, generator.arch.num_layers)
 
 
 def _csv_line(model: str, point: GridPoint, timing: Timing) -> str:
+    if not (timing.runtime_s > 0 and math.isfinite(timing.runtime_s)) or not (
+        timing.ttft_s > 0 and math.isfinite(timing.ttft_s)
+    ):
+        # A clock that cannot resolve the work (or a broken timer): refuse rather than write
+        # a runtime no fit can use.
+        raise RuntimeError(
+            f"non-positive timing for {point}: runtime {float(timing.runtime_s)!r} s, "
+            f"ttft {float(timing.ttft_s)!r} s"
+        )
     values = (
         model,
         point.num_prompt_tokens,
@@ -557,6 +591,7 @@ def _csv_line(model: str, point: GridPoint, timing: Timing) -> str:
         f"{timing.std_s:.6g}",
         f"{timing.ttft_s:.9g}",
         timing.repeats,
+        timing.extrapolation,
     )
     buffer = _LineBuffer()
     csv.writer(buffer, lineterminator="\n").writerow(values)
@@ -619,7 +654,8 @@ def _write_meta(
                 if not sampled
                 else "proportional (t * L / k)"
                 if shallow == depth
-                else "linear in layer count from two depths"
+                else "linear in layer count from two depths (proportional where noise gives a "
+                "negative per-layer slope: see the extrapolation column)"
             ),
         },
         "started_at": previous.get("started_at", now),

@@ -12,17 +12,22 @@ from api.schemas import MAX_ID, MAX_PAGE, ErrorOut
 RowId = Annotated[int, Path(ge=1, le=MAX_ID)]
 
 ERRORS: dict[int, dict[str, Any]] = {
+    400: {"model": ErrorOut, "description": "The body cannot be parsed"},
     401: {"model": ErrorOut, "description": "Missing or invalid API key"},
     404: {"model": ErrorOut, "description": "Not found"},
-    409: {"model": ErrorOut, "description": "Conflict (duplicate name)"},
+    409: {
+        "model": ErrorOut,
+        "description": "Conflict: a duplicate name, or an Idempotency-Key already used with "
+        "another request",
+    },
     413: {"model": ErrorOut, "description": "Request body too large"},
     422: {"model": ErrorOut, "description": "Invalid input; detail says where"},
     503: {"model": ErrorOut, "description": "Database busy; retry"},
 }
 READ_ERRORS = {code: ERRORS[code] for code in (401, 422)}
 # Reads with a body (batch estimate, compare) can also be too large, or name unknown objects.
-READ_BODY_ERRORS = {code: ERRORS[code] for code in (401, 404, 413, 422)}
-WRITE_ERRORS = {code: ERRORS[code] for code in (401, 409, 413, 422, 503)}
+READ_BODY_ERRORS = {code: ERRORS[code] for code in (400, 401, 404, 413, 422)}
+WRITE_ERRORS = {code: ERRORS[code] for code in (400, 401, 409, 413, 422, 503)}
 
 
 def page_params(

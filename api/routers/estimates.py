@@ -535,7 +535,7 @@ def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
 def estimate_hardware_model(
     payload: HardwareModelEstimateIn, _: Principal = Depends(reader)
 ) -> HardwareModelEstimateOut:
-    from cost_model.serving import hardware_model_estimate
+    from cost_model.stacks import hardware_model_estimate
     from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.core.errors import InputError
     from idealized_runtime.core.types import parse_precision

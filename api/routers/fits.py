@@ -87,7 +87,17 @@ def create_fits(
     summary="Import a table in HELM's JSON format (inference_*_runtimes.json)",
 )
 def import_helm(
-    table: dict[str, Any] = Body(..., examples=[HELM_TABLE_EXAMPLE]),
+    table: dict[str, Any] = Body(
+        ...,
+        examples=[HELM_TABLE_EXAMPLE],
+        json_schema_extra={
+            "minProperties": 1,
+            "additionalProperties": {
+                "type": "object",
+                "required": ["runtime_per_output_token", "runtime_for_prompt_tokens"],
+            },
+        },
+    ),
     metric: Metric = Query(default="idealized", description="Which kind of table it is"),
     context: WriteContext = Depends(write_context),
     session: Session = Depends(write_session),

@@ -124,7 +124,10 @@ async def _csv_bytes(request: Request) -> bytes:
         "requestBody": {
             "required": True,
             "content": {
-                "text/csv": {"schema": {"type": "string"}, "example": CSV_EXAMPLE},
+                "text/csv": {
+                    "schema": {"type": "string", "minLength": 1},
+                    "example": CSV_EXAMPLE,
+                },
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",

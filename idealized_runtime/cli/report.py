@@ -79,7 +79,7 @@ def demo_command(
         say=lambda text: console.print(f"[bold cyan]step {next(steps)}[/] {text}"),
     )
     out.print(summary_table(result.board, highlight={DEMO_ARCHITECTURE}))
-    from idealized_runtime.report.database import redact
+    from api.report_database import redact
 
     out.print(f"demo finished in {result.elapsed_s:.1f} s; database {redact(result.database_url)}")
     out.print(f"report: {result.report.html.resolve()}")
@@ -152,10 +152,12 @@ def report_command(
     if source is None:
         loaded = inputs.bundled_helm_inputs()
     elif "://" in source:
-        from idealized_runtime.report.database import database_report_inputs
+        from api.report_database import database_report_inputs
 
         loaded = database_report_inputs(source)
-        curves = load_report.database_curves(source)
+        from api.report_database import database_curves
+
+        curves = database_curves(source)
     elif Path(source).is_dir():
         curves = load_report.results_dir_curves(source, targets)
         if curves and not (Path(source) / "manifest.json").is_file():

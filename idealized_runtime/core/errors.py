@@ -3,6 +3,8 @@ the REST API answers them with a 4xx and the message as detail."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class InputError(ValueError):
     """Bad input, located as precisely as we can (file, row, column)."""
@@ -26,3 +28,15 @@ class InputError(ValueError):
             if part
         ]
         super().__init__(f"{', '.join(where)}: {message}" if where else message)
+
+
+def plain(value: Any) -> Any:
+    """``value`` with numpy scalars turned into Python ones, for messages users read: an error
+    says ``got 0``, not ``got np.int64(0)``. (Duck-typed, so core needs no numpy import.)"""
+    if (
+        type(value).__module__ == "numpy"
+        and hasattr(value, "item")
+        and getattr(value, "ndim", 1) == 0
+    ):
+        return value.item()
+    return value

@@ -59,13 +59,19 @@ def _split_run_name(run: str) -> tuple[str, str] | None:
 
 @lru_cache(maxsize=1)
 def helm_scenario_results() -> tuple[ScenarioResult, ...]:
+    """One result per (model, scenario): HELM ran a few pairs twice; the first run counts (for
+    workloads, the leaderboard's frontiers and summaries, and what the service stores)."""
     results: list[ScenarioResult] = []
+    seen: set[tuple[str, str]] = set()
     with helm_scenarios_csv_path().open(encoding="utf-8", newline="") as handle:
         for row in csv.DictReader(handle):
             parsed = _split_run_name(row["scenario"])
             if parsed is None:
                 continue
             scenario, model = parsed
+            if (model, scenario) in seen:
+                continue
+            seen.add((model, scenario))
             results.append(
                 ScenarioResult(
                     scenario=scenario,

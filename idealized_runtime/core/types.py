@@ -19,6 +19,8 @@ from pydantic import (
     model_validator,
 )
 
+from idealized_runtime.core.errors import plain
+
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 PositiveInt = Annotated[int, Field(gt=0)]
 NonNegativeInt = Annotated[int, Field(ge=0)]
@@ -32,6 +34,7 @@ OutputTokenCount = Annotated[int, Field(ge=0, le=MAX_TOKENS)]
 # relative-error weights of the fits: a request takes more than 0.1 us and less than 11.6 days.
 MIN_RUNTIME_S = 1e-7
 MAX_RUNTIME_S = 1e6
+_RUNTIME_RANGE = {"minimum": MIN_RUNTIME_S, "maximum": MAX_RUNTIME_S}
 
 # geglu_tanh: gated GELU with the tanh approximation (Gemma's gelu_pytorch_tanh).
 Activation = Literal["gelu", "gelu_new", "relu", "silu", "swiglu", "geglu", "geglu_tanh"]
@@ -555,7 +558,7 @@ def check_runtime(value: float) -> str | None:
 
 def _finite_positive(value: float | None, field: str) -> float | None:
     if value is not None and (problem := check_runtime(value)):
-        raise ValueError(f"{field} {problem}, got {value!r}")
+        raise ValueError(f"{field} {problem}, got {plain(value)!r}")
     return value
 
 
@@ -565,9 +568,10 @@ class Measurement(_Frozen):
     model: Name
     num_prompt_tokens: TokenCount
     num_output_tokens: OutputTokenCount
-    batch_size: PositiveInt = 1
-    runtime_s: float
-    ttft_s: float | None = None
+    batch_size: PositiveInt = Field(default=1, le=MAX_TOKENS)  # also fits a database integer
+    # The validator below checks the range; the schema says it too (for API clients).
+    runtime_s: float = Field(json_schema_extra=_RUNTIME_RANGE)
+    ttft_s: float | None = Field(default=None, json_schema_extra=_RUNTIME_RANGE)
     std_s: float | None = Field(default=None, ge=0)
 
     @field_validator("runtime_s", "ttft_s")

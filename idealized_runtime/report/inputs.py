@@ -151,12 +151,21 @@ def _read_manifest(root: Path) -> dict:
         raise InputError(f"manifest.json is not valid JSON ({error.msg})", path=str(root)) from None
 
 
+def read_fits(item_dir: str | Path) -> list[FittedCostModel]:
+    """Every fit written for a ``bench`` item (its ``fits-<method>.json`` files, all models)."""
+    from cost_model.fit_files import read_fit_file
+
+    fits: list[FittedCostModel] = []
+    for path in sorted(Path(item_dir).glob("fits-*.json")):
+        fits.extend(read_fit_file(path).values())
+    return fits
+
+
 def results_dir_inputs(path: str | Path, *, with_helm: bool = True) -> LeaderboardInputs:
     """Inputs from a ``bench`` results folder (its finished items), optionally beside the HELM
     reference models and their scenario results. A local item gives its model's idealized fit,
     an API item with the same label its denoised fit."""
     from cost_model.measurements_io import read_measurements
-    from idealized_runtime.bench import read_fits
 
     root = Path(path)
     manifest = _read_manifest(root)

@@ -203,21 +203,3 @@ def results_dir_curves(folder: str | Path, slo: Slo | None = None) -> list[LoadC
             summaries.append(LoadSummary.model_validate(fields))
             sources.append(str(item.get("source") or MEASURED))
     return curves_from(summaries, sources)
-
-
-def database_curves(url: str) -> list[LoadCurve]:
-    """Curves from the service database's load summaries (none on a database without them)."""
-    from sqlalchemy import inspect
-
-    from api import crud
-    from idealized_runtime.report.database import read_session
-
-    with read_session(url) as session:
-        if "load_summaries" not in inspect(session.get_bind()).get_table_names():
-            return []
-        stored = crud.all_load_summaries(session)
-    summaries = [
-        LoadSummary.model_validate(s.model_dump(include=set(LoadSummary.model_fields)))
-        for s in stored
-    ]
-    return curves_from(summaries, [s.source for s in stored])

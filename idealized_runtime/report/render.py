@@ -334,11 +334,21 @@ def csv_tables(board: Leaderboard) -> dict[str, str]:
 
 
 # Header templates (the record functions define the columns once).
-_EMPTY_MODEL = ModelRow(
-    "", None, None, None, None, None, None, None, None, 0, Cost(), {"idealized": 0, "raw": 0}
+_NONE = dict.fromkeys(
+    ("idealized_runtime_s", "denoised_runtime_s", "raw_runtime_s", "accuracy", "num_gpus")
 )
-_EMPTY_SCENARIO = ScenarioRow("", "", "", None, None, None, None, None, None, None)
-_EMPTY_WORKLOAD = WorkloadRow("", "", 0.0, 0.0, None, None, None, Cost())
+_EMPTY_MODEL = ModelRow(
+    model="", architecture=None, num_parameters=None, hardware=None, num_scenarios=0,
+    cost=Cost(), frontier_count={"idealized": 0, "raw": 0}, **_NONE,
+)  # fmt: skip
+_EMPTY_SCENARIO = ScenarioRow(
+    scenario="", group="", model="", prompt_tokens=None, output_tokens=None,
+    idealized_source=None, **{k: v for k, v in _NONE.items() if k != "num_gpus"},
+)  # fmt: skip
+_EMPTY_WORKLOAD = WorkloadRow(
+    workload="", model="", prompt_tokens=0.0, output_tokens=0.0, idealized_runtime_s=None,
+    denoised_runtime_s=None, num_gpus=None, cost=Cost(),
+)  # fmt: skip
 
 
 # --- Markdown ----------------------------------------------------------------------------------

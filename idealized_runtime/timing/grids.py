@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.errors import InputError, plain
 from idealized_runtime.core.types import MAX_TOKENS
 
 HELM_PROMPT_SIZES = (1, 256, 512, 1024, 1536)
@@ -74,7 +74,7 @@ def _count(value: Any, *, path: str, row: int, column: str) -> int:
         value = int(value.strip())
     if not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
         raise InputError(
-            f"expected an integer from 1 to {MAX_TOKENS}, got {value!r}",
+            f"expected an integer from 1 to {MAX_TOKENS}, got {plain(value)!r}",
             path=path,
             row=row,
             column=column,

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal, Protocol
 
+from idealized_runtime.core.byte_tokenizer import ByteTokenizer
 from idealized_runtime.core.errors import InputError
 
 # Common English words; most BPE vocabularies have each of them (with its leading space) as one
@@ -48,25 +49,6 @@ class LocalTokenizer(Protocol):
 
     def special_tokens(self) -> int:
         """Tokens the tokenizer itself adds to every text (BOS/EOS of its post-processor)."""
-
-
-class ByteTokenizer:
-    """One token per UTF-8 byte (the tokenizer built into ``serve-model``): id = byte."""
-
-    name = "bytes"
-
-    def encode(self, text: str, vocab_size: int = 256) -> list[int]:
-        return [byte % vocab_size for byte in text.encode("utf-8")]
-
-    def decode_token(self, token_id: int) -> str:
-        # Printable ASCII so that every generated token is visible text in a stream.
-        return chr(33 + token_id % 94)
-
-    def count(self, text: str) -> int:
-        return len(text.encode("utf-8"))
-
-    def special_tokens(self) -> int:
-        return 0
 
 
 class HuggingFaceTokenizer:

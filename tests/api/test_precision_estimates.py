@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cost_model.serving import hardware_model_estimate
+from cost_model.stacks import hardware_model_estimate
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import parse_precision
 from tests.api.conftest import Service

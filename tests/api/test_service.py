@@ -270,7 +270,7 @@ def test_idempotent_upload(client: httpx.Client, service: Service) -> None:
     assert again.json() == first.json() and again.headers["idempotent-replayed"] == "true"
     other = {"measurements": timings(unique("idem"))}
     reused = client.post("/v1/measurement-sets", json=other, headers={**service.auth, **key})
-    assert reused.status_code == 422 and "Idempotency-Key" in reused.text
+    assert reused.status_code == 409 and "Idempotency-Key" in reused.text
     sets = client.get("/v1/measurement-sets", params={"model": body["measurements"][0]["model"]})
     assert sets.json()["total"] == 1
 

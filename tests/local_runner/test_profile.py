@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
@@ -63,17 +65,37 @@ def test_two_depth_extrapolation_is_exact_for_linear_costs() -> None:
     assert extrapolate_layers(deep, deep, 4, 4, 32).runtime_s == pytest.approx(7.2)
 
 
+def _layer_timer(per_layer_s: dict[int, float], fixed_s: float = 0.01):
+    """A timing function for ``profile_grid(timer=...)``: runtime = fixed + per-layer cost of
+    the active layers (per depth: injected noise), TTFT a tenth of it; no clock involved."""
+    calls: list[tuple[int, GridPoint]] = []
+
+    def timer(generator, point: GridPoint, *, repeats: int, warmup: int) -> Timing:
+        depth = generator.model.active_layers
+        calls.append((depth, point))
+        runtime = fixed_s + per_layer_s[depth] * depth * point.num_output_tokens
+        return Timing(runtime, 0.0, runtime / 10, repeats)
+
+    timer.calls = calls  # type: ignore[attr-defined]
+    return timer
+
+
 def test_profile_writes_csv_meta_and_sampled_layers(tmp_path: Path) -> None:
     arch = get_architecture("tiny-llama").model_copy(update={"num_layers": 6})
     out = tmp_path / "m.csv"
     points = [GridPoint(8, 2), GridPoint(1, 1), GridPoint(8, 2)]
-    profile_grid(arch, points, out, layers=4, repeats=1, warmup=0, progress=False)
+    timer = _layer_timer({2: 0.001, 4: 0.001})  # exactly linear in the layer count
+    profile_grid(arch, points, out, layers=4, repeats=1, warmup=0, progress=False, timer=timer)
     rows = _rows(out)
     assert tuple(rows[0]) == CSV_COLUMNS
     assert [(r["num_prompt_tokens"], r["num_output_tokens"]) for r in rows] == [
         ("1", "1"),
         ("8", "2"),
     ]
+    assert [depth for depth, _ in timer.calls] == [4, 2, 4, 2]  # deep, then shallow, per point
+    # t(6) = 0.01 + 0.001 * 6 * o, recovered exactly by the two-depth rule.
+    assert [float(r["runtime_s"]) for r in rows] == pytest.approx([0.016, 0.022])
+    assert {r["extrapolation"] for r in rows} == {"two_depth"}
     meta = json.loads((tmp_path / "m.csv.meta.json").read_text())
     assert meta["stack"]["dtype"] == "float32" and meta["stack"]["hardware"] == "cpu"
     assert meta["layer_sampling"]["profiled_layers"] == [2, 4]
@@ -81,6 +103,66 @@ def test_profile_writes_csv_meta_and_sampled_layers(tmp_path: Path) -> None:
     reader = pytest.importorskip("cost_model.measurements_io")
     measurements = reader.read_measurements(out)
     assert len(measurements) == 2 and all(m.runtime_s > 0 for m in measurements)
+
+
+def test_noisy_shallow_timing_falls_back_to_proportional_and_stays_positive(
+    tmp_path: Path,
+) -> None:
+    # The failure seen on a loaded CPU: the 2-layer run took longer than the 4-layer run, so
+    # the two-depth line had a negative slope and extrapolated to -0.00146 s.
+    arch = get_architecture("tiny-llama").model_copy(update={"num_layers": 32})
+    out = tmp_path / "m.csv"
+    timer = _layer_timer({2: 0.004, 4: 0.0005}, fixed_s=0.0)
+    profile_grid(arch, [GridPoint(1, 1)], out, layers=4, repeats=1, warmup=0, progress=False,
+                 timer=timer)  # fmt: skip
+    (row,) = _rows(out)
+    assert row["extrapolation"] == "proportional"
+    assert float(row["runtime_s"]) == pytest.approx(0.0005 * 4 * 32 / 4)
+    assert float(row["ttft_s"]) > 0
+
+
+def test_unsampled_rows_say_none_and_a_non_positive_timing_is_never_written(
+    tmp_path: Path,
+) -> None:
+    arch = get_architecture("tiny-llama")
+    out = tmp_path / "m.csv"
+
+    def steady(_generator, _point, *, repeats: int, warmup: int) -> Timing:
+        return Timing(0.002, 0.0, 0.001, repeats)
+
+    def broken_clock(_generator, _point, *, repeats: int, warmup: int) -> Timing:
+        return Timing(0.0, 0.0, 0.0, repeats)
+
+    settings = {"repeats": 1, "warmup": 0, "progress": False}
+    profile_grid(arch, [GridPoint(1, 1)], out, timer=steady, **settings)
+    assert _rows(out)[0]["extrapolation"] == "none"
+    broken = tmp_path / "broken.csv"
+    with pytest.raises(RuntimeError, match="non-positive timing"):
+        profile_grid(arch, [GridPoint(1, 1)], broken, timer=broken_clock, **settings)
+    assert _rows(broken) == []  # header only
+
+
+_seconds = st.floats(min_value=1e-7, max_value=10.0, allow_nan=False)
+
+
+@given(
+    shallow=st.tuples(_seconds, _seconds),
+    deep=st.tuples(_seconds, _seconds),
+    k2=st.integers(2, 64),
+    extra=st.integers(0, 200),
+)
+def test_extrapolation_of_positive_timings_is_positive_and_not_below_the_deep_timing(
+    shallow: tuple[float, float], deep: tuple[float, float], k2: int, extra: int
+) -> None:
+    k1 = max(1, k2 // 2)
+    low = Timing(shallow[0], 0.0, shallow[1], 3)
+    high = Timing(deep[0], 0.0, deep[1], 3)
+    result = extrapolate_layers(low, high, k1, k2, k2 + extra)
+    assert result.runtime_s > 0 and result.ttft_s > 0
+    assert result.runtime_s >= high.runtime_s * (1 - 1e-12)
+    assert result.extrapolation in ("two_depth", "proportional")
+    if high.runtime_s < low.runtime_s:
+        assert result.extrapolation == "proportional"
 
 
 def test_killed_profile_resumes_without_duplicates(tmp_path: Path) -> None:

@@ -149,12 +149,29 @@ def test_scenario_frontier_ignores_models_without_accuracy() -> None:
     assert {m.model for m in board.models} == {"a", "b", "c", "d"}
 
 
-def test_model_summary_counts_a_rerun_scenario_once_with_its_first_run() -> None:
-    # HELM ran "a" twice on s1 (first run kept, as in the frontier and the database) and
-    # listed s3 without any value (the database stores nothing for it: no scenario).
+def test_scenario_loader_keeps_one_run_per_model_and_scenario() -> None:
+    # HELM ran a few (model, scenario) pairs twice; the loader keeps the first run, so the
+    # frontiers, the model summaries and the database all see one result per pair.
+    import csv
+
+    from idealized_runtime.core.catalog import helm_scenarios_csv_path
+    from idealized_runtime.core.scenarios import helm_scenario_results
+
+    results = helm_scenario_results()
+    pairs = [(r.model, r.scenario) for r in results]
+    assert len(pairs) == len(set(pairs))
+    with helm_scenarios_csv_path().open(encoding="utf-8", newline="") as handle:
+        prefix = "boolq:model=openai_davinci"  # plus a rerun with data augmentation
+        davinci = [row for row in csv.DictReader(handle) if row["scenario"].startswith(prefix)]
+    assert len(davinci) == 2
+    (kept,) = [r for r in results if (r.model, r.scenario) == ("openai/davinci", "boolq")]
+    assert kept.raw_runtime_s == pytest.approx(float(davinci[0]["inference_runtime"]))
+
+
+def test_model_summary_leaves_out_scenarios_without_values() -> None:
+    # HELM listed s3 without any value (the database stores nothing for it: no scenario).
     results = (
         ScenarioResult("s1", "s", "a", 1.0, 0.5, 10.0, 2.0, 0.8),
-        ScenarioResult("s1", "s", "a", 3.0, 0.5, 10.0, 2.0, 0.2),
         ScenarioResult("s2", "s", "a", 2.0, 0.5, 10.0, 2.0, 0.6),
         ScenarioResult("s3", "s", "a", None, None, None, None, None),
     )

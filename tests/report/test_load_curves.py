@@ -7,10 +7,10 @@ import json
 import re
 from pathlib import Path
 
+from api.report_database import database_curves
 from idealized_runtime.core.types import Slo
 from idealized_runtime.report.load import (
     curves_from,
-    database_curves,
     latency_throughput_chart,
     results_dir_curves,
 )
@@ -74,7 +74,7 @@ def test_results_folder_report_writes_load_page(tmp_path: Path) -> None:
 
 def test_database_curves_come_from_stored_summaries(tmp_path: Path) -> None:
     from api import crud
-    from idealized_runtime.report.database import write_session
+    from api.report_database import write_session
 
     url = f"sqlite:///{tmp_path / 'service.db'}"
     with write_session(url) as session:

@@ -1,4 +1,4 @@
-"""The report's side of the service database: store bench results and the HELM reference data
+"""The service database as the report sees it: store bench results and the HELM reference data
 (through the service's ``api.crud`` functions), and read leaderboard inputs back (through the
 service's ``api.leaderboard_inputs``, plus the profiles for the runtime-vs-output charts).
 
@@ -20,8 +20,16 @@ from sqlalchemy.orm import Session
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import ScenarioResult
-from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware, Measurement, Stack
+from idealized_runtime.core.types import (
+    Architecture,
+    FittedCostModel,
+    Hardware,
+    LoadSummary,
+    Measurement,
+    Stack,
+)
 from idealized_runtime.leaderboard import LeaderboardInputs, ProfileInput
+from idealized_runtime.report.load import LoadCurve, curves_from
 
 # Metric names of the HELM scenario results stored as capability scores; they are the names
 # ``idealized_runtime.report.inputs.scenario_results_from_scores`` reads back.
@@ -188,13 +196,10 @@ def store_scenario_results(session: Session, results: tuple[ScenarioResult, ...]
     from api import crud
     from api.schemas import CapabilityScore
 
-    # A (model, scenario) HELM ran twice keeps its first run, as the leaderboard does.
-    first: dict[tuple[str, str], ScenarioResult] = {}
-    for result in results:
-        first.setdefault((result.model, result.scenario), result)
+    # One result per (model, scenario): the scenario loader keeps one run of each.
     scores = [
         CapabilityScore(model=r.model, scenario=r.scenario, metric=metric, value=value)
-        for r in first.values()
+        for r in results
         for metric, attribute in SCORE_FIELDS.items()
         if (value := getattr(r, attribute)) is not None
     ]
@@ -244,3 +249,18 @@ def database_report_inputs(url: str) -> LeaderboardInputs:
     if not inputs.models and not inputs.scenario_results:
         raise InputError(f"database {redact(url)} holds no fits or scores: nothing to report")
     return replace(inputs, profiles=tuple(profiles), source=f"database {redact(url)}")
+
+
+def database_curves(url: str) -> list[LoadCurve]:
+    """Curves from the service database's load summaries (none on a database without them)."""
+    from api import crud
+
+    with read_session(url) as session:
+        if "load_summaries" not in inspect(session.get_bind()).get_table_names():
+            return []
+        stored = crud.all_load_summaries(session)
+    summaries = [
+        LoadSummary.model_validate(s.model_dump(include=set(LoadSummary.model_fields)))
+        for s in stored
+    ]
+    return curves_from(summaries, [s.source for s in stored])
