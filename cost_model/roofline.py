@@ -318,7 +318,8 @@ def kv_bytes_per_token_layer(arch: Architecture, precision: Precision, tp: int =
 
 
 def _kv_bytes_per_token_layer_mla_scales(arch: Architecture, precision: Precision) -> float:
-    return 2.0 * 2 if arch.mla and precision.kv_cache == "int8" else 0.0
+    """An int8 MLA cache keeps one 16-bit scale per token (latent and RoPE key together)."""
+    return 2.0 if arch.mla and precision.kv_cache == "int8" else 0.0
 
 
 def kv_cache_bytes(

@@ -13,7 +13,7 @@ so ``F.linear(x, weight, bias)`` in model.py runs the packed kernel without mode
 
 Expert weights of a mixture of experts ([experts, out, in]) are quantized per expert, and index
 like the dense tensor (``weight[experts]``) so the MoE code paths stay as they are. Embeddings,
-norms and routers stay in the compute dtype. ``quantize_kv_cache`` stores keys and values in fp8
+the LM head, norms and routers stay in the compute dtype. ``quantize_kv_cache`` stores keys and values in fp8
 (e4m3, no scale: the values of a normalised model are far inside its range) or int8 (symmetric,
 one scale per token and head), dequantized when attention reads them.
 """
@@ -307,10 +307,11 @@ def _check_int4_shape(name: str, shape: torch.Size, group_size: int) -> None:
 
 
 def _quantizable(name: str, param: torch.Tensor) -> bool:
-    """Linear weights: matrices and expert stacks named ``*_weight`` or ``lm_head``; not the
-    embeddings, norms or routers (small, or read by lookup rather than a matmul)."""
+    """Linear weights: matrices and expert stacks named ``*_weight``; not the embeddings, the
+    LM head, norms or routers (as the hardware model counts them: small, read by lookup, or
+    kept in 16 bits by the engines for accuracy)."""
     leaf = name.rsplit(".", 1)[-1]
-    return param.dim() in (2, 3) and (leaf.endswith("_weight") or leaf == "lm_head")
+    return param.dim() in (2, 3) and leaf.endswith("_weight")
 
 
 def _targets(model: nn.Module) -> list[tuple[nn.Module, str, torch.Tensor]]:

@@ -11,8 +11,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from cost_model.roofline import kv_cache_bytes
+from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Precision
 from local_runner.generate import Generator
 from local_runner.quantize import (
     INT4_GROUPS,
@@ -24,6 +27,7 @@ from local_runner.quantize import (
     parse_weight_format,
     weight_bytes,
 )
+from tests.test_architectures import TINY
 
 # Relative L2 error of the logits against the bf16 model, random weights (N(0, 0.02)): int8 keeps
 # ~1%, fp8 (3 mantissa bits) ~3.5%, int4 in groups of 32 ~10%. The bounds leave 2x headroom.
@@ -73,12 +77,10 @@ def test_weight_bytes_are_the_packed_data_plus_scales():
     dense_gen, _ = _logits(DENSE)
     int8_gen, _ = _logits(DENSE, weights="int8")
     int4_gen, _ = _logits(DENSE, weights="int4-g32")
-    matrices = [
-        p for n, p in dense_gen.model.named_parameters() if n.endswith(("_weight", "lm_head"))
-    ]
+    matrices = [p for n, p in dense_gen.model.named_parameters() if n.endswith("_weight")]
     elements = sum(p.numel() for p in matrices)
     rows = sum(p.shape[0] for p in matrices)
-    other = weight_bytes(dense_gen.model) - 2 * elements  # embeddings and norms stay bf16
+    other = weight_bytes(dense_gen.model) - 2 * elements  # embeddings, head, norms stay bf16
     assert weight_bytes(int8_gen.model) == other + elements + 2 * rows  # + a bf16 scale per row
     groups = elements // 32
     assert weight_bytes(int4_gen.model) == other + elements // 2 + groups * 2 * 2  # scale, zero
@@ -168,9 +170,6 @@ def test_profile_refuses_bad_precisions_writing_nothing(tmp_path, args, message)
 @pytest.mark.parametrize("name", ["gemma2", "gpt_oss", "deepseek_v3"])
 def test_new_families_quantize_weights_and_caches(name):
     """Sliding-window rings, sinks with a routed MoE, and MLA's latent cache."""
-    from idealized_runtime.core.architectures import architecture_from_hf_config
-    from tests.test_architectures import TINY
-
     arch = architecture_from_hf_config(TINY[name], name=name)
     dense, reference = _logits(arch)
     quantized, logits = _logits(arch, weights="int8", kv_cache="fp8")
@@ -179,3 +178,22 @@ def test_new_families_quantize_weights_and_caches(name):
     assert 2 * kv_cache_bytes_per_token(quantized.model) == kv_cache_bytes_per_token(dense.model)
     prompt = torch.randint(0, arch.vocab_size, (1, 12), generator=torch.Generator().manual_seed(3))
     assert quantized.generate(prompt, 6).shape == (1, 6)  # past the 8-token sliding window
+
+
+@pytest.mark.parametrize("kv_cache", ["bf16", "fp8", "int8"])
+@pytest.mark.parametrize(
+    "name", sorted(__import__("tests.test_architectures").test_architectures.TINY)
+)
+def test_runner_cache_bytes_equal_the_hardware_model(name, kv_cache):
+    """Every family and cache format: the bytes the runner's caches hold per token equal the
+    hardware model's count (a context inside every sliding window)."""
+    arch = architecture_from_hf_config(TINY[name], name=name)
+    generator = Generator(
+        arch,
+        dtype="bfloat16",
+        max_seq_len=16,
+        kv_cache=None if kv_cache == "bf16" else kv_cache,
+    )
+    context = 4
+    expected = kv_cache_bytes(arch, context, Precision(kv_cache=kv_cache)) / context
+    assert kv_cache_bytes_per_token(generator.model) == expected
