@@ -241,6 +241,13 @@ class BatchEstimateOut(BaseModel):
     server_time_ms: float = Field(description="Time spent computing, after the body was parsed")
 
 
+class HfModelIn(_Body):
+    """An architecture registered from a Hugging Face config.json object, under ``name``."""
+
+    name: Name
+    config: dict[str, Any] = Field(description="An HF config.json object (its model_type decides)")
+
+
 class HardwareModelEstimateIn(_Body):
     """One request estimated by the hardware model (no profile): what ``idealized-runtime
     estimate --arch`` computes. The architecture is a stored one (``architecture``) or a Hugging

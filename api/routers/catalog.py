@@ -11,9 +11,10 @@ from api.db import read_session, write_session
 from api.estimation import not_found
 from api.idempotency import WriteContext, run_write, write_context
 from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
-from api.schemas import HardwareOut, ModelOut, Page
+from api.schemas import HardwareOut, HfModelIn, ModelOut, Page
 from api.security import Principal, reader
 from api.state import invalidate_caches
+from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.types import Architecture, Hardware
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
@@ -33,6 +34,24 @@ ARCHITECTURE_EXAMPLE = {
     "position": "rotary",
     "bias": False,
 }
+HF_CONFIG_EXAMPLE = {
+    "name": "my-qwen3-8b",
+    "config": {
+        "model_type": "qwen3",
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 40960,
+        "hidden_act": "silu",
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000,
+        "tie_word_embeddings": False,
+    },
+}
 HARDWARE_EXAMPLE = {
     "name": "my-accelerator",
     "vendor": "example",
@@ -49,16 +68,32 @@ HARDWARE_EXAMPLE = {
     status_code=201,
     response_model=ModelOut,
     responses={**WRITE_ERRORS, 409: ERRORS[409]},
-    summary="Register an architecture",
+    summary="Register an architecture (our schema, or a name and an HF config.json object)",
     openapi_extra={
-        "requestBody": {"content": {"application/json": {"example": ARCHITECTURE_EXAMPLE}}}
+        "requestBody": {
+            "content": {
+                "application/json": {
+                    "examples": {
+                        "architecture": {"value": ARCHITECTURE_EXAMPLE},
+                        "hf_config": {"value": HF_CONFIG_EXAMPLE},
+                    }
+                }
+            }
+        }
     },
 )
 def create_model(
-    architecture: Architecture,
+    body: Architecture | HfModelIn,
     context: WriteContext = Depends(write_context),
     session: Session = Depends(write_session),
 ) -> JSONResponse:
+    # One loader for every entry point: the CLI's --arch config.json maps the same way.
+    architecture = (
+        architecture_from_hf_config(body.config, name=body.name, path="config")
+        if isinstance(body, HfModelIn)
+        else body
+    )
+
     def work(s: Session) -> ModelOut:
         return crud.model_out(crud.add_architecture(s, architecture))
 

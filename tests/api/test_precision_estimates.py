@@ -172,3 +172,42 @@ def test_bad_config_and_refused_bench_estimates_write_nothing(tmp_path: Path) ->
     assert refused.returncode == 2, refused.stderr
     assert "estimates.0" in refused.stderr and "no fp8 tensor cores" in refused.stderr
     assert not results.exists()
+
+
+def test_models_accept_an_hf_config_as_well_as_our_schema(
+    client: httpx.Client, service: Service
+) -> None:
+    config = json.loads((CONFIGS / "qwen3-8b.json").read_text())
+    body = {"name": "my-qwen3-8b", "config": config}
+    created = client.post("/v1/models", json=body, headers=service.auth)
+    assert created.status_code == 201, created.text
+    stored = client.get("/v1/models/my-qwen3-8b").json()
+    expected = get_architecture("qwen3-8b")
+    assert stored["num_layers"] == expected.num_layers
+    assert stored["num_kv_heads"] == expected.num_kv_heads
+    assert stored["family"] == expected.family
+    # The registered config estimates like the catalog entry it equals.
+    request = {"hardware": "h100-sxm", "prompt_tokens": 500, "output_tokens": 50}
+    mine = client.post(
+        "/v1/estimate/hardware-model", json={**request, "architecture": "my-qwen3-8b"}
+    )
+    catalog = client.post("/v1/estimate/hardware-model", json={**request, "config": config})
+    assert mine.status_code == catalog.status_code == 200, mine.text
+    assert mine.json()["runtime_s"] == catalog.json()["runtime_s"]
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"model_type": "mamba", "hidden_size": 8}, "mamba"),
+        ({"model_type": "llama", "hidden_size": 64}, "missing key"),
+    ],
+)
+def test_models_refuse_bad_hf_configs_with_the_reason(
+    client: httpx.Client, service: Service, config: dict, message: str
+) -> None:
+    body = {"name": "bad-config", "config": config}
+    response = client.post("/v1/models", json=body, headers=service.auth)
+    assert response.status_code == 422
+    assert message in response.json()["detail"]
+    assert client.get("/v1/models/bad-config").status_code == 404
