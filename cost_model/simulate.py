@@ -36,10 +36,17 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from cost_model.roofline import IDEAL, Efficiency, PhaseCosts, forward_costs, pass_time
+from cost_model.roofline import (
+    IDEAL,
+    Efficiency,
+    PhaseCosts,
+    compute_hardware,
+    forward_costs,
+    pass_time,
+)
 from cost_model.serving import DEFAULT_RESERVE_FRACTION, GB, memory_per_gpu
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture, Dtype, Hardware
+from idealized_runtime.core.types import Architecture, Dtype, Hardware, Precision
 
 DEFAULT_TOKEN_BUDGET = 256
 STEP_FIT_KIND = "step_time_fit"
@@ -111,28 +118,31 @@ class HardwareStepTime:
     tp: int = 1
     dtype: Dtype = "bfloat16"
     efficiency: Efficiency = IDEAL
+    precision: Precision | None = None  # None: ``dtype`` everywhere
 
     @functools.cached_property
     def _coefficients(self) -> dict[str, np.ndarray]:
         n = np.array([p[0] for p in _PROBES], dtype=np.float64)
         c = np.array([p[1] for p in _PROBES], dtype=np.float64)
-        probe = forward_costs(self.arch, n, c, dtype=self.dtype, tp=self.tp)
+        probe = forward_costs(self.arch, n, c, **self._counting)
         features = np.stack([n, n * c + n * (n + 1) / 2, np.ones_like(n), c], axis=1)
         return {name: np.linalg.solve(features, getattr(probe, name)) for name in _COST_FIELDS}
 
     @functools.cached_property
     def _dense_pass(self) -> tuple[float, float]:
         """(weight bytes, all-reduces) of a pass, the same whatever its tokens (dense models)."""
-        one = forward_costs(self.arch, 1.0, 0.0, dtype=self.dtype, tp=self.tp)
+        one = forward_costs(self.arch, 1.0, 0.0, **self._counting)
         return float(one.weight_bytes), float(one.num_allreduces)
+
+    @property
+    def _counting(self) -> dict:
+        return {"dtype": self.dtype, "tp": self.tp, "precision": self.precision}
 
     def costs(self, work: StepWork) -> PhaseCosts:
         features = np.stack([work.tokens, work.attended, work.sequences, work.context], axis=1)
         fields = {name: features @ k for name, k in self._coefficients.items()}
         if self.arch.num_experts > 1:  # the experts touched depend on the step's tokens
-            weight_bytes = forward_costs(
-                self.arch, work.tokens, 0.0, dtype=self.dtype, tp=self.tp
-            ).weight_bytes
+            weight_bytes = forward_costs(self.arch, work.tokens, 0.0, **self._counting).weight_bytes
         else:
             weight_bytes = np.full_like(work.tokens, self._dense_pass[0])
         return PhaseCosts(
@@ -145,7 +155,7 @@ class HardwareStepTime:
     def seconds(self, work: StepWork) -> np.ndarray:
         time = pass_time(
             self.costs(work),
-            self.hardware,
+            compute_hardware(self.hardware, self.precision),
             num_layers=self.arch.num_layers,
             tp=self.tp,
             efficiency=self.efficiency,
@@ -277,10 +287,11 @@ def kv_capacity_tokens(
     tp: int = 1,
     dtype: Dtype = "bfloat16",
     reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
+    precision: Precision | None = None,
 ) -> int:
     """Tokens of KV cache that fit next to the weights on ``tp`` GPUs (the memory planner's
     accounting); InputError when the weights alone do not fit."""
-    weights, kv_per_token = memory_per_gpu(arch, tp, 1, 1, 1, dtype)
+    weights, kv_per_token = memory_per_gpu(arch, tp, 1, 1, 1, dtype, precision)
     usable = hardware.memory_gb * GB * (1.0 - reserve_fraction)
     if weights >= usable:
         raise InputError(

@@ -76,6 +76,13 @@ def simulate_command(
         None, "--kv-tokens", min=1, help="KV cache capacity in tokens (default: memory planner)"
     ),
     tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel size"),  # noqa: UP045
+    weights: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--weights", help="bf16 | fp16 | fp8 | int8[-gN] | int4[-gN] | mxfp4"
+    ),
+    kv_cache: Optional[str] = typer.Option(None, "--kv-cache", help="bf16 | fp8 | int8"),  # noqa: UP045
+    activations: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--activations", help="bf16 | fp16 | fp8 (fp8 tensor cores)"
+    ),
     stack: Optional[str] = typer.Option(  # noqa: UP045
         None, "--stack", help="reference stack's efficiencies (see `stacks`); default: ideal"
     ),
@@ -104,7 +111,9 @@ def simulate_command(
     if output.is_dir():
         fail(f"{output}: is a folder; -o names the JSONL file to write")
     try:
-        step_time, model, capacity = _step_time(arch, hardware, fit, tp, dtype, kv_tokens, stack)
+        step_time, model, capacity = _step_time(
+            arch, hardware, fit, tp, dtype, kv_tokens, stack, (weights, kv_cache, activations)
+        )
         if save_fit is not None:
             if not isinstance(step_time, sim.FittedStepTime):
                 fail("--save-fit needs --fit")
@@ -149,6 +158,7 @@ def _step_time(
     dtype: str,
     kv_tokens: int | None,
     stack: str | None = None,
+    precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
 ) -> tuple[Any, str, int | None]:
     from cost_model import simulate as sim
     from idealized_runtime.core.types import DTYPE_BYTES
@@ -156,23 +166,36 @@ def _step_time(
     if dtype not in DTYPE_BYTES:
         raise InputError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
     if fit is not None:
-        if stack is not None:
-            raise InputError("--stack applies to the roofline step times, not to --fit")
+        if stack is not None or any(precision_options):
+            raise InputError(
+                "--stack and the precision options apply to the roofline step times, not to --fit"
+            )
         step_time = sim.read_step_fit(fit)
         return step_time, arch or step_time.model, kv_tokens
     from cost_model.serving import plan_gpus
     from idealized_runtime.core.catalog import get_hardware
+    from idealized_runtime.core.types import Precision, parse_precision
 
     architecture = _architecture(str(arch))
     accelerator = get_hardware(str(hardware))
+    # As `estimate`: the checkpoint's own precision (quantization_config), else --dtype.
+    default = architecture.precision or Precision.from_dtype(dtype)  # type: ignore[arg-type]
+    precision = parse_precision(*precision_options, default=default)
     if tp is None:
-        plan = plan_gpus(architecture, accelerator, context_tokens=1, dtype=dtype)  # type: ignore[arg-type]
+        plan = plan_gpus(
+            architecture,
+            accelerator,
+            context_tokens=1,
+            dtype=dtype,  # type: ignore[arg-type]
+            precision=precision,
+        )
         tp = plan.tp
     capacity = kv_tokens or sim.kv_capacity_tokens(
         architecture,
         accelerator,
         tp=tp,
         dtype=dtype,  # type: ignore[arg-type]
+        precision=precision,
     )
     efficiency = sim.IDEAL
     if stack is not None:
@@ -185,6 +208,7 @@ def _step_time(
         tp=tp,
         dtype=dtype,  # type: ignore[arg-type]
         efficiency=efficiency,
+        precision=precision,
     )
     return step_time, architecture.name, capacity
 
