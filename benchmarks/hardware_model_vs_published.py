@@ -116,9 +116,9 @@ def main() -> None:
             rows = [t for t in own if t.weights == weights]
             errors = relative_errors(rows, stack)
             ratios = np.abs([r["error"] for r in speedups if r["weights"] == weights])
-            ratio_text = (
-                f"{ratios.size}, {np.median(ratios):.1%}, {ratios.max():.1%}" if ratios.size else "-"
-            )
+            ratio_text = "-"
+            if ratios.size:
+                ratio_text = f"{ratios.size}, {np.median(ratios):.1%}, {ratios.max():.1%}"
             print(f"{family:<17} {weights:<9} | {_stats(errors)} | {ratio_text}")
     print()
     print("Targets: median <= 10%, 90th percentile <= 25%, TP ratios within 15%.")
