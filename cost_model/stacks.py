@@ -14,6 +14,10 @@ log errors over the stack's rows, lightly pulled toward typical values so that a
 rows stays physical. ``helm-megatron-2022`` is the calibration of the HELM efficiency paper's
 A100 Megatron-LM grid (``data/calibrations/a100-megatron-2022.json``; that old name is an alias).
 
+Stacks are fitted on 16-bit (bf16/fp16) figures; quantized figures of the same engines (fp8,
+int8, int4) are predicted, not fitted, from the quantized byte and FLOP counts, and their errors
+are shipped per weight format (``quantized_predicted``).
+
 Honest errors: besides the in-sample error, every stack ships its leave-one-source-out error
 (calibrated without a source's rows, predicting them) and its leave-one-model-out error. A
 stack whose rows come from one source is held out against the other modern stacks' pooled
@@ -38,7 +42,7 @@ from cost_model.serving import Estimate, estimate_from_architecture, min_gpus
 from idealized_runtime.core.catalog import data_path, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import Architecture, Hardware, Precision
+from idealized_runtime.core.types import Architecture, Hardware, Precision, parse_precision
 
 STACKS_DIR = "stacks"
 HELM_STACK = "helm-megatron-2022"
@@ -62,8 +66,8 @@ FAMILY_DESCRIPTIONS: dict[str, str] = {
     "vllm": "vLLM with CUDA graphs",
     "sglang": "SGLang with CUDA graphs",
 }
-# Weight formats the time model counts today (quantized rows wait for quantized byte counts).
-SUPPORTED_WEIGHTS = ("bf16", "fp16")
+# 16-bit weights; every other format the precision parser knows is a quantized row.
+DENSE_WEIGHTS = ("bf16", "fp16")
 # Metrics a row can be predicted for: per-sequence and static-batch figures whose batch is known.
 PREDICTABLE = (
     "decode_tokens_per_s",
@@ -106,6 +110,17 @@ class Target:
     output_tokens: int
     metric: str
     value: float
+    weights: str = "bf16"
+    kv_cache: str | None = None
+    activations: str | None = None
+
+    @property
+    def precision(self) -> Precision:
+        return _precision(self.weights, self.kv_cache, self.activations)
+
+    @property
+    def quantized(self) -> bool:
+        return self.weights not in DENSE_WEIGHTS
 
     @property
     def kind(self) -> str:
@@ -113,14 +128,21 @@ class Target:
         return "ttft" if self.metric == "ttft_s" else "decode"
 
 
-def targets_from_rows(rows: Iterable) -> list[Target]:
-    """The rows the time model can predict (supported weights, known batch, an architecture and
-    a GPU in the catalogs), as targets. Other rows are skipped, not errors."""
+def targets_from_rows(rows: Iterable, *, quantized: bool = True) -> list[Target]:
+    """The rows the time model can predict (a weight format it counts, a known batch, an
+    architecture and a GPU in the catalogs, a precision the GPU runs), as targets; with
+    ``quantized=False`` 16-bit rows only. Other rows are skipped, not errors."""
     targets = []
     for row in rows:
         family = ENGINE_FAMILIES.get(row.engine)
-        if family is None or row.weights not in SUPPORTED_WEIGHTS or row.metric not in PREDICTABLE:
+        if family is None or row.metric not in PREDICTABLE:
             continue
+        if row.weights not in DENSE_WEIGHTS and not quantized:
+            continue
+        try:
+            precision = _precision(row.weights, row.kv_cache, row.activations)
+        except InputError:
+            continue  # a number format the hardware model does not count (e.g. nvfp4)
         if row.batch_size is None or (row.pipeline_parallel_size or 1) > 1:
             continue
         if row.cuda_graphs_or_compiled is False and family == "pytorch-compiled":
@@ -130,8 +152,8 @@ def targets_from_rows(rows: Iterable) -> list[Target]:
         output = row.output_tokens or DEFAULT_OUTPUT_TOKENS
         prompt = row.prompt_tokens or DEFAULT_PROMPT_TOKENS
         if not _fits_in_memory(row.model, row.gpu, row.tensor_parallel_size, row.batch_size,
-                               prompt + output):  # fmt: skip
-            continue  # the engine had to queue sequences: not one static batch
+                               prompt + output, precision):  # fmt: skip
+            continue  # the engine had to queue sequences (or refused the format): skip
         if row.metric == "ttft_s":
             output = 1
         targets.append(
@@ -148,25 +170,88 @@ def targets_from_rows(rows: Iterable) -> list[Target]:
                 output_tokens=output,
                 metric=row.metric,
                 value=row.value,
+                weights=row.weights,
+                kv_cache=row.kv_cache,
+                activations=row.activations,
             )
         )
     return targets
 
 
-def _fits_in_memory(model: str, gpu: str, tp: int, batch: int, context: int) -> bool:
-    """Whether ``batch`` sequences of ``context`` tokens fit in ``tp`` GPUs (weights + KV)."""
+def _fits_in_memory(
+    model: str, gpu: str, tp: int, batch: int, context: int, precision: Precision
+) -> bool:
+    """Whether ``batch`` sequences of ``context`` tokens fit in ``tp`` GPUs (weights + KV) and
+    the GPU runs ``precision`` (fp8 matmuls need fp8 tensor cores)."""
 
     try:
         arch, hardware = _arch(model), get_hardware(gpu)
-        return min_gpus(arch, hardware, context_tokens=context, batch_size=batch) <= tp
+        kwargs = {"context_tokens": context, "batch_size": batch, "precision": precision}
+        if min_gpus(arch, hardware, **kwargs) > tp:
+            return False
+        predict_alpha(arch, hardware, 1, tp=tp, precision=precision)  # refused formats raise
+        return True
     except (InputError, LookupError):
         return False
 
 
-def published_targets() -> list[Target]:
+@lru_cache(maxsize=64)
+def _precision(weights: str, kv_cache: str | None, activations: str | None) -> Precision:
+    return parse_precision(weights, kv_cache, activations)
+
+
+def published_targets(*, quantized: bool = True) -> list[Target]:
     from idealized_runtime.core.published import load_published
 
-    return targets_from_rows(load_published())
+    return targets_from_rows(load_published(), quantized=quantized)
+
+
+def precision_errors(targets: Sequence[Target], efficiency: Efficiency) -> dict:
+    """Errors on quantized figures of a stack calibrated on 16-bit ones, per weight format: the
+    precision transfer rests on the byte and FLOP counts alone."""
+    by_format: dict[str, list[Target]] = {}
+    for t in targets:
+        if t.quantized:
+            by_format.setdefault(t.weights, []).append(t)
+    return {
+        weights: error_summary(relative_errors(rows, efficiency), [t.kind for t in rows])["all"]
+        for weights, rows in sorted(by_format.items())
+    }
+
+
+def quantized_speedup_errors(targets: Sequence[Target], efficiency: Efficiency) -> list[dict]:
+    """Error of quantized / 16-bit ratios of the same figure (model, source, GPU, TP, batch,
+    lengths, metric), predicted by one stack calibration."""
+    by_case: dict[tuple, dict[str, Target]] = {}
+    for t in targets:
+        case = (t.source_id, t.model, t.gpu, t.tp, t.batch, t.prompt_tokens, t.output_tokens,
+                t.metric)  # fmt: skip
+        by_case.setdefault(case, {})[t.weights] = t
+    results = []
+    for case, per_format in sorted(by_case.items()):
+        base = next((per_format[w] for w in DENSE_WEIGHTS if w in per_format), None)
+        if base is None:
+            continue
+        base_predicted = predict_target(base, efficiency)
+        for weights, t in sorted(per_format.items()):
+            if not t.quantized:
+                continue
+            published = t.value / base.value
+            predicted = predict_target(t, efficiency) / base_predicted
+            results.append(
+                {
+                    "source_id": case[0],
+                    "model": case[1],
+                    "gpu": case[2],
+                    "tp": case[3],
+                    "weights": weights,
+                    "metric": case[7],
+                    "published": published,
+                    "predicted": predicted,
+                    "error": predicted / published - 1.0,
+                }
+            )
+    return results
 
 
 @lru_cache(maxsize=256)
@@ -179,7 +264,12 @@ def _arch(name: str) -> Architecture:
 def predict_target(target: Target, efficiency: Efficiency) -> float:
     """The figure ``target`` publishes, predicted by the time model with ``efficiency``."""
     arch, hardware = _arch(target.model), get_hardware(target.gpu)
-    kwargs = {"tp": target.tp, "batch": target.batch, "efficiency": efficiency}
+    kwargs = {
+        "tp": target.tp,
+        "batch": target.batch,
+        "efficiency": efficiency,
+        "precision": target.precision,
+    }
     p, o = target.prompt_tokens, target.output_tokens
     if target.metric == "ttft_s":
         return float(predict_alpha(arch, hardware, p, **kwargs))
@@ -444,12 +534,17 @@ def calibrate_published(
 ) -> list[StackCalibration]:
     """One stack per engine family with rows in the published table."""
     targets = list(published_targets() if targets is None else targets)
-    families = sorted({t.family for t in targets})
+    dense = [t for t in targets if not t.quantized]
+    families = sorted({t.family for t in dense})
     stacks = []
     for family in families:
-        own = [t for t in targets if t.family == family]
-        others = [t for t in targets if t.family != family]
-        stacks.append(calibrate_stack(family, own, fallback=others, held_out=held_out))
+        own = [t for t in dense if t.family == family]
+        others = [t for t in dense if t.family != family]
+        stack = calibrate_stack(family, own, fallback=others, held_out=held_out)
+        quantized = [t for t in targets if t.family == family and t.quantized]
+        if quantized:
+            stack.errors["quantized_predicted"] = precision_errors(quantized, stack.efficiency)
+        stacks.append(stack)
     return stacks
 
 

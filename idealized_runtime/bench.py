@@ -230,12 +230,19 @@ class BenchConfig(_Spec):
     def _stack_needs_hardware(self) -> BenchConfig:
         if self.stack is not None and self.models and self.hardware == CPU_HARDWARE:
             raise ValueError("stack needs hardware: a GPU of the hardware catalog, not cpu")
-        if self.stack is not None:
-            self.estimates = [
-                e if e.stack is not None else e.model_copy(update={"stack": self.stack})
-                for e in self.estimates
-            ]
         return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _estimates_inherit_stack(cls, data: Any) -> Any:
+        """An estimate without its own ``stack`` uses the file's."""
+        if isinstance(data, dict) and data.get("stack") and isinstance(data.get("estimates"), list):
+            estimates = [
+                {"stack": data["stack"], **e} if isinstance(e, dict) and not e.get("ideal") else e
+                for e in data["estimates"]
+            ]
+            data = {**data, "estimates": estimates}
+        return data
 
     @field_validator("hardware")
     @classmethod

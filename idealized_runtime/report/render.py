@@ -452,8 +452,31 @@ def render_markdown(board: Leaderboard) -> str:
             for stack in stacks(board.inputs)
         ),
         "",
+        *_reference_stack_lines(),
     ]
     return "\n".join(parts)
+
+
+def _reference_stack_lines() -> list[str]:
+    """The hardware model's reference stacks with their held-out errors (methodology)."""
+    from cost_model.stacks import DEFAULT_STACK, shipped_stacks
+
+    lines = [
+        "Reference stacks of the hardware model (median |predicted / published - 1| of decode "
+        "figures, held out by source / by model; `idealized-runtime stacks` has the details):",
+        "",
+    ]
+    for name, stack in shipped_stacks().items():
+        by_source = stack.errors.get("leave_one_source_out", {}).get("decode", {}).get("median")
+        by_model = stack.errors.get("leave_one_model_out", {}).get("decode", {}).get("median")
+        errors = (
+            f"{_percent(by_source)} / {_percent(by_model)}"
+            if by_source is not None
+            else f"in sample {_percent(stack.headline_error())}"
+        )
+        default = " (default)" if name == DEFAULT_STACK else ""
+        lines.append(f"- {name}{default}: {stack.description}; {errors}")
+    return [*lines, ""]
 
 
 def _percent(value: float | None) -> str:

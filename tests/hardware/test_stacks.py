@@ -20,8 +20,10 @@ from cost_model.stacks import (
     calibrate_stack,
     error_summary,
     get_stack,
+    precision_errors,
     predict_target,
     published_targets,
+    quantized_speedup_errors,
     relative_errors,
     shipped_stacks,
     targets_from_rows,
@@ -71,8 +73,14 @@ def test_targets_skip_what_the_model_cannot_predict() -> None:
         _row("int8", "llama-2-7b", 1, 155.0, weights="int8"),
         _row("batched-ttft", "llama-2-7b", 1, 0.5, metric="ttft_s", batch_size=32),
         _row("unknown-model", "no-such-model", 1, 10.0),
+        _row("nvfp4", "llama-2-7b", 1, 300.0, weights="nvfp4"),
+        _row("fp8-on-a100", "llama-2-7b", 1, 150.0, weights="fp8"),  # no fp8 tensor cores
     ]
-    assert [t.row_id for t in targets_from_rows(rows)] == [r.row_id for r in FIXTURE_ROWS]
+    dense = [r.row_id for r in FIXTURE_ROWS]
+    assert [t.row_id for t in targets_from_rows(rows, quantized=False)] == dense
+    with_quantized = targets_from_rows(rows)
+    assert [t.row_id for t in with_quantized] == [*dense, "int8"]
+    assert with_quantized[-1].quantized and with_quantized[-1].precision.weights == "int8"
 
 
 def test_calibrated_subset_reproduces_its_in_sample_figures() -> None:
@@ -221,3 +229,16 @@ def test_stacks_command() -> None:
     assert by_name[DEFAULT_STACK]["default"] is True
     assert by_name[DEFAULT_STACK]["sources"] and by_name[DEFAULT_STACK]["errors"]
     assert "a100-megatron-2022" in by_name[HELM_STACK]["aliases"]
+
+
+def test_quantized_figures_are_predicted_from_their_bytes() -> None:
+    rows = [FIXTURE_ROWS[0], _row("f-7b-int8", "llama-2-7b", 1, 155.58, weights="int8")]
+    targets = targets_from_rows(rows)
+    efficiency = get_stack(DEFAULT_STACK).efficiency
+    (ratio,) = quantized_speedup_errors(targets, efficiency)
+    assert ratio["weights"] == "int8" and ratio["published"] == pytest.approx(155.58 / 104.9)
+    assert 1.3 < ratio["predicted"] < 2.0  # half the weight bytes, same KV and overheads
+    errors = precision_errors(targets, efficiency)
+    assert set(errors) == {"int8"} and errors["int8"]["n"] == 1
+    stored = get_stack(DEFAULT_STACK).errors["quantized_predicted"]
+    assert {"int8", "int4-g32"} <= set(stored)

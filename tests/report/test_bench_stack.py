@@ -51,3 +51,28 @@ def test_bench_with_stack_writes_the_calibrated_fit(tmp_path: Path) -> None:
     fit = read_fit_file(path)["tiny"]
     assert fit.method == "calibrated" and fit.stack is not None
     assert fit.stack.runner == "stack:helm-megatron-2022" and fit.stack.hardware == "h100-sxm"
+
+
+def test_report_methodology_lists_the_reference_stacks() -> None:
+    from cost_model.stacks import DEFAULT_STACK, shipped_stacks
+    from idealized_runtime.report.render import _reference_stack_lines
+
+    text = "\n".join(_reference_stack_lines())
+    for name in shipped_stacks():
+        assert f"- {name}" in text
+    assert f"{DEFAULT_STACK} (default)" in text and "held out by source" in text
+
+
+def test_bench_estimates_take_the_file_stack(tmp_path: Path) -> None:
+    from idealized_runtime.bench import load_config
+
+    config = tmp_path / "bench.yaml"
+    entry = "{architecture: llama-3.1-8b, hardware: a100-80gb, prompt_tokens: 5, output_tokens: 9"
+    config.write_text(
+        f"stack: a100-megatron-2022\nestimates:\n  - {entry}}}\n  - {entry}, stack: lmdeploy}}\n",
+        encoding="utf-8",
+    )
+    first, second = load_config(config).estimates
+    assert first.stack == "helm-megatron-2022" and second.stack == "lmdeploy"
+    assert first.evaluate()["calibration"] == "helm-megatron-2022"
+    assert second.evaluate()["output_tokens_per_s"] > first.evaluate()["output_tokens_per_s"]
