@@ -137,7 +137,7 @@ def _estimate(
     precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
     stack_name: str | None = None,
 ) -> tuple[Estimate, str]:
-    from cost_model.serving import estimate_from_fit
+    from cost_model.serving import Estimate, estimate_from_fit
     from cost_model.stacks import hardware_model_estimate
     from idealized_runtime.core.architectures import load_architecture
     from idealized_runtime.core.catalog import get_hardware

@@ -160,6 +160,6 @@ def test_read_done_keys_cuts_a_partial_last_line(tmp_path: Path) -> None:
     row = {"model": "m", "endpoint": "chat", "num_prompt_tokens": 9, "num_output_tokens": 2,
            "requested_prompt_tokens": 8, "requested_output_tokens": 2, "repeat": 1}  # fmt: skip
     path.write_text(json.dumps(row) + "\nnot json\n" + '{"model": "m", "endp')
-    assert read_done_keys(path) == {("m", "chat", 8, 2, 1)}
+    assert read_done_keys(path) == {("m", "chat", 8, 2, 1, "unlabelled")}  # no load level
     assert path.read_text().endswith("not json\n")
     assert read_done_keys(tmp_path / "missing.jsonl") == set()
