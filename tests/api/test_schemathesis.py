@@ -37,6 +37,7 @@ DATA_DEPENDENT_422 = re.compile(
     r"|missing required column"  # a CSV body's header row (the description lists the columns)
     r"|not UTF-8 text"  # a CSV file part is bytes in the schema; it must be UTF-8 text
     r"|prompt sizes must be increasing"  # the order of a HELM table's keys
+    r"|too large to store"  # a derived count (an architecture's parameters) beyond 64 bits
 )
 
 
