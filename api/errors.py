@@ -127,7 +127,18 @@ async def _http(request: Request, error: Exception) -> JSONResponse:
     )
 
 
+def _overflow(_: Request, error: Exception) -> JSONResponse:
+    # A value (or a count derived from it, e.g. an architecture's parameters) beyond what the
+    # database's 64-bit integers hold: the input is out of range, so 422.
+    log.info("overflow: %s", error)
+    return JSONResponse(
+        {"detail": "a number is too large to store (at most 2**63 - 1)"},
+        status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
+    )
+
+
 def install(app: FastAPI) -> None:
+    app.add_exception_handler(OverflowError, _overflow)
     app.add_exception_handler(StarletteHTTPException, _http)
     app.add_exception_handler(ValidationError, _pydantic)
     app.add_exception_handler(InputError, _input_error)

@@ -92,9 +92,21 @@ def import_helm(
         examples=[HELM_TABLE_EXAMPLE],
         json_schema_extra={
             "minProperties": 1,
+            "propertyNames": {"minLength": 1, "maxLength": 200},
             "additionalProperties": {
                 "type": "object",
                 "required": ["runtime_per_output_token", "runtime_for_prompt_tokens"],
+                "additionalProperties": False,
+                "properties": {
+                    "runtime_per_output_token": {"type": "number", "minimum": 0},
+                    "overhead": {"type": "number", "minimum": 0},
+                    "runtime_for_prompt_tokens": {
+                        "type": "object",
+                        "minProperties": 1,
+                        "propertyNames": {"pattern": "^[1-9][0-9]{0,6}$"},
+                        "additionalProperties": {"type": "number", "minimum": 0},
+                    },
+                },
             },
         },
     ),
