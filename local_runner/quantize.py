@@ -13,9 +13,10 @@ so ``F.linear(x, weight, bias)`` in model.py runs the packed kernel without mode
 
 Expert weights of a mixture of experts ([experts, out, in]) are quantized per expert, and index
 like the dense tensor (``weight[experts]``) so the MoE code paths stay as they are. Embeddings,
-the LM head, norms and routers stay in the compute dtype. ``quantize_kv_cache`` stores keys and values in fp8
-(e4m3, no scale: the values of a normalised model are far inside its range) or int8 (symmetric,
-one scale per token and head), dequantized when attention reads them.
+the LM head, norms and routers stay in the compute dtype. ``quantize_kv_cache`` stores keys and
+values (or MLA's latents) in fp8 (e4m3, no scale: the values of a normalised model are far inside
+its range) or int8 (symmetric, one scale per cached vector), dequantized when attention reads
+them.
 """
 
 from __future__ import annotations
