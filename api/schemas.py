@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from idealized_runtime.core.types import (
     Architecture,
@@ -248,6 +248,21 @@ class HfModelIn(_Body):
     config: dict[str, Any] = Field(description="An HF config.json object (its model_type decides)")
 
 
+def _model_body_kind(value: object) -> str:
+    """An HF config body is the one with a ``config`` object; anything else is our schema."""
+    if isinstance(value, dict):
+        return "hf_config" if "config" in value else "architecture"
+    return "hf_config" if isinstance(value, HfModelIn) else "architecture"
+
+
+# POST /v1/models: our Architecture, or {name, config} (tagged, so that validation errors point
+# at the one form the body is, under loc ["body", "architecture" | "hf_config", ...]).
+ModelIn = Annotated[
+    Annotated[Architecture, Tag("architecture")] | Annotated[HfModelIn, Tag("hf_config")],
+    Discriminator(_model_body_kind),
+]
+
+
 class HardwareModelEstimateIn(_Body):
     """One request estimated by the hardware model (no profile): what ``idealized-runtime
     estimate --arch`` computes. The architecture is a stored one (``architecture``) or a Hugging
@@ -288,7 +303,24 @@ class HardwareModelEstimateIn(_Body):
                     "output_tokens": 200,
                     "weights": "int4",
                 }
-            ]
+            ],
+            # Exactly one of architecture / config (the other absent or null).
+            "oneOf": [
+                {
+                    "required": ["architecture"],
+                    "properties": {
+                        "architecture": {"type": "string"},
+                        "config": {"type": "null"},
+                    },
+                },
+                {
+                    "required": ["config"],
+                    "properties": {
+                        "config": {"type": "object"},
+                        "architecture": {"type": "null"},
+                    },
+                },
+            ],
         },
     )
 

@@ -11,11 +11,11 @@ from api.db import read_session, write_session
 from api.estimation import not_found
 from api.idempotency import WriteContext, run_write, write_context
 from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
-from api.schemas import HardwareOut, HfModelIn, ModelOut, Page
+from api.schemas import HardwareOut, HfModelIn, ModelIn, ModelOut, Page
 from api.security import Principal, reader
 from api.state import invalidate_caches
 from idealized_runtime.core.architectures import architecture_from_hf_config
-from idealized_runtime.core.types import Architecture, Hardware
+from idealized_runtime.core.types import Hardware
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
@@ -83,7 +83,7 @@ HARDWARE_EXAMPLE = {
     },
 )
 def create_model(
-    body: Architecture | HfModelIn,
+    body: ModelIn,
     context: WriteContext = Depends(write_context),
     session: Session = Depends(write_session),
 ) -> JSONResponse:

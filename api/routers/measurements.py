@@ -206,6 +206,15 @@ async def _archive_bytes(request: Request) -> bytes:
     response_model=MeasurementSetOut,
     responses={**WRITE_ERRORS, 409: ERRORS[409], 415: {"description": "Not an archive"}},
     summary="Upload HELM runs (.tar.gz or .zip of benchmark_output/runs folders)",
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                media: {"schema": {"type": "string", "format": "binary"}}
+                for media in ("application/gzip", "application/zip")
+            },
+        }
+    },
     description=(
         "Reads each run's run_spec.json and per_instance_stats.json: one measurement per "
         "request with a measured inference_runtime (model: the run's model deployment). "
