@@ -587,9 +587,10 @@ def _csv_line(model: str, point: GridPoint, timing: Timing) -> str:
         point.num_prompt_tokens,
         point.num_output_tokens,
         point.batch_size,
-        f"{timing.runtime_s:.9g}",
-        f"{timing.std_s:.6g}",
-        f"{timing.ttft_s:.9g}",
+        # Shortest round-trip form: the value as measured, no digits added or lost.
+        repr(float(timing.runtime_s)),
+        repr(float(timing.std_s)),
+        repr(float(timing.ttft_s)),
         timing.repeats,
         timing.extrapolation,
     )

@@ -3,8 +3,6 @@ percentiles, error rate, SLO goodput), measured or simulated; upload summaries o
 
 from __future__ import annotations
 
-import json
-
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
@@ -37,7 +35,7 @@ async def _summaries(
 ) -> list[LoadSummary]:
     """A JSON list of summaries, or raw request rows (JSONL body or multipart 'file') that are
     summarized here with ``slo``."""
-    from idealized_runtime.timing.summary import parse_slo, summarize
+    from idealized_runtime.timing.summary import parse_raw_lines, parse_slo, summarize
 
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = await request.body()
@@ -52,17 +50,7 @@ async def _summaries(
             if upload is None or isinstance(upload, str):
                 raise InputError("multipart upload: expected a file part named 'file'")
             body = await upload.read()
-        rows = []
-        for number, line in enumerate(body.decode("utf-8", errors="replace").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
-            if not isinstance(row, dict):
-                raise InputError(f"line {number} is not a JSON object", path="upload")
-            rows.append(row)
+        rows = parse_raw_lines(body.decode("utf-8", errors="replace"), path="upload")
         limit = get_settings().max_upload_rows
         if len(rows) > limit:
             raise InputError(f"{len(rows)} rows in one upload; at most {limit} (split it)")

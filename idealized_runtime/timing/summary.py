@@ -224,6 +224,29 @@ def summaries_to_json(summaries: Iterable[LoadSummary]) -> list[dict[str, Any]]:
     return [summary.model_dump(mode="json") for summary in summaries]
 
 
+def parse_raw_lines(
+    text: str, *, path: str, partial_last_line_ok: bool = False
+) -> list[dict[str, Any]]:
+    """Rows of raw JSONL text (``measure``'s rows). A line that is not a JSON object is an
+    InputError naming it, except, when ``partial_last_line_ok``, a last line cut off by a run
+    killed while writing."""
+    lines = text.splitlines()
+    rows: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict):
+            if partial_last_line_ok and number == len(lines):
+                continue
+            raise InputError(f"line {number} is not a JSON object", path=path)
+        rows.append(row)
+    return rows
+
+
 def read_raw_rows(paths: Iterable[str | Any]) -> list[dict[str, Any]]:
     """Rows of raw JSONL files (``measure``'s output). A trailing partial line (a run killed
     while writing) is skipped; any other line that is not a JSON object is an InputError."""
@@ -232,22 +255,11 @@ def read_raw_rows(paths: Iterable[str | Any]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for path in map(Path, paths):
         try:
-            lines = path.read_text(encoding="utf-8").splitlines()
+            text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as error:
             reason = getattr(error, "strerror", None) or error
             raise InputError(f"cannot read raw rows: {reason}", path=str(path)) from None
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                row = None
-            if not isinstance(row, dict):
-                if number == len(lines):
-                    continue
-                raise InputError(f"line {number} is not a JSON object", path=str(path))
-            rows.append(row)
+        rows.extend(parse_raw_lines(text, path=str(path), partial_last_line_ok=True))
     return rows
 
 
