@@ -272,7 +272,9 @@ def list_sets(
 
 
 @router.get(
-    "/{set_id}", response_model=MeasurementSetOut, responses={**READ_ERRORS, 404: ERRORS[404]}
+    "/{set_id:int}",
+    response_model=MeasurementSetOut,
+    responses={**READ_ERRORS, 404: ERRORS[404]},
 )
 def get_set(
     set_id: RowId, _: Principal = Depends(reader), session: Session = Depends(read_session)
@@ -284,7 +286,7 @@ def get_set(
 
 
 @router.get(
-    "/{set_id}/measurements",
+    "/{set_id:int}/measurements",
     response_model=Page[MeasurementOut],
     responses={**READ_ERRORS, 404: ERRORS[404]},
 )
@@ -305,7 +307,7 @@ def list_set_measurements(
 
 
 @router.delete(
-    "/{set_id}",
+    "/{set_id:int}",
     status_code=204,
     responses={**WRITE_ERRORS, 404: ERRORS[404]},
     summary="Delete a set and its measurements (fits made from it are kept)",
