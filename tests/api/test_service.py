@@ -606,3 +606,12 @@ def test_bad_database_url_is_one_line_error(tmp_path: Path) -> None:
     result = subprocess.run(cli_command("db", "upgrade"), env=env, capture_output=True, text=True)
     assert result.returncode == 2 and result.stderr.startswith("error: ")
     assert json.dumps  # keep the json import used for readers extending these tests
+
+
+def test_literal_paths_under_an_id_route_answer_405_with_their_methods(
+    client: httpx.Client,
+) -> None:
+    for method in ("GET", "DELETE"):
+        response = client.request(method, "/v1/measurement-sets/csv")
+        assert response.status_code == 405
+        assert response.headers["allow"] == "POST"
