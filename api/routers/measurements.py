@@ -92,8 +92,9 @@ def upload_json(
     )
 
 
-async def _csv_bytes(request: Request) -> bytes:
-    """The CSV: the whole body (text/csv) or the ``file`` part of a multipart form."""
+async def _upload_bytes(request: Request, accepted: tuple[str, ...], unsupported: str) -> bytes:
+    """The upload: the whole body (of an ``accepted`` type) or the ``file`` part of a multipart
+    form; any other type is a 415 saying ``unsupported``."""
     content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     body = await request.body()  # read (and cache) first: the idempotency fingerprint needs it
     if content_type == "multipart/form-data":
@@ -102,12 +103,16 @@ async def _csv_bytes(request: Request) -> bytes:
         if upload is None or isinstance(upload, str):
             raise InputError("multipart upload: expected a file part named 'file'")
         return await upload.read()
-    if content_type not in CSV_TYPES:
-        raise HTTPException(
-            status_code=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            detail="send text/csv, or multipart/form-data with a 'file' part",
-        )
+    if content_type not in accepted:
+        raise HTTPException(status_code=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, detail=unsupported)
     return body
+
+
+async def _csv_bytes(request: Request) -> bytes:
+    """The CSV: the whole body (text/csv) or the ``file`` part of a multipart form."""
+    return await _upload_bytes(
+        request, CSV_TYPES, "send text/csv, or multipart/form-data with a 'file' part"
+    )
 
 
 @router.post(
@@ -183,21 +188,12 @@ ARCHIVE_TYPES = (
 
 async def _archive_bytes(request: Request) -> bytes:
     """The archive: the whole body, or the ``file`` part of a multipart form."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    body = await request.body()
-    if content_type == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=20)
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
-            raise InputError("multipart upload: expected a file part named 'file'")
-        return await upload.read()
-    if content_type not in ARCHIVE_TYPES:
-        raise HTTPException(
-            status_code=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            detail="send a .tar.gz or .zip (application/gzip, application/zip), or multipart "
-            "with a 'file' part",
-        )
-    return body
+    return await _upload_bytes(
+        request,
+        ARCHIVE_TYPES,
+        "send a .tar.gz or .zip (application/gzip, application/zip), or multipart "
+        "with a 'file' part",
+    )
 
 
 @router.post(
