@@ -13,6 +13,11 @@ Two granularities, because they answer different questions:
 * **workload rows**: one per (scenario group, model with a fit). Every fitted model is evaluated
   at the same mean prompt/output tokens, so these are comparable across all models, including
   ones HELM never ran (a locally profiled architecture).
+
+Every idealized runtime names the stack it was computed on (``stack``: HELM's tables are
+``helm-megatron-2022``). ``build_leaderboard(inputs, stacks=[...])`` also puts the same models
+side by side under several reference stacks (``compare_stacks``): a model's own fit where it was
+measured on that stack, else the hardware model's estimate for its architecture on that stack.
 """
 
 from __future__ import annotations
@@ -40,6 +45,13 @@ from idealized_runtime.core.types import (
 FrontierKind = Literal["idealized", "raw"]
 FRONTIER_KINDS: tuple[FrontierKind, ...] = ("idealized", "raw")
 IdealizedSource = Literal["helm-reported", "fit"]
+# Where a runtime under a compared stack comes from: the model's own fit measured on that stack,
+# or the hardware model's estimate for its architecture on that stack.
+StackSource = Literal["fit", "hardware-model"]
+HELM_STACK_NAME = "helm-megatron-2022"  # cost_model.stacks.HELM_STACK; HELM's tables
+HELM_RUNNER = "megatron-lm-2022"  # the runner of HELM's Megatron A100 profiles
+STACK_RUNNER_PREFIX = "stack:"  # a hardware-model fit on a reference stack (bench's calibrated)
+STACK_FIELD = "Stack the idealized runtime was computed on (HELM's tables: helm-megatron-2022)"
 REQUESTS_PER_COST_UNIT = 1000  # costs are quoted per 1,000 requests
 
 
@@ -132,6 +144,7 @@ class ScenarioRow(_Row):
     raw_runtime_s: float | None
     accuracy: float | None
     on_frontier: dict[FrontierKind, bool] = Field(default_factory=dict)
+    stack: str | None = Field(default=None, description=STACK_FIELD)
 
 
 class WorkloadRow(_Row):
@@ -143,6 +156,7 @@ class WorkloadRow(_Row):
     denoised_runtime_s: float | None
     num_gpus: int | None
     cost: Cost
+    stack: str | None = Field(default=None, description=STACK_FIELD)
 
 
 class ModelRow(_Row):
@@ -163,6 +177,40 @@ class ModelRow(_Row):
     num_scenarios: int
     cost: Cost
     frontier_count: dict[FrontierKind, int]
+    stack: str | None = Field(default=None, description=STACK_FIELD)
+
+
+class _StackRow(_Row):
+    stack: str = Field(description="Reference stack (`idealized-runtime stacks`)")
+    idealized_runtime_s: float | None
+    source: StackSource | None = Field(
+        description="fit: the model's own fit measured on this stack; hardware-model: the "
+        "hardware model's estimate for the model's architecture on this stack"
+    )
+    hardware: str | None
+    tp: int | None = Field(description="Tensor-parallel size of the runtime")
+    ratio: float | None = Field(
+        description="idealized_runtime_s / the first compared stack's, same model and workloads"
+    )
+    note: str | None = Field(default=None, description="Why the runtime is n/a")
+
+
+class StackWorkloadRow(_StackRow):
+    """One model at one workload under one compared stack."""
+
+    workload: str
+    model: str
+    prompt_tokens: float
+    output_tokens: float
+
+
+class StackModelRow(_StackRow):
+    """One model under one compared stack: the mean over the workloads that every stack with a
+    runtime for the model covers (``num_workloads``), so the stacks' means compare."""
+
+    model: str
+    architecture: str | None
+    num_workloads: int
 
 
 @dataclass(frozen=True)
@@ -174,6 +222,23 @@ class FrontierPoint:
 
 
 @dataclass(frozen=True)
+class StackComparison:
+    """The same models under several reference stacks; the first is the ratios' baseline."""
+
+    stacks: tuple[str, ...]
+    hardware: str  # where the hardware model estimates (HELM's stack's GPU)
+    models: tuple[StackModelRow, ...]
+    workloads: tuple[StackWorkloadRow, ...]
+
+    def by_model(self) -> dict[str, dict[str, StackModelRow]]:
+        """model -> stack -> row, models in leaderboard order."""
+        table: dict[str, dict[str, StackModelRow]] = {}
+        for row in self.models:
+            table.setdefault(row.model, {})[row.stack] = row
+        return table
+
+
+@dataclass(frozen=True)
 class Leaderboard:
     models: tuple[ModelRow, ...]
     scenario_rows: tuple[ScenarioRow, ...]
@@ -181,6 +246,7 @@ class Leaderboard:
     # kind -> scenario -> the scenario's points (all models with accuracy and that runtime)
     frontier_points: Mapping[FrontierKind, Mapping[str, tuple[FrontierPoint, ...]]]
     inputs: LeaderboardInputs
+    stack_comparison: StackComparison | None = None  # with build_leaderboard(..., stacks=...)
 
     def frontier(self, kind: FrontierKind, scenario: str) -> list[str]:
         """Models on the accuracy-vs-runtime frontier of a scenario, fastest first."""
@@ -258,12 +324,14 @@ def _scenario_rows(
         model = models.get(result.model)
         # HELM's reported idealized runtime averages the fit over the scenario's actual requests;
         # a fit at the mean token counts is the fallback where HELM did not report one.
+        fit = model.idealized_fit if model else None
         if result.idealized_runtime_s is not None:
             idealized, source = result.idealized_runtime_s, "helm-reported"
+            stack = HELM_STACK_NAME  # HELM averaged its Megatron A100 fits over the requests
         else:
-            fit = model.idealized_fit if model else None
             idealized = _runtime(fit, result.mean_prompt_tokens, result.mean_output_tokens)
             source = "fit" if idealized is not None else None
+            stack = stack_label(fit.stack) if idealized is not None and fit else None
         denoised = _runtime(
             model.denoised_fit if model else None,
             result.mean_prompt_tokens,
@@ -281,6 +349,7 @@ def _scenario_rows(
                 denoised_runtime_s=denoised,
                 raw_runtime_s=result.raw_runtime_s,
                 accuracy=result.accuracy,
+                stack=stack,
             )
         )
     return rows
@@ -332,6 +401,7 @@ def _workload_rows(
                     cost=cost_per_1000(
                         idealized, gpus[model.name], rates.get(model.hardware or "")
                     ),
+                    stack=_fit_stack(model.idealized_fit) if idealized is not None else None,
                 )
             )
     return rows
@@ -370,8 +440,10 @@ def accelerators_needed(model: ModelInput, rates: Mapping[str, CostRates]) -> in
         return None  # does not fit on any supported count of this accelerator
 
 
-def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
-    """Rows, per-model summaries and frontiers from loaded inputs."""
+def build_leaderboard(inputs: LeaderboardInputs, stacks: Sequence[str] = ()) -> Leaderboard:
+    """Rows, per-model summaries and frontiers from loaded inputs; with ``stacks`` (reference
+    stack names, the first the ratios' baseline) also the models side by side under them."""
+    comparison = compare_stacks(inputs, stacks) if stacks else None
     models = {model.name: model for model in inputs.models}
     scenario_rows = _scenario_rows(inputs.scenario_results, models)
     frontier_points = {kind: _frontier_points(scenario_rows, kind) for kind in FRONTIER_KINDS}
@@ -427,6 +499,7 @@ def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
                     kind: sum(1 for scenario, m in on_front[kind] if m == name)
                     for kind in FRONTIER_KINDS
                 },
+                stack=_fit_stack(model.idealized_fit) if idealized is not None else None,
             )
         )
     return Leaderboard(
@@ -435,7 +508,242 @@ def build_leaderboard(inputs: LeaderboardInputs) -> Leaderboard:
         workload_rows=tuple(workload_rows),
         frontier_points=frontier_points,
         inputs=inputs,
+        stack_comparison=comparison,
     )
+
+
+# --- stacks ------------------------------------------------------------------------------------
+
+
+def stack_label(stack: Stack | None) -> str | None:
+    """The name a fit's stack goes by on the leaderboard: HELM's Megatron A100 profiles are
+    ``helm-megatron-2022``, a hardware-model fit on a reference stack is that stack's name,
+    anything else ``runner/hardware`` (e.g. ``idealized-runtime/cpu``)."""
+    if stack is None:
+        return None
+    if stack.runner == HELM_RUNNER:
+        return HELM_STACK_NAME
+    if stack.runner.startswith(STACK_RUNNER_PREFIX):
+        return stack.runner.removeprefix(STACK_RUNNER_PREFIX)
+    return f"{stack.runner}/{stack.hardware}"
+
+
+def _fit_stack(fit: FittedCostModel | None) -> str | None:
+    return stack_label(fit.stack) if fit is not None else None
+
+
+def resolve_stacks(names: Iterable[str]) -> tuple[str, ...]:
+    """Reference stack names (aliases resolved, duplicates dropped, order kept); an unknown name
+    is a one-line ``InputError`` listing the known ones."""
+    from cost_model.stacks import get_stack
+
+    resolved = [get_stack(name.strip()).name for name in names if name.strip()]
+    if not resolved:
+        from idealized_runtime.core.errors import InputError
+
+        raise InputError("no stack named; `idealized-runtime stacks` lists them")
+    return tuple(dict.fromkeys(resolved))
+
+
+def helm_tensor_parallel_sizes() -> dict[str, int]:
+    """Architecture name -> TP size HELM profiled it with (its Megatron A100 grid)."""
+    from cost_model.calibration import megatron_tensor_parallel_sizes
+
+    return megatron_tensor_parallel_sizes()
+
+
+@dataclass(frozen=True)
+class _StackRuntimes:
+    """A model's runtimes at the workloads under one stack (missing workloads: n/a)."""
+
+    values: dict[str, float]
+    source: StackSource | None = None
+    hardware: str | None = None
+    tp: int | None = None
+    note: str | None = None  # why some or all workloads are n/a
+
+
+def _fit_runtimes(
+    model: ModelInput, workloads: Sequence[Workload], tp: int | None
+) -> _StackRuntimes:
+    fit = model.idealized_fit
+    assert fit is not None
+    values = {w.name: _runtime(fit, w.mean_prompt_tokens, w.mean_output_tokens) for w in workloads}
+    return _StackRuntimes(
+        values={name: value for name, value in values.items() if value is not None},
+        source="fit",
+        hardware=model.hardware or (fit.stack.hardware if fit.stack else None),
+        tp=tp or (fit.stack.tensor_parallel_size if fit.stack else None),
+    )
+
+
+def _hardware_model_runtimes(
+    arch: Architecture,
+    stack: str,
+    hardware: Hardware,
+    workloads: Sequence[Workload],
+    tp: int | None,
+) -> _StackRuntimes:
+    """The hardware model on ``stack``: ``hardware_model_estimate`` plans the GPUs (at the
+    largest request, so every workload fits) and checks the precision, the same time model then
+    gives every workload's runtime at its mean (fractional) tokens in one vectorized pass."""
+    import numpy as np
+
+    from cost_model.roofline import predict_runtime as hardware_model_runtime
+    from cost_model.stacks import get_stack, hardware_model_estimate
+    from idealized_runtime.core.errors import InputError
+    from idealized_runtime.core.types import Precision
+
+    shapes = {
+        w.name: (max(w.mean_prompt_tokens, 1.0), max(w.mean_output_tokens, 0.0)) for w in workloads
+    }
+    inside = {name: po for name, po in shapes.items() if sum(po) <= arch.max_context}
+    note = None
+    if len(inside) < len(shapes):
+        note = (
+            f"{len(shapes) - len(inside)} workload(s) longer than the {arch.max_context}-token "
+            f"context of {arch.name}"
+        )
+    if not inside:
+        return _StackRuntimes({}, hardware=hardware.name, note=note)
+    largest = max(inside.values(), key=sum)
+    try:
+        plan, _ = hardware_model_estimate(
+            arch, hardware, math.ceil(largest[0]), math.ceil(largest[1]), tp=tp, stack=stack
+        )
+    except InputError as error:
+        return _StackRuntimes({}, hardware=hardware.name, tp=tp, note=str(error))
+    precision = arch.precision or Precision()  # as hardware_model_estimate
+    runtimes = hardware_model_runtime(
+        arch,
+        hardware,
+        np.array([p for p, _ in inside.values()]),
+        np.array([o for _, o in inside.values()]),
+        tp=plan.tp,
+        dtype=precision.compute_dtype,
+        efficiency=get_stack(stack).efficiency,
+        precision=precision,
+    )
+    return _StackRuntimes(
+        values=dict(zip(inside, (float(r) for r in runtimes), strict=True)),
+        source="hardware-model",
+        hardware=hardware.name,
+        tp=plan.tp,
+        note=note,
+    )
+
+
+def _stack_runtimes(
+    model: ModelInput,
+    stack: str,
+    workloads: Sequence[Workload],
+    hardware: Hardware,
+    helm_tp: Mapping[str, int],
+) -> _StackRuntimes:
+    """A model under one reference stack: its own fit if measured on that stack, else the
+    hardware model for its architecture (at HELM's TP where HELM profiled the shape), else n/a."""
+    arch = model.architecture
+    tp = helm_tp.get(arch.name) if arch is not None else None
+    if model.idealized_fit is not None and _fit_stack(model.idealized_fit) == stack:
+        return _fit_runtimes(model, workloads, tp)
+    if arch is None:
+        why = "no architecture for this model: the hardware model needs its shape"
+        return _StackRuntimes({}, note=why)
+    return _hardware_model_runtimes(arch, stack, hardware, workloads, tp)
+
+
+def compare_stacks(
+    inputs: LeaderboardInputs, stacks: Sequence[str], *, hardware: str | None = None
+) -> StackComparison:
+    """The same models under each of ``stacks`` (reference stack names; the first is the
+    ratios' baseline), per workload and as a mean over the workloads all of them cover.
+
+    A stack's runtime for a model is the model's own idealized fit where that fit was measured
+    on the stack (HELM's table for ``helm-megatron-2022``), else the hardware model's estimate
+    for the model's architecture on the stack, on ``hardware`` (default: HELM's stack's GPU,
+    A100 80GB) at the tensor-parallel size HELM profiled the shape with (else the planner's).
+    A model without either is n/a with the reason."""
+    from cost_model.stacks import HELM_STACK, get_stack
+    from idealized_runtime.core.catalog import get_hardware
+
+    names = resolve_stacks(stacks)
+    gpu = get_hardware(hardware or get_stack(HELM_STACK).hardware[0])
+    helm_tp = helm_tensor_parallel_sizes()
+    models = {model.name: model for model in inputs.models}
+    scenario_only = {r.model for r in inputs.scenario_results} - set(models)
+    order = [*models, *sorted(scenario_only)]
+    workload_rows: list[StackWorkloadRow] = []
+    model_rows: list[StackModelRow] = []
+    for name in order:
+        model = models.get(name, ModelInput(name=name))
+        per_stack = {
+            stack: _stack_runtimes(model, stack, inputs.workloads, gpu, helm_tp) for stack in names
+        }
+        if any(found.values for found in per_stack.values()):
+            workload_rows.extend(_stack_workload_rows(model.name, inputs.workloads, per_stack))
+        model_rows.extend(_stack_model_rows(model, per_stack))
+    return StackComparison(names, gpu.name, tuple(model_rows), tuple(workload_rows))
+
+
+def _ratio(value: float | None, baseline: float | None) -> float | None:
+    if value is None or baseline is None or baseline <= 0:
+        return None
+    return value / baseline
+
+
+def _stack_workload_rows(
+    model: str, workloads: Sequence[Workload], per_stack: Mapping[str, _StackRuntimes]
+) -> list[StackWorkloadRow]:
+    baseline = next(iter(per_stack.values()))
+    rows = []
+    for workload in workloads:
+        for stack, found in per_stack.items():
+            value = found.values.get(workload.name)
+            rows.append(
+                StackWorkloadRow(
+                    workload=workload.name,
+                    model=model,
+                    prompt_tokens=workload.mean_prompt_tokens,
+                    output_tokens=workload.mean_output_tokens,
+                    stack=stack,
+                    idealized_runtime_s=value,
+                    source=found.source if value is not None else None,
+                    hardware=found.hardware,
+                    tp=found.tp,
+                    ratio=_ratio(value, baseline.values.get(workload.name)),
+                    note=None if value is not None else (found.note or "n/a"),
+                )
+            )
+    return rows
+
+
+def _stack_model_rows(
+    model: ModelInput, per_stack: Mapping[str, _StackRuntimes]
+) -> list[StackModelRow]:
+    """Means over the workloads every stack with a runtime covers, so that they compare."""
+    present = [found.values for found in per_stack.values() if found.values]
+    common = set.intersection(*(set(values) for values in present)) if present else set()
+    means = {
+        stack: _mean(found.values[w] for w in common) if found.values else None
+        for stack, found in per_stack.items()
+    }
+    baseline = next(iter(means.values()))
+    return [
+        StackModelRow(
+            model=model.name,
+            architecture=model.architecture.name if model.architecture else None,
+            stack=stack,
+            idealized_runtime_s=means[stack],
+            num_workloads=len(common) if means[stack] is not None else 0,
+            source=found.source if means[stack] is not None else None,
+            hardware=found.hardware,
+            tp=found.tp,
+            ratio=_ratio(means[stack], baseline),
+            note=found.note
+            or (None if means[stack] is not None else "no workload every compared stack covers"),
+        )
+        for stack, found in per_stack.items()
+    ]
 
 
 def _with_frontier(row: ScenarioRow, on_frontier: dict[FrontierKind, bool]) -> ScenarioRow:
