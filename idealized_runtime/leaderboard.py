@@ -532,6 +532,12 @@ def _fit_stack(fit: FittedCostModel | None) -> str | None:
     return stack_label(fit.stack) if fit is not None else None
 
 
+def _fit_hardware(model: ModelInput) -> str | None:
+    """The GPU a model's idealized fit was measured on (its stack's, else the model's)."""
+    fit = model.idealized_fit
+    return fit.stack.hardware if fit is not None and fit.stack else model.hardware
+
+
 def resolve_stacks(names: Iterable[str]) -> tuple[str, ...]:
     """Reference stack names (aliases resolved, duplicates dropped, order kept); an unknown name
     is a one-line ``InputError`` listing the known ones."""
@@ -572,7 +578,7 @@ def _fit_runtimes(
     return _StackRuntimes(
         values={name: value for name, value in values.items() if value is not None},
         source="fit",
-        hardware=model.hardware or (fit.stack.hardware if fit.stack else None),
+        hardware=_fit_hardware(model),
         tp=tp or (fit.stack.tensor_parallel_size if fit.stack else None),
     )
 
@@ -600,10 +606,8 @@ def _hardware_model_runtimes(
     inside = {name: po for name, po in shapes.items() if sum(po) <= arch.max_context}
     note = None
     if len(inside) < len(shapes):
-        note = (
-            f"{len(shapes) - len(inside)} workload(s) longer than the {arch.max_context}-token "
-            f"context of {arch.name}"
-        )
+        longer = sorted(set(shapes) - set(inside))
+        note = f"{', '.join(longer)} longer than the {arch.max_context}-token context"
     if not inside:
         return _StackRuntimes({}, hardware=hardware.name, note=note)
     largest = max(inside.values(), key=sum)
@@ -644,10 +648,11 @@ def _stack_runtimes(
     hardware model for its architecture (at HELM's TP where HELM profiled the shape), else n/a."""
     arch = model.architecture
     tp = helm_tp.get(arch.name) if arch is not None else None
-    if model.idealized_fit is not None and _fit_stack(model.idealized_fit) == stack:
+    fit = model.idealized_fit
+    if fit is not None and _fit_stack(fit) == stack and _fit_hardware(model) == hardware.name:
         return _fit_runtimes(model, workloads, tp)
     if arch is None:
-        why = "no architecture for this model: the hardware model needs its shape"
+        why = "no architecture known: the hardware model needs the model's shape"
         return _StackRuntimes({}, note=why)
     return _hardware_model_runtimes(arch, stack, hardware, workloads, tp)
 

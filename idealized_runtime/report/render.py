@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +20,9 @@ from idealized_runtime.leaderboard import (
     Leaderboard,
     ModelRow,
     ScenarioRow,
+    StackComparison,
+    StackModelRow,
+    StackWorkloadRow,
     WorkloadRow,
     stacks,
 )
@@ -27,6 +30,8 @@ from idealized_runtime.report.svg import frontier_chart, runtime_vs_output_chart
 
 HTML_NAME, MARKDOWN_NAME = "index.html", "report.md"
 CSV_NAMES = ("models.csv", "scenarios.csv", "workloads.csv", "frontiers.csv", "fits.csv")
+# Written when the board compares stacks (``build_leaderboard(..., stacks=...)``).
+STACK_CSV_NAMES = ("stacks.csv", "stack_workloads.csv")
 RUNTIME_AXIS = {
     "idealized": "idealized runtime (s per request)",
     "raw": "raw runtime (s per request)",
@@ -41,6 +46,13 @@ METRIC_DEFINITIONS = (
         "architecture with random weights. Per scenario: HELM's reported value (the fit "
         "averaged over the scenario's requests) where available, else the fit at the mean "
         "prompt/output tokens.",
+    ),
+    (
+        "Stack",
+        "The hardware/software stack an idealized runtime was computed on. HELM's tables are "
+        "helm-megatron-2022 (Megatron-LM, 2022, A100); a reference stack of today's engines "
+        "gives the hardware model's estimate for the model's architecture on that stack "
+        "(`idealized-runtime stacks`); a local profile is named runner/hardware.",
     ),
     (
         "Denoised runtime",
@@ -110,6 +122,10 @@ def fmt_accuracy(value: float | None) -> str:
     return "–" if value is None else f"{value:.3f}"
 
 
+def fmt_ratio(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}×"
+
+
 def slug(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "x"
 
@@ -129,6 +145,8 @@ def _environment() -> jinja2.Environment:
         number=fmt_number,
         params=fmt_params,
         accuracy=fmt_accuracy,
+        ratio=fmt_ratio,
+        percent=_percent,
         slug=slug,
     )
     return env
@@ -199,6 +217,10 @@ def render_html(board: Leaderboard) -> str:
         groups=groups,
         workloads=workloads,
         stacks=stacks(board.inputs),
+        comparison=board.stack_comparison,
+        stack_models=_stack_model_pivot(board.stack_comparison),
+        stack_workloads=_stack_workload_pivot(board.stack_comparison),
+        reference_stacks=reference_stack_rows(board),
         hardware_rates=sorted(
             {
                 board.inputs.cost_rates[m.hardware]
@@ -226,6 +248,110 @@ def _default_scenario(board: Leaderboard) -> str | None:
     )
 
 
+# --- stacks ------------------------------------------------------------------------------------
+
+
+def _stack_model_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
+    """One entry per model: its row under each compared stack (stack -> ``StackModelRow``)."""
+    if comparison is None:
+        return []
+    return [
+        {
+            "model": model,
+            "architecture": next(iter(rows.values())).architecture,
+            "rows": rows,
+            "num_workloads": max(row.num_workloads for row in rows.values()),
+            "note": _stack_notes(rows.values()),
+        }
+        for model, rows in comparison.by_model().items()
+    ]
+
+
+def _stack_notes(rows: Iterable[StackModelRow]) -> str:
+    """The rows' notes, each once, with the stacks it applies to unless it applies to all:
+    "why (stack, stack)"."""
+    rows = list(rows)
+    stacks_by_note: dict[str, list[str]] = {}
+    for row in rows:
+        if row.note:
+            stacks_by_note.setdefault(row.note, []).append(row.stack)
+    return "; ".join(
+        note if len(names) == len(rows) else f"{note} ({', '.join(names)})"
+        for note, names in stacks_by_note.items()
+    )
+
+
+def _stack_workload_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
+    """One entry per (model, workload): its row under each compared stack."""
+    if comparison is None:
+        return []
+    table: dict[tuple[str, str], dict[str, object]] = {}
+    for row in comparison.workloads:
+        entry = table.setdefault(
+            (row.model, row.workload),
+            {
+                "model": row.model,
+                "workload": row.workload,
+                "prompt_tokens": row.prompt_tokens,
+                "output_tokens": row.output_tokens,
+                "rows": {},
+            },
+        )
+        entry["rows"][row.stack] = row  # type: ignore[index]
+    return list(table.values())
+
+
+def used_stack_names(board: Leaderboard) -> list[str]:
+    """Reference stacks the board's runtimes were computed on: the compared ones first, then
+    those named by its rows."""
+    from cost_model.stacks import shipped_stacks
+
+    names = list(board.stack_comparison.stacks) if board.stack_comparison else []
+    rows: list[ModelRow | ScenarioRow | WorkloadRow] = [
+        *board.models,
+        *board.scenario_rows,
+        *board.workload_rows,
+    ]
+    names += sorted({row.stack for row in rows if row.stack})
+    shipped = shipped_stacks()
+    return [name for name in dict.fromkeys(names) if name in shipped]
+
+
+ERROR_SPLITS = ("in_sample", "leave_one_source_out", "leave_one_model_out")
+FIGURE_KINDS = {"decode": "decode", "ttft": "TTFT"}
+
+
+def reference_stack_rows(board: Leaderboard) -> list[dict[str, object]]:
+    """Per reference stack used and figure kind with errors: the stack's description, number
+    of published sources, and median / p90 |predicted / published - 1| in sample and held out
+    by source and by model, as its calibration file records them."""
+    from cost_model.stacks import DEFAULT_STACK, get_stack
+
+    rows = []
+    for name in used_stack_names(board):
+        stack = get_stack(name)
+        for kind, label in FIGURE_KINDS.items():
+            errors = {split: stack.errors.get(split, {}).get(kind, {}) for split in ERROR_SPLITS}
+            if not any(found.get("n") for found in errors.values()):
+                continue
+            rows.append(
+                {
+                    "stack": name,
+                    "default": name == DEFAULT_STACK,
+                    "description": stack.description,
+                    "sources": len(stack.sources),
+                    "figures": label,
+                    "n": errors["in_sample"].get("n"),
+                    **{
+                        f"{split}_{stat}": errors[split].get(stat)
+                        for split in ERROR_SPLITS
+                        for stat in ("median", "p90")
+                    },
+                }
+            )
+    return rows
+
+
 # --- CSV ---------------------------------------------------------------------------------------
 
 
@@ -246,6 +372,7 @@ def _model_record(row: ModelRow) -> dict[str, object]:
         "kilojoules_per_1000": row.cost.kilojoules,
         "frontier_count_idealized": row.frontier_count["idealized"],
         "frontier_count_raw": row.frontier_count["raw"],
+        "stack": row.stack or "",
     }
 
 
@@ -263,6 +390,7 @@ def _scenario_record(row: ScenarioRow) -> dict[str, object]:
         "accuracy": row.accuracy,
         "on_idealized_frontier": row.on_frontier.get("idealized", False),
         "on_raw_frontier": row.on_frontier.get("raw", False),
+        "stack": row.stack or "",
     }
 
 
@@ -278,7 +406,31 @@ def _workload_record(row: WorkloadRow) -> dict[str, object]:
         "gpu_seconds_per_1000": row.cost.gpu_seconds,
         "usd_per_1000": row.cost.usd,
         "kilojoules_per_1000": row.cost.kilojoules,
+        "stack": row.stack or "",
     }
+
+
+def _stack_record(row: StackModelRow | StackWorkloadRow) -> dict[str, object]:
+    """A side-by-side row, long format (one row per model, [workload,] stack)."""
+    record: dict[str, object] = {"model": row.model}
+    if isinstance(row, StackWorkloadRow):
+        record.update(
+            workload=row.workload,
+            mean_prompt_tokens=row.prompt_tokens,
+            mean_output_tokens=row.output_tokens,
+        )
+    else:
+        record.update(architecture=row.architecture or "", num_workloads=row.num_workloads)
+    record.update(
+        stack=row.stack,
+        idealized_runtime_s=row.idealized_runtime_s,
+        ratio=row.ratio,
+        source=row.source or "",
+        hardware=row.hardware or "",
+        tp=row.tp,
+        note=row.note or "",
+    )
+    return record
 
 
 def _csv_text(records: Sequence[dict[str, object]], header: Sequence[str]) -> str:
@@ -330,7 +482,16 @@ def csv_tables(board: Leaderboard) -> dict[str, str]:
             "overhead_s",
         ],
     }
-    return {name: _csv_text(tables[name], headers[name]) for name in CSV_NAMES}
+    texts = {name: _csv_text(tables[name], headers[name]) for name in CSV_NAMES}
+    comparison = board.stack_comparison
+    if comparison is not None:
+        for name, rows, empty in (
+            ("stacks.csv", comparison.models, _EMPTY_STACK_MODEL),
+            ("stack_workloads.csv", comparison.workloads, _EMPTY_STACK_WORKLOAD),
+        ):
+            records = [_stack_record(row) for row in rows]
+            texts[name] = _csv_text(records, list(_stack_record(empty)))
+    return texts
 
 
 # Header templates (the record functions define the columns once).
@@ -345,6 +506,13 @@ _EMPTY_SCENARIO = ScenarioRow(
     scenario="", group="", model="", prompt_tokens=None, output_tokens=None,
     idealized_source=None, **{k: v for k, v in _NONE.items() if k != "num_gpus"},
 )  # fmt: skip
+_STACK_NONE = dict.fromkeys(("idealized_runtime_s", "source", "hardware", "tp", "ratio"))
+_EMPTY_STACK_MODEL = StackModelRow(
+    model="", architecture=None, stack="", num_workloads=0, **_STACK_NONE
+)
+_EMPTY_STACK_WORKLOAD = StackWorkloadRow(
+    model="", workload="", prompt_tokens=0.0, output_tokens=0.0, stack="", **_STACK_NONE
+)
 _EMPTY_WORKLOAD = WorkloadRow(
     workload="", model="", prompt_tokens=0.0, output_tokens=0.0, idealized_runtime_s=None,
     denoised_runtime_s=None, num_gpus=None, cost=Cost(),
@@ -388,6 +556,7 @@ def render_markdown(board: Leaderboard) -> str:
                 "accuracy",
                 "scenarios",
                 "frontier (ideal./raw)",
+                "stack",
             ],
             [
                 [
@@ -402,11 +571,13 @@ def render_markdown(board: Leaderboard) -> str:
                     fmt_accuracy(row.accuracy),
                     str(row.num_scenarios),
                     f"{row.frontier_count['idealized']}/{row.frontier_count['raw']}",
+                    row.stack or "–",
                 ]
                 for row in board.models
             ],
         ),
         "",
+        *_stack_comparison_lines(board.stack_comparison),
         "## Pareto frontier per scenario (accuracy vs runtime)",
         "",
         _md_table(
@@ -452,9 +623,94 @@ def render_markdown(board: Leaderboard) -> str:
             for stack in stacks(board.inputs)
         ),
         "",
+        *_used_stack_lines(board),
         *_reference_stack_lines(),
     ]
     return "\n".join(parts)
+
+
+def _stack_comparison_lines(comparison: StackComparison | None) -> list[str]:
+    """The side-by-side table: each model's mean runtime under every compared stack and the
+    ratios to the first."""
+    if comparison is None:
+        return []
+    first, others = comparison.stacks[0], comparison.stacks[1:]
+    header = [
+        "model",
+        *(f"{stack} s" for stack in comparison.stacks),
+        *(f"{stack} / {first}" for stack in others),
+        "workloads",
+        "note",
+    ]
+    rows = []
+    for entry in _stack_model_pivot(comparison):
+        by_stack: dict[str, StackModelRow] = entry["rows"]  # type: ignore[assignment]
+        cells = [by_stack[stack] for stack in comparison.stacks]
+        rows.append(
+            [
+                str(entry["model"]),
+                *(
+                    fmt_seconds(row.idealized_runtime_s)
+                    if row.idealized_runtime_s is not None
+                    else "n/a"
+                    for row in cells
+                ),
+                *(fmt_ratio(by_stack[stack].ratio) for stack in others),
+                str(entry["num_workloads"]),
+                str(entry["note"]),
+            ]
+        )
+    return [
+        "## Stacks side by side",
+        "",
+        f"Idealized runtime of the same models under each stack, on {comparison.hardware}: a "
+        "model's own fit where it was measured on the stack (HELM's tables for "
+        "helm-megatron-2022), else the hardware model's estimate for its architecture on the "
+        "stack at the tensor-parallel size HELM used. Means over the HELM scenario-group "
+        f"workloads every stack covers; ratios to {first}.",
+        "",
+        _md_table(header, rows),
+        "",
+    ]
+
+
+def _used_stack_lines(board: Leaderboard) -> list[str]:
+    """The reference stacks the runtimes were computed on, with their calibration errors."""
+    rows = reference_stack_rows(board)
+    if not rows:
+        return []
+
+    def pair(row: dict[str, object], split: str) -> str:
+        return f"{_percent(row[f'{split}_median'])} / {_percent(row[f'{split}_p90'])}"  # type: ignore[arg-type]
+
+    return [
+        "Reference stacks used (median / p90 |predicted / published - 1|):",
+        "",
+        _md_table(
+            [
+                "stack",
+                "description",
+                "sources",
+                "figures",
+                "in sample",
+                "held out by source",
+                "held out by model",
+            ],
+            [
+                [
+                    str(row["stack"]),
+                    str(row["description"]),
+                    str(row["sources"]),
+                    str(row["figures"]),
+                    pair(row, "in_sample"),
+                    pair(row, "leave_one_source_out"),
+                    pair(row, "leave_one_model_out"),
+                ]
+                for row in rows
+            ],
+        ),
+        "",
+    ]
 
 
 def _reference_stack_lines() -> list[str]:
@@ -491,7 +747,7 @@ def write_report(board: Leaderboard, out_dir: str | Path) -> ReportFiles:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     csv_paths = []
-    for name, text in csv_tables(board).items():
+    for name, text in csv_tables(board).items():  # stacks.csv too when stacks are compared
         with atomic_writer(out / name, newline="") as handle:
             handle.write(text)
         csv_paths.append(out / name)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from cost_model.stacks import DEFAULT_STACK, HELM_STACK
 from idealized_runtime.leaderboard import build_leaderboard
 from idealized_runtime.report.inputs import bundled_helm_inputs
 from idealized_runtime.report.render import write_report
@@ -27,7 +28,7 @@ return Array.from(document.querySelectorAll('svg.chart')).map(function (svg) {
 
 
 def test_report_renders_in_chromium(tmp_path: Path) -> None:
-    board = build_leaderboard(bundled_helm_inputs())
+    board = build_leaderboard(bundled_helm_inputs(), stacks=(HELM_STACK, DEFAULT_STACK))
     files = write_report(board, tmp_path / "report")
     with headless_chromium() as driver:
         driver.get(files.html.resolve().as_uri())
@@ -39,6 +40,16 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
             "return document.querySelectorAll('#leaderboard-table tbody tr').length"
         )
         assert rows == len(board.models) > 0
+        # The stacks side by side: one row per model, and the stacks used with their errors.
+        stack_rows = driver.execute_script(
+            "return document.querySelectorAll('#stack-table tbody tr').length"
+        )
+        assert stack_rows == len(board.models)
+        used = driver.execute_script(
+            "return Array.from(document.querySelectorAll("
+            "'#reference-stack-table tbody tr td code')).map(c => c.textContent)"
+        )
+        assert {HELM_STACK, DEFAULT_STACK} <= set(used)
         charts = driver.execute_script(CHART_SUMMARY_JS)
         expected = 2 * len(board.frontier_scenarios()) + len(board.inputs.profiles)
         assert len(charts) == expected
