@@ -24,7 +24,14 @@ from idealized_runtime.core.types import (
     Stack,
     TokenCount,
 )
-from idealized_runtime.leaderboard import Cost, ModelRow, ScenarioRow, WorkloadRow
+from idealized_runtime.leaderboard import (
+    Cost,
+    ModelRow,
+    ScenarioRow,
+    StackModelRow,
+    StackWorkloadRow,
+    WorkloadRow,
+)
 
 Metric = Literal["idealized", "denoised"]
 MeasurementSource = Literal["local_profile", "api_timing", "import"]
@@ -451,6 +458,19 @@ CostPer1000 = Cost
 LeaderboardModel = ModelRow
 LeaderboardWorkload = WorkloadRow
 LeaderboardScenario = ScenarioRow
+LeaderboardStackModel = StackModelRow
+LeaderboardStackWorkload = StackWorkloadRow
+
+
+def _stack_names() -> tuple[str, ...]:
+    """Every reference stack name and alias the shipped data knows (the ``stacks`` enum)."""
+    from cost_model.stacks import ALIASES, shipped_stacks
+
+    return tuple(sorted({*shipped_stacks(), *ALIASES}))
+
+
+# A reference stack's name (`idealized-runtime stacks`); an unknown one is a 422.
+StackName = Literal[_stack_names()]  # type: ignore[valid-type]
 
 
 class LeaderboardOut(BaseModel):
@@ -460,6 +480,20 @@ class LeaderboardOut(BaseModel):
     workloads: list[LeaderboardWorkload]
     scenarios: list[LeaderboardScenario] | None = Field(
         default=None, description="Per (scenario, model) rows when include_scenarios=true"
+    )
+    stacks: list[str] | None = Field(
+        default=None, description="The compared stacks (aliases resolved) when stacks= is given"
+    )
+    stack_hardware: str | None = Field(
+        default=None, description="GPU the compared stacks' hardware-model runtimes are on"
+    )
+    stack_models: list[LeaderboardStackModel] | None = Field(
+        default=None,
+        description="Per (model, stack) when stacks= is given: mean idealized runtime over the "
+        "workloads every stack covers, and the ratio to the first stack's",
+    )
+    stack_workloads: list[LeaderboardStackWorkload] | None = Field(
+        default=None, description="Per (model, workload, stack) when stacks= is given"
     )
 
 

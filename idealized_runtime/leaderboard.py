@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
@@ -583,7 +583,30 @@ def _fit_runtimes(
     )
 
 
+# (architecture, stack, GPU, workloads, TP) -> runtimes: the service answers repeated
+# side-by-side requests without recomputing them (a few hundred entries at most).
+_HARDWARE_MODEL_CACHE: dict[tuple, _StackRuntimes] = {}
+_HARDWARE_MODEL_CACHE_SIZE = 512
+
+
 def _hardware_model_runtimes(
+    arch: Architecture,
+    stack: str,
+    hardware: Hardware,
+    workloads: Sequence[Workload],
+    tp: int | None,
+) -> _StackRuntimes:
+    key = (arch.model_dump_json(), stack, hardware.model_dump_json(), tuple(workloads), tp)
+    found = _HARDWARE_MODEL_CACHE.get(key)
+    if found is None:
+        found = _compute_hardware_model_runtimes(arch, stack, hardware, workloads, tp)
+        if len(_HARDWARE_MODEL_CACHE) >= _HARDWARE_MODEL_CACHE_SIZE:
+            _HARDWARE_MODEL_CACHE.clear()
+        _HARDWARE_MODEL_CACHE[key] = found
+    return found
+
+
+def _compute_hardware_model_runtimes(
     arch: Architecture,
     stack: str,
     hardware: Hardware,
@@ -654,7 +677,11 @@ def _stack_runtimes(
     if arch is None:
         why = "no architecture known: the hardware model needs the model's shape"
         return _StackRuntimes({}, note=why)
-    return _hardware_model_runtimes(arch, stack, hardware, workloads, tp)
+    found = _hardware_model_runtimes(arch, stack, hardware, workloads, tp)
+    if stack == HELM_STACK_NAME and found.values:  # say so: HELM's column is mostly its tables
+        why = "not in HELM's tables: the hardware model on HELM's stack"
+        found = replace(found, note="; ".join(filter(None, (why, found.note))))
+    return found
 
 
 def compare_stacks(
@@ -749,6 +776,23 @@ def _stack_model_rows(
         )
         for stack, found in per_stack.items()
     ]
+
+
+def leaderboard_payload(board: Leaderboard, *, include_scenarios: bool = False) -> dict:
+    """The board as one JSON object (rows as pydantic models): what the REST API's
+    ``/v1/leaderboard`` answers and ``idealized-runtime leaderboard --json`` prints."""
+    comparison = board.stack_comparison
+    return {
+        "created_at": board.inputs.created_at,
+        "source": board.inputs.source,
+        "models": list(board.models),
+        "workloads": list(board.workload_rows),
+        "scenarios": list(board.scenario_rows) if include_scenarios else None,
+        "stacks": list(comparison.stacks) if comparison else None,
+        "stack_hardware": comparison.hardware if comparison else None,
+        "stack_models": list(comparison.models) if comparison else None,
+        "stack_workloads": list(comparison.workloads) if comparison else None,
+    }
 
 
 def _with_frontier(row: ScenarioRow, on_frontier: dict[FrontierKind, bool]) -> ScenarioRow:

@@ -9,16 +9,25 @@ from sqlalchemy.orm import Session
 from api.db import read_session
 from api.leaderboard_inputs import database_inputs
 from api.routers.common import READ_ERRORS
-from api.schemas import (
-    LeaderboardModel,
-    LeaderboardOut,
-    LeaderboardScenario,
-    LeaderboardWorkload,
-)
+from api.schemas import LeaderboardOut, StackName
 from api.security import Principal, reader
-from idealized_runtime.leaderboard import build_leaderboard
+from idealized_runtime.leaderboard import build_leaderboard, leaderboard_payload
 
 router = APIRouter(prefix="/v1", tags=["leaderboard"])
+
+MAX_STACKS = 8
+STACKS_QUERY = (
+    "Reference stacks to compare the models under, side by side (repeat the parameter; the "
+    "first is the ratios' baseline), e.g. stacks=helm-megatron-2022&stacks=pytorch-compiled"
+)
+
+
+def stacks_param(
+    stacks: list[StackName] | None = Query(
+        default=None, max_length=MAX_STACKS, description=STACKS_QUERY
+    ),
+) -> tuple[str, ...]:
+    return tuple(stacks or ())
 
 
 @router.get(
@@ -29,18 +38,13 @@ router = APIRouter(prefix="/v1", tags=["leaderboard"])
 )
 def leaderboard(
     include_scenarios: bool = Query(default=False, description="Add per-scenario rows"),
+    stacks: tuple[str, ...] = Depends(stacks_param),
     _: Principal = Depends(reader),
     session: Session = Depends(read_session),
 ) -> LeaderboardOut:
-    board = build_leaderboard(database_inputs(session))
-    return LeaderboardOut(
-        created_at=board.inputs.created_at,
-        source=board.inputs.source,
-        models=[LeaderboardModel.model_validate(row) for row in board.models],
-        workloads=[LeaderboardWorkload.model_validate(row) for row in board.workload_rows],
-        scenarios=[LeaderboardScenario.model_validate(row) for row in board.scenario_rows]
-        if include_scenarios
-        else None,
+    board = build_leaderboard(database_inputs(session), stacks=stacks)
+    return LeaderboardOut.model_validate(
+        leaderboard_payload(board, include_scenarios=include_scenarios)
     )
 
 
@@ -51,8 +55,10 @@ def leaderboard(
     summary="The leaderboard as the self-contained HTML report",
 )
 def leaderboard_html(
-    _: Principal = Depends(reader), session: Session = Depends(read_session)
+    stacks: tuple[str, ...] = Depends(stacks_param),
+    _: Principal = Depends(reader),
+    session: Session = Depends(read_session),
 ) -> HTMLResponse:
     from idealized_runtime.report.render import render_html
 
-    return HTMLResponse(render_html(build_leaderboard(database_inputs(session))))
+    return HTMLResponse(render_html(build_leaderboard(database_inputs(session), stacks=stacks)))

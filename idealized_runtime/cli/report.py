@@ -1,5 +1,6 @@
-"""CLI: ``demo``, ``bench`` and ``report``; thin layers over ``idealized_runtime.demo``,
-``idealized_runtime.bench`` and ``idealized_runtime.report``."""
+"""CLI: ``demo``, ``bench``, ``report`` and ``leaderboard``; thin layers over
+``idealized_runtime.demo``, ``idealized_runtime.bench``, ``idealized_runtime.leaderboard`` and
+``idealized_runtime.report``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from idealized_runtime.cli import app
 from idealized_runtime.cli.common import console, fail
 
 if TYPE_CHECKING:  # the leaderboard (numpy, pydantic) loads only when a report runs
-    from idealized_runtime.leaderboard import Leaderboard
+    from idealized_runtime.leaderboard import Leaderboard, LeaderboardInputs
 
 SUMMARY_ROWS = 15
 
@@ -33,7 +34,7 @@ def summary_table(
 
     table = Table(title="Leaderboard (idealized runtime: mean over HELM scenario workloads)")
     for column in ("model", "parameters", "idealized s", "denoised s", "raw s", "accuracy",
-                   "frontier (ideal./raw)"):  # fmt: skip
+                   "frontier (ideal./raw)", "stack"):  # fmt: skip
         table.add_column(column, justify="left" if column == "model" else "right")
     ranked = sorted(
         board.models,
@@ -50,10 +51,86 @@ def summary_table(
             _seconds(row.raw_runtime_s),
             "–" if row.accuracy is None else f"{row.accuracy:.3f}",
             f"{row.frontier_count['idealized']}/{row.frontier_count['raw']}",
+            row.stack or "–",
         )
     if len(board.models) > len(shown):
         table.caption = f"{len(shown)} of {len(board.models)} models; all in the report"
     return table
+
+
+def _seconds_or_na(value: float | None) -> str:
+    return "n/a" if value is None else _seconds(value)
+
+
+def stack_table(board: Leaderboard) -> Table:
+    """The models side by side under the compared stacks, with the ratios to the first."""
+    from idealized_runtime.report.render import fmt_ratio, stack_model_pivot
+
+    comparison = board.stack_comparison
+    assert comparison is not None
+    first, others = comparison.stacks[0], comparison.stacks[1:]
+    table = Table(
+        title=f"Idealized runtime under each stack on {comparison.hardware} "
+        "(mean over the HELM workloads all of them cover)"
+    )
+    table.add_column("model")
+    for stack in comparison.stacks:
+        table.add_column(f"{stack} s", justify="right")
+    for stack in others:
+        table.add_column(f"{stack} / {first}", justify="right")
+    table.add_column("workloads", justify="right")
+    table.add_column("note")
+    missing: dict[str, list[str]] = {}  # note -> models n/a under every stack
+    for entry in stack_model_pivot(comparison):
+        rows = entry["rows"]
+        if all(row.idealized_runtime_s is None for row in rows.values()):
+            missing.setdefault(str(entry["note"]), []).append(str(entry["model"]))
+            continue
+        table.add_row(
+            str(entry["model"]),
+            *(_seconds_or_na(rows[s].idealized_runtime_s) for s in comparison.stacks),
+            *(fmt_ratio(rows[s].ratio) for s in others),
+            str(entry["num_workloads"]),
+            str(entry["note"]),
+        )
+    if missing:
+        table.caption = "; ".join(
+            f"n/a under every stack ({note}): {', '.join(models)}"
+            for note, models in missing.items()
+        )
+    return table
+
+
+def parse_stacks(value: str | None) -> tuple[str, ...]:
+    """``--stacks NAME,NAME``: reference stack names, the first the ratios' baseline; unknown
+    names are one ``error:`` line (exit 2). Empty: no comparison."""
+    if value is None:
+        return ()
+    from idealized_runtime.leaderboard import resolve_stacks
+
+    return resolve_stacks(value.split(","))
+
+
+STACKS_HELP = (
+    "compare the models under reference stacks side by side: NAME,NAME (see 'stacks'; the "
+    "first is the ratios' baseline), e.g. helm-megatron-2022,pytorch-compiled"
+)
+
+
+def leaderboard_inputs(source: str | None, with_helm: bool) -> LeaderboardInputs:
+    """Inputs from ``--from``: the bundled HELM data (None), a database URL or a bench results
+    folder."""
+    from idealized_runtime.report import inputs
+
+    if source is None:
+        return inputs.bundled_helm_inputs()
+    if "://" in source:
+        from api.report_database import database_report_inputs
+
+        return database_report_inputs(source)
+    if Path(source).is_dir():
+        return inputs.results_dir_inputs(source, with_helm=with_helm)
+    fail(f"--from {source!r} is neither a database URL nor a results folder")
 
 
 @app.command("demo")
@@ -137,6 +214,7 @@ def report_command(
     slo: Optional[str] = typer.Option(  # noqa: UP045
         None, "--slo", help="latency targets drawn on the load curves: ttft=S,tpot=S,e2e=S"
     ),
+    stacks: Optional[str] = typer.Option(None, "--stacks", help=STACKS_HELP),  # noqa: UP045
 ) -> None:
     """Write the leaderboard report: self-contained HTML, Markdown and CSV (and load.html with
     latency-throughput curves when the source holds load levels)."""
@@ -144,31 +222,70 @@ def report_command(
     from idealized_runtime.timing.summary import parse_slo
 
     targets = parse_slo(slo) if slo is not None else None
+    compared = parse_stacks(stacks)  # an unknown name fails before anything is read or written
     from idealized_runtime.leaderboard import build_leaderboard
-    from idealized_runtime.report import inputs
     from idealized_runtime.report.render import write_report
 
     curves: list = []
-    if source is None:
-        loaded = inputs.bundled_helm_inputs()
-    elif "://" in source:
-        from api.report_database import database_report_inputs
-
-        loaded = database_report_inputs(source)
+    if source is not None and "://" in source:
         from api.report_database import database_curves
 
+        loaded = leaderboard_inputs(source, with_helm)
         curves = database_curves(source)
-    elif Path(source).is_dir():
+    elif source is not None and Path(source).is_dir():
         curves = load_report.results_dir_curves(source, targets)
         if curves and not (Path(source) / "manifest.json").is_file():
             # Only load levels (measure/summarize outputs): the load page alone.
             path = load_report.write_load_report(curves, output, targets)
             typer.echo(f"load curves: {path}")
             return
-        loaded = inputs.results_dir_inputs(source, with_helm=with_helm)
+        loaded = leaderboard_inputs(source, with_helm)
     else:
-        fail(f"--from {source!r} is neither a database URL nor a results folder")
-    files = write_report(build_leaderboard(loaded), output)
+        loaded = leaderboard_inputs(source, with_helm)
+    files = write_report(build_leaderboard(loaded, stacks=compared), output)
     typer.echo(f"report: {files.html}")
     if curves:
         typer.echo(f"load curves: {load_report.write_load_report(curves, output, targets)}")
+
+
+@app.command("leaderboard")
+def leaderboard_command(
+    source: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--from",
+        help="database URL or bench results folder (default: the bundled HELM data)",
+    ),
+    with_helm: bool = typer.Option(
+        True, "--with-helm/--no-helm", help="add the HELM reference models to a results folder"
+    ),
+    stacks: Optional[str] = typer.Option(None, "--stacks", help=STACKS_HELP),  # noqa: UP045
+    limit: int = typer.Option(SUMMARY_ROWS, "--limit", min=1, help="models in the summary table"),
+    as_json: bool = typer.Option(False, "--json", help="print the whole board as JSON"),
+) -> None:
+    """Print the leaderboard (fastest idealized runtime first), and with --stacks the same
+    models side by side under reference stacks; `report` writes it all as HTML/Markdown/CSV."""
+    import json
+
+    from idealized_runtime.leaderboard import build_leaderboard, leaderboard_payload
+
+    compared = parse_stacks(stacks)
+    board = build_leaderboard(leaderboard_inputs(source, with_helm), stacks=compared)
+    if as_json:
+        payload = leaderboard_payload(board)
+        typer.echo(json.dumps(payload, default=_json_value, indent=1))
+        return
+    out = Console(width=None if sys.stdout.isatty() else 160)
+    out.print(summary_table(board, limit=limit))
+    if board.stack_comparison is not None:
+        out.print(stack_table(board))
+
+
+def _json_value(value: object) -> object:
+    """JSON for the payload's pydantic rows and timestamps."""
+    from pydantic import BaseModel
+
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    if hasattr(value, "isoformat"):
+        return value.isoformat()  # type: ignore[attr-defined]
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")

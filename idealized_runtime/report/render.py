@@ -218,8 +218,8 @@ def render_html(board: Leaderboard) -> str:
         workloads=workloads,
         stacks=stacks(board.inputs),
         comparison=board.stack_comparison,
-        stack_models=_stack_model_pivot(board.stack_comparison),
-        stack_workloads=_stack_workload_pivot(board.stack_comparison),
+        stack_models=stack_model_pivot(board.stack_comparison),
+        stack_workloads=stack_workload_pivot(board.stack_comparison),
         reference_stacks=reference_stack_rows(board),
         hardware_rates=sorted(
             {
@@ -251,7 +251,7 @@ def _default_scenario(board: Leaderboard) -> str | None:
 # --- stacks ------------------------------------------------------------------------------------
 
 
-def _stack_model_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
+def stack_model_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
     """One entry per model: its row under each compared stack (stack -> ``StackModelRow``)."""
     if comparison is None:
         return []
@@ -281,7 +281,7 @@ def _stack_notes(rows: Iterable[StackModelRow]) -> str:
     )
 
 
-def _stack_workload_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
+def stack_workload_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
     """One entry per (model, workload): its row under each compared stack."""
     if comparison is None:
         return []
@@ -643,7 +643,7 @@ def _stack_comparison_lines(comparison: StackComparison | None) -> list[str]:
         "note",
     ]
     rows = []
-    for entry in _stack_model_pivot(comparison):
+    for entry in stack_model_pivot(comparison):
         by_stack: dict[str, StackModelRow] = entry["rows"]  # type: ignore[assignment]
         cells = [by_stack[stack] for stack in comparison.stacks]
         rows.append(

@@ -85,3 +85,46 @@ def test_stack_estimate_errors(
     batch = client.post("/v1/estimate/batch", json=body)
     assert batch.status_code == status, batch.text
     assert fragment in batch.json()["detail"]
+
+
+# --- the leaderboard under several stacks ------------------------------------------------------
+
+
+def test_leaderboard_rows_name_their_stack_and_compare_stacks(client: httpx.Client) -> None:
+    plain = client.get("/v1/leaderboard")
+    assert plain.status_code == 200, plain.text
+    body = plain.json()
+    assert body["stacks"] is None and body["stack_models"] is None
+    davinci = next(m for m in body["models"] if m["model"] == "openai/davinci")
+    assert davinci["stack"] == HELM_STACK  # the seeded HELM table was fitted on Megatron A100
+    assert all(
+        w["stack"] == HELM_STACK for w in body["workloads"] if w["model"] == "openai/davinci"
+    )
+
+    modern = "pytorch-compiled"
+    response = client.get("/v1/leaderboard", params={"stacks": ["a100-megatron-2022", modern]})
+    assert response.status_code == 200, response.text
+    board = response.json()
+    assert board["stacks"] == [HELM_STACK, modern] and board["stack_hardware"] == "a100-80gb"
+    rows = {(r["model"], r["stack"]): r for r in board["stack_models"]}
+    assert {stack for _, stack in rows} == {HELM_STACK, modern}
+    helm, today = rows[("openai/davinci", HELM_STACK)], rows[("openai/davinci", modern)]
+    assert helm["source"] == "fit" and today["source"] == "hardware-model"
+    assert today["ratio"] == pytest.approx(
+        today["idealized_runtime_s"] / helm["idealized_runtime_s"]
+    )
+    assert today["tp"] == 8  # HELM profiled davinci's shape at TP 8
+    per_workload = [r for r in board["stack_workloads"] if r["model"] == "openai/davinci"]
+    assert {r["stack"] for r in per_workload} == {HELM_STACK, modern}
+
+    page = client.get("/v1/leaderboard.html", params={"stacks": [HELM_STACK, modern]})
+    assert page.status_code == 200 and "Stacks side by side" in page.text
+    assert 'id="reference-stack-table"' in page.text
+
+
+@pytest.mark.parametrize("path", ["/v1/leaderboard", "/v1/leaderboard.html"])
+def test_leaderboard_unknown_stack_is_422(client: httpx.Client, path: str) -> None:
+    response = client.get(path, params={"stacks": [HELM_STACK, "nope"]})
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"][:2] == ["query", "stacks"] and "pytorch-compiled" in error["msg"]
