@@ -358,3 +358,15 @@ def test_leaderboard_command_json_side_by_side() -> None:
     table = run_cli("leaderboard", "--stacks", ",".join(PAIR), "--limit", "3")
     assert table.returncode == 0, table.stderr
     assert f"{DEFAULT_STACK} /" in table.stdout and "n/a under every stack" in table.stdout
+
+
+def test_report_command_writes_the_side_by_side_tables(tmp_path: Path) -> None:
+    out = tmp_path / "report"
+    result = run_cli("report", "-o", str(out), "--stacks", ",".join(PAIR))
+    assert result.returncode == 0, result.stderr
+    stacks = list(csv.DictReader((out / "stacks.csv").open(encoding="utf-8")))
+    assert {row["stack"] for row in stacks} == set(PAIR)
+    assert (out / "stack_workloads.csv").is_file()
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert 'id="stack-table"' in html and 'id="reference-stack-table"' in html
+    assert "## Stacks side by side" in (out / "report.md").read_text(encoding="utf-8")
