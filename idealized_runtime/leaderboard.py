@@ -32,6 +32,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cost_model.evaluate import predict_runtime
+from cost_model.stacks import HELM_STACK
 from idealized_runtime.core.scenarios import ScenarioResult, Workload
 from idealized_runtime.core.types import (
     Architecture,
@@ -48,7 +49,6 @@ IdealizedSource = Literal["helm-reported", "fit"]
 # Where a runtime under a compared stack comes from: the model's own fit measured on that stack,
 # or the hardware model's estimate for its architecture on that stack.
 StackSource = Literal["fit", "hardware-model"]
-HELM_STACK_NAME = "helm-megatron-2022"  # cost_model.stacks.HELM_STACK; HELM's tables
 HELM_RUNNER = "megatron-lm-2022"  # the runner of HELM's Megatron A100 profiles
 STACK_RUNNER_PREFIX = "stack:"  # a hardware-model fit on a reference stack (bench's calibrated)
 STACK_FIELD = "Stack the idealized runtime was computed on (HELM's tables: helm-megatron-2022)"
@@ -327,7 +327,7 @@ def _scenario_rows(
         fit = model.idealized_fit if model else None
         if result.idealized_runtime_s is not None:
             idealized, source = result.idealized_runtime_s, "helm-reported"
-            stack = HELM_STACK_NAME  # HELM averaged its Megatron A100 fits over the requests
+            stack = HELM_STACK  # HELM averaged its Megatron A100 fits over the requests
         else:
             idealized = _runtime(fit, result.mean_prompt_tokens, result.mean_output_tokens)
             source = "fit" if idealized is not None else None
@@ -522,7 +522,7 @@ def stack_label(stack: Stack | None) -> str | None:
     if stack is None:
         return None
     if stack.runner == HELM_RUNNER:
-        return HELM_STACK_NAME
+        return HELM_STACK
     if stack.runner.startswith(STACK_RUNNER_PREFIX):
         return stack.runner.removeprefix(STACK_RUNNER_PREFIX)
     return f"{stack.runner}/{stack.hardware}"
@@ -678,7 +678,7 @@ def _stack_runtimes(
         why = "no architecture known: the hardware model needs the model's shape"
         return _StackRuntimes({}, note=why)
     found = _hardware_model_runtimes(arch, stack, hardware, workloads, tp)
-    if stack == HELM_STACK_NAME and found.values:  # say so: HELM's column is mostly its tables
+    if stack == HELM_STACK and found.values:  # say so: HELM's column is mostly its tables
         why = "not in HELM's tables: the hardware model on HELM's stack"
         found = replace(found, note="; ".join(filter(None, (why, found.note))))
     return found
@@ -695,7 +695,7 @@ def compare_stacks(
     for the model's architecture on the stack, on ``hardware`` (default: HELM's stack's GPU,
     A100 80GB) at the tensor-parallel size HELM profiled the shape with (else the planner's).
     A model without either is n/a with the reason."""
-    from cost_model.stacks import HELM_STACK, get_stack
+    from cost_model.stacks import get_stack
     from idealized_runtime.core.catalog import get_hardware
 
     names = resolve_stacks(stacks)
