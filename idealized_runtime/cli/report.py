@@ -17,7 +17,7 @@ from idealized_runtime.cli import app
 from idealized_runtime.cli.common import console, fail
 
 if TYPE_CHECKING:  # the leaderboard (numpy, pydantic) loads only when a report runs
-    from idealized_runtime.leaderboard import Leaderboard, LeaderboardInputs
+    from idealized_runtime.leaderboard import Leaderboard
 
 SUMMARY_ROWS = 15
 
@@ -64,6 +64,8 @@ def _seconds_or_na(value: float | None) -> str:
 
 def stack_table(board: Leaderboard) -> Table:
     """The models side by side under the compared stacks, with the ratios to the first."""
+    from rich.table import Table
+
     from idealized_runtime.report.render import fmt_ratio, stack_model_pivot
 
     comparison = board.stack_comparison
@@ -115,6 +117,10 @@ STACKS_HELP = (
     "compare the models under reference stacks side by side: NAME,NAME (see 'stacks'; the "
     "first is the ratios' baseline), e.g. helm-megatron-2022,pytorch-compiled"
 )
+
+
+if TYPE_CHECKING:
+    from idealized_runtime.leaderboard import LeaderboardInputs
 
 
 def leaderboard_inputs(source: str | None, with_helm: bool) -> LeaderboardInputs:
@@ -265,6 +271,8 @@ def leaderboard_command(
     """Print the leaderboard (fastest idealized runtime first), and with --stacks the same
     models side by side under reference stacks; `report` writes it all as HTML/Markdown/CSV."""
     import json
+
+    from rich.console import Console
 
     from idealized_runtime.leaderboard import build_leaderboard, leaderboard_payload
 
