@@ -339,3 +339,17 @@ def _vllm_rows(result: dict) -> list[dict]:
         path = Path(folder) / "vllm.json"
         path.write_text(json.dumps(result))
         return read_result_file(path, "vllm")
+
+
+def test_fit_and_summarize_read_result_files_directly(tmp_path: Path) -> None:
+    fit = tmp_path / "fit.json"
+    result = run("fit", str(VLLM), "-o", str(fit))
+    assert result.returncode == 0, result.stderr
+    assert list(json.loads(fit.read_text())["fits"]) == ["meta-llama/Llama-3.1-8B-Instruct"]
+    summary = run("summarize", str(AIPERF), str(GUIDELLM_ERROR), "--json")
+    assert summary.returncode == 0, summary.stderr
+    levels = {(s["model"], s["load"]): s for s in json.loads(summary.stdout)}
+    # aiperf's three requests and guidellm's three (one failed) share model and level.
+    level = levels[("tiny-llama", "concurrency=2")]
+    assert level["requests"] == 6 and level["error_rate"] == pytest.approx(1 / 6)
+    assert level["itl_s"]["p50"] is not None  # aiperf records the gaps between chunks

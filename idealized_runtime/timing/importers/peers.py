@@ -233,6 +233,24 @@ def detect_format(document: Any) -> str | None:
     return None
 
 
+def is_result_file(path: str | Path) -> bool:
+    """Whether ``path`` is a result file of one of ``FORMATS`` (not our own rows): a .json file
+    whose content one reader recognizes, or a JSON Lines file of aiperf records or vllm results.
+    Reads only the first line of JSON Lines files."""
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if not path.is_file() or suffix not in (".json", ".jsonl", ".ndjson"):
+        return False
+    try:
+        if suffix == ".json":
+            return detect_format(json.loads(path.read_text(encoding="utf-8-sig"))) is not None
+        with path.open(encoding="utf-8-sig") as handle:
+            first = next((line for line in handle if line.strip()), "")
+        return detect_format([json.loads(first)]) in ("aiperf", "vllm")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+
+
 def _hint(document: Any) -> str:
     """Why a known tool's file is not the per-request one."""
     if isinstance(document, Mapping):
