@@ -98,6 +98,7 @@ def test_aiperf_rows_match_its_profile_export() -> None:
     records = [json.loads(line) for line in AIPERF.read_text().splitlines() if line.strip()]
     frame = import_results([AIPERF])
     assert len(frame) == len(records) == 3
+    assert import_results([AIPERF.parent]).equals(frame)  # the artifact folder will do
     for (_, row), record in zip(frame.iterrows(), records, strict=True):
         metrics = record["metrics"]
         # Model and load level from profile_export_aiperf.json beside it.
@@ -237,6 +238,8 @@ def test_bad_files_are_one_line_input_errors(tmp_path: Path) -> None:
         assert str(error.value).startswith(str(path)) and "\n" not in str(error.value)
     with pytest.raises(InputError, match="no such file"):
         import_results([tmp_path / "missing.json"])
+    with pytest.raises(InputError, match="is a folder: expected a result file"):
+        import_results([tmp_path])
     with pytest.raises(InputError, match=r"not a vllm result file \(it looks like guidellm's\)"):
         import_results([GUIDELLM_LEVELS], "vllm")
     with pytest.raises(InputError, match="unknown format 'k6'"):

@@ -72,6 +72,7 @@ COLUMNS = (
     "inter_token_latencies_s",
 )
 LIST_COLUMNS = ("inter_token_latencies_s",)
+AIPERF_RECORDS = "profile_export.jsonl"
 UNKNOWN_FORMAT = (
     "not a known result file: expected guidellm's JSON report, aiperf's profile_export.jsonl, "
     "genai-perf's profile_export.json, `vllm bench serve --save-result --save-detailed` JSON "
@@ -176,7 +177,10 @@ def _load_document(path: Path) -> Any:
     if not path.exists():
         raise InputError("no such file", path=str(path))
     if path.is_dir():
-        raise InputError("is a folder: expected a result file", path=str(path))
+        raise InputError(
+            f"is a folder: expected a result file (or an aiperf folder with {AIPERF_RECORDS})",
+            path=str(path),
+        )
     try:
         text = path.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError:
@@ -281,6 +285,8 @@ def read_result_file(
     if format != "auto" and format not in FORMATS:
         raise InputError(f"unknown format {format!r}; choose auto or one of {', '.join(FORMATS)}")
     path = Path(path)
+    if path.is_dir() and (path / AIPERF_RECORDS).is_file():  # an aiperf artifact folder
+        path = path / AIPERF_RECORDS
     document = _load_document(path)
     detected = detect_format(document)
     if detected is None:
