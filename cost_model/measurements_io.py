@@ -294,7 +294,7 @@ def frame_to_arrow(frame: Any, name: str = "DataFrame") -> Any:
 def read_measurements(source: str | Path | Any) -> list[Measurement]:
     """Timings to fit, from a .csv, .jsonl or .parquet file or a pandas DataFrame: columns
     model, num_prompt_tokens, num_output_tokens, runtime_s; optional batch_size, ttft_s, std_s;
-    other columns are ignored. JSONL rows with ``"ok": false`` (failed requests) are skipped."""
+    other columns are ignored. Rows whose ``ok`` column is false (failed requests) are skipped."""
     if isinstance(source, (str, Path)):
         return _measurements_from_rows(_read_rows(source, MEASUREMENT_COLUMNS))
     table = frame_to_arrow(source)
@@ -317,8 +317,13 @@ def _measurements_from_rows(rows: _Rows) -> list[Measurement]:
         else (lambda record, column: record.get(column))
     )
     measurements: list[Measurement] = []
+    has_ok = "ok" in rows.columns
+    failed = 0
     for record, number in zip(rows.records, rows.numbers, strict=True):
         where = {"path": rows.path, "row": number}
+        if has_ok and _is_failed(get(record, "ok")):  # a failed request (e.g. import-results)
+            failed += 1
+            continue
         model = get(record, MODEL)
         if _is_missing(model) or not isinstance(model, str):
             raise InputError("expected a model name", column=MODEL, **where)
@@ -339,7 +344,18 @@ def _measurements_from_rows(rows: _Rows) -> list[Measurement]:
             else:
                 values[column] = parse_seconds(value, column=column, **where)
         measurements.append(Measurement(**values))
+    if not measurements and failed:
+        raise InputError(f"no data rows ({failed} failed requests skipped)", path=rows.path)
     return measurements
+
+
+def _is_failed(value: Any) -> bool:
+    """An ``ok`` cell that says the request failed: false in JSON, Parquet or CSV text."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, str):
+        return value.strip().lower() in ("false", "0", "no")
+    return value is False or (isinstance(value, (int, float)) and value == 0)
 
 
 def _parse_non_negative(value: Any, *, path: str, row: int, column: str) -> float:

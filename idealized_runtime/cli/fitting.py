@@ -48,7 +48,9 @@ def _cannot_write(output: Path, error: OSError) -> str:
 
 @app.command("fit")
 def fit(
-    measurements: Path = typer.Argument(..., help="Timings, .csv, .jsonl or .parquet."),
+    measurements: Path = typer.Argument(
+        ..., help="Timings, .csv, .jsonl or .parquet (or a guidellm, aiperf, ... result file)."
+    ),
     output: Path = typer.Option(..., "-o", "--output", help="Fit file to write (.json)."),
     method: str = typer.Option("default", "--method", help="helm | default | denoised"),
     format: str = typer.Option("native", "--format", help="native | helm (HELM's JSON table)"),
@@ -63,10 +65,17 @@ def fit(
     from cost_model.fit_files import write_fit_file
     from cost_model.fitting import check_method, fit_measurements
     from cost_model.measurements_io import read_measurements
+    from idealized_runtime.timing.importers import peers
 
     try:
         chosen = check_method(method)
-        fits = fit_measurements(read_measurements(measurements), chosen)
+        # Other load generators' result files (guidellm, aiperf, ...) are imported on the way.
+        source = (
+            peers.import_results([measurements])
+            if peers.is_result_file(measurements)
+            else measurements
+        )
+        fits = fit_measurements(read_measurements(source), chosen)
         write_fit_file(fits, output, format=format)  # type: ignore[arg-type]
     except InputError as error:
         fail(str(error) if error.path else f"{measurements}: {error}")

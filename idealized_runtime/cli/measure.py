@@ -224,7 +224,9 @@ def _check_can_listen(host: str, port: int) -> None:
 
 @app.command("summarize")
 def summarize_command(
-    raw: list[Path] = typer.Argument(..., help="raw JSONL files written by measure"),
+    raw: list[Path] = typer.Argument(
+        ..., help="raw JSONL files written by measure (or guidellm, aiperf, ... result files)"
+    ),
     slo: Optional[str] = typer.Option(  # noqa: UP045
         None, "--slo", help="latency targets for goodput, seconds: ttft=S,tpot=S,e2e=S (any)"
     ),
@@ -236,6 +238,7 @@ def summarize_command(
     """Per model and load level: throughput, TTFT/ITL/TPOT/end-to-end percentiles, errors,
     goodput."""
     from idealized_runtime.core.files import atomic_writer
+    from idealized_runtime.timing.importers import peers
     from idealized_runtime.timing.summary import (
         format_table,
         parse_slo,
@@ -245,7 +248,15 @@ def summarize_command(
     )
 
     targets = parse_slo(slo) if slo is not None else None
-    summaries = summarize(read_raw_rows(raw), targets)
+    # Other load generators' result files (guidellm, aiperf, ...) are imported on the way.
+    rows = [
+        row
+        for path in raw
+        for row in (
+            peers.read_result_file(path) if peers.is_result_file(path) else read_raw_rows([path])
+        )
+    ]
+    summaries = summarize(rows, targets)
     if not summaries:
         fail("no request rows in " + ", ".join(map(str, raw)))
     data = summaries_to_json(summaries)
