@@ -5,7 +5,8 @@ on top of ``context_tokens`` already in the KV cache (prompt: new = p, context =
 new = 1, context = tokens so far): matmul FLOPs, weight/KV/activation bytes, all-reduce traffic.
 Stage 2 turns that into seconds on a ``Hardware`` with ``Efficiency`` factors:
 
-    gpu  = max(compute, memory) + all-reduces          (the roofline, plus communication)
+    gpu  = max(compute, memory) + all-reduces          (the roofline, plus communication;
+                                                        stacks may blend max toward sum)
     host = num_layers * layer_overhead                  (kernel launches, framework dispatch)
     pass = (gpu^k + host^k)^(1/k) + fixed_overhead      (k = host_overlap)
 
@@ -98,6 +99,10 @@ class Efficiency:
     fixed_overhead_s: float = 0.0  # per forward pass (embedding, sampling, synchronisation)
     attention_score_passes: float = 0.0  # times an unfused stack moves the score matrix
     host_overlap: float = 1.0  # k in (gpu^k + host^k)^(1/k): 1 adds, large k overlaps
+    # s in (compute^(1/s) + memory^(1/s))^s: 0 is the roofline's max (loads hide behind math),
+    # 1 their sum. Real kernels near the ridge point (prefill of a few hundred tokens, batched
+    # decode) overlap them only partly.
+    compute_memory_serialization: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("compute", "bandwidth", "interconnect"):
@@ -114,6 +119,11 @@ class Efficiency:
                 raise InputError(f"efficiency {name} must be finite and >= 0")
         if not (self.host_overlap >= 1 and math.isfinite(self.host_overlap)):
             raise InputError(f"efficiency host_overlap must be >= 1, got {self.host_overlap}")
+        if not (0 <= self.compute_memory_serialization <= 1):
+            raise InputError(
+                "efficiency compute_memory_serialization must be in [0, 1], got "
+                f"{self.compute_memory_serialization}"
+            )
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -617,7 +627,11 @@ def pass_time(
         communication = costs.num_allreduces * (per_allreduce + eff.allreduce_latency_s)
     else:
         communication = np.zeros_like(compute)
-    gpu = np.maximum(compute, memory) + communication
+    if eff.compute_memory_serialization > 0:
+        gpu = _soft_max(compute, memory, 1.0 / eff.compute_memory_serialization)
+    else:
+        gpu = np.maximum(compute, memory)
+    gpu = gpu + communication
     host = np.full_like(gpu, num_layers * eff.layer_overhead_s)
     total = _soft_max(gpu, host, eff.host_overlap) + eff.fixed_overhead_s
     return PhaseTime(
