@@ -103,6 +103,7 @@ class Efficiency:
     # 1 their sum. Real kernels near the ridge point (prefill of a few hundred tokens, batched
     # decode) overlap them only partly.
     compute_memory_serialization: float = 0.0
+    gemm_half_tokens: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("compute", "bandwidth", "interconnect"):
@@ -153,6 +154,7 @@ class PhaseCosts:
     allreduce_bytes: Array  # payload of each all-reduce
     num_allreduces: Array
     num_passes: Array
+    tokens: Array | None = None
 
     @property
     def bytes(self) -> Array:
@@ -548,6 +550,7 @@ def forward_costs(
         allreduce_bytes=np.asarray(allreduce_bytes, dtype=np.float64),
         num_allreduces=np.asarray(num_allreduces, dtype=np.float64),
         num_passes=np.ones_like(n),
+        tokens=np.asarray(tokens, dtype=np.float64),
     )
 
 
@@ -577,8 +580,10 @@ def request_costs(
     mean_context = p + steps / 2.0 - 0.5  # mean of p + i - 1 over i = 1..steps
     step = forward_costs(arch, np.ones_like(p * o), mean_context, **kwargs)  # type: ignore[arg-type]
     # Totals scale with the number of steps; allreduce_bytes is per all-reduce and stays.
-    totals = {k: v * steps for k, v in vars(step).items() if k != "allreduce_bytes"}
-    decode = PhaseCosts(**totals, allreduce_bytes=step.allreduce_bytes + 0.0 * steps)
+    totals = {k: v * steps for k, v in vars(step).items() if k not in ("allreduce_bytes", "tokens")}
+    decode = PhaseCosts(
+        **totals, allreduce_bytes=step.allreduce_bytes + 0.0 * steps, tokens=step.tokens
+    )
     return RequestCosts(prompt=prompt, decode=decode)
 
 
@@ -618,6 +623,8 @@ def pass_time(
     # the GPU's a-priori unaligned factor.
     aligned_flops = costs.flops - costs.unaligned_flops
     rate = hardware.peak_dense_tflops * 1e12 * eff.compute
+    if eff.gemm_half_tokens > 0 and costs.tokens is not None:
+        rate = rate * costs.tokens / (costs.tokens + eff.gemm_half_tokens)
     compute = aligned_flops / rate + costs.unaligned_flops / (rate * unaligned_factor(hardware))
     traffic = costs.bytes + eff.attention_score_passes * costs.score_bytes
     memory = traffic / (hardware.memory_bandwidth_gbps * 1e9 * eff.bandwidth)

@@ -100,6 +100,7 @@ FITTED: dict[str, tuple[float, float, float, float]] = {
     "allreduce_latency_s": (0.0, 1e-4, 1e-5, 1e-5),
     "fixed_overhead_s": (0.0, 0.02, 5e-4, 1e-3),
     "compute_memory_serialization": (0.0, 1.0, 0.3, 0.1),
+    "gemm_half_tokens": (0.0, 512.0, 16.0, 16.0),
 }
 # A held-out calibration left with fewer of its stack's own figures than twice the fitted
 # parameters pools them with the other stacks' figures.
@@ -381,7 +382,9 @@ def fit_stack(targets: Sequence[Target], *, prior: Efficiency | None = None) -> 
         prior = PRIOR_WEIGHT * (x - typical) / scale * 0.1
         return np.concatenate([fit, prior])
 
-    result = least_squares(residuals, typical, bounds=(lower, upper), x_scale=scale)
+    result = least_squares(
+        residuals, typical, bounds=(lower, upper), x_scale=scale, ftol=1e-6, xtol=1e-6
+    )
     return _efficiency(result.x)
 
 

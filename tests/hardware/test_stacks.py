@@ -310,3 +310,19 @@ def test_thin_held_out_groups_lean_on_the_other_stacks() -> None:
     errors = held_out_errors(own, lambda t: t.row_id, fallback=others)
     assert np.all(np.isfinite(errors))
     assert np.all(np.isnan(held_out_errors(own[:1], lambda t: t.row_id)))
+
+
+@given(tokens=st.integers(1, 4096), half=st.floats(1.0, 512.0))
+@settings(max_examples=25, deadline=None)
+def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: float) -> None:
+    from cost_model.roofline import Efficiency, forward_costs, pass_time
+
+    arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
+    costs = forward_costs(arch, float(tokens))
+    kw = {"num_layers": arch.num_layers}
+    flat = pass_time(costs, a100, **kw, efficiency=Efficiency(compute=0.7)).compute_s
+    slow = pass_time(
+        costs, a100, **kw, efficiency=Efficiency(compute=0.7, gemm_half_tokens=half)
+    ).compute_s
+    # Small passes reach a fraction tokens / (tokens + half) of the stack's matmul rate.
+    assert float(slow) == pytest.approx(float(flat) * (tokens + half) / tokens, rel=1e-9)
