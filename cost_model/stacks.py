@@ -109,7 +109,11 @@ PRIOR_WEIGHT = 0.05  # pull toward the typical values, per parameter, in units o
 # Per weight format, what its kernels reach relative to the stack's 16-bit ones: multipliers of
 # the achieved bandwidth (dequantizing int4 costs bandwidth; fp8 GEMMs may beat bf16 ones) and
 # of the achieved compute, bounded; fitted on the format's figures, pulled toward 1.
-FORMAT_FACTORS: dict[str, tuple[float, float]] = {"bandwidth": (0.2, 2.0), "compute": (0.2, 2.0)}
+FORMAT_FACTORS: dict[str, tuple[float, float]] = {
+    "bandwidth": (0.2, 2.0),
+    "compute": (0.2, 2.0),
+    "gemm_half_tokens": (0.05, 20.0),
+}
 FORMAT_PRIOR_WEIGHT = 0.1  # per factor, on log(factor)
 
 
@@ -398,7 +402,10 @@ def format_efficiency(efficiency: Efficiency, factors: Mapping[str, float] | Non
     """``efficiency`` with a weight format's kernel factors applied (capped at the peak)."""
     if not factors:
         return efficiency
-    scaled = {name: min(1.0, getattr(efficiency, name) * float(factors[name])) for name in factors}
+    scaled = {name: getattr(efficiency, name) * float(factors[name]) for name in factors}
+    for fraction in ("compute", "bandwidth"):  # fractions of a peak: at most 1
+        if fraction in scaled:
+            scaled[fraction] = min(1.0, scaled[fraction])
     return replace(efficiency, **scaled)
 
 
