@@ -14,9 +14,15 @@ log errors over the stack's rows, lightly pulled toward typical values so that a
 rows stays physical. ``helm-megatron-2022`` is the calibration of the HELM efficiency paper's
 A100 Megatron-LM grid (``data/calibrations/a100-megatron-2022.json``; that old name is an alias).
 
+Two effects near the roofline's ridge are fitted per stack: the matmul rate grows with the
+tokens in a pass (``gemm_half_tokens``), and memory traffic overlaps the math only partly
+(``compute_memory_serialization``).
+
 Stacks are fitted on 16-bit (bf16/fp16) figures; quantized figures of the same engines (fp8,
-int8, int4) are predicted, not fitted, from the quantized byte and FLOP counts, and their errors
-are shipped per weight format (``quantized_predicted``).
+int8, int4) then fit, per weight-format kind (``kernel_format``), a few kernel factors on top
+(``format_factors``: achieved bandwidth, matmul rate and saturation scale relative to the 16-bit
+kernels). Errors are shipped per weight format from bytes and FLOPs alone
+(``quantized_predicted``) and with the factors, in sample and held out (``quantized_calibrated``).
 
 Honest errors: besides the in-sample error, every stack ships its leave-one-source-out error
 (calibrated without a source's rows, predicting them) and its leave-one-model-out error. A
