@@ -11,8 +11,11 @@ Printed per stack and overall: median and 90th percentile of |predicted / publis
 decode figures (tokens/s per sequence, time per output token, static-batch throughput) and for
 TTFT, and the error of the TP speed-up ratios (TP=k / TP=1 of the same model, source, GPU and
 lengths). Reference column: HELM's 2022 Megatron-LM stack predicting the same figures unchanged.
-Quantized figures (fp8, int8, int4) are predicted by each stack's 16-bit calibration, per
-weight format, with the error of the quantized / 16-bit speed-up of the same figure.
+Quantized figures (fp8, int8, int4): each stack's 16-bit calibration plus kernel factors per
+weight-format kind (achieved bandwidth and compute relative to 16-bit kernels) fitted on the
+format's figures; printed per format from bytes and FLOPs alone, in sample, and held out by source
+and by model (both the 16-bit parameters and the factors refitted without the group), with the
+error of the quantized / 16-bit speed-up of the same figure held out by source.
 Targets: median <= 10%, 90th percentile <= 25%, TP ratios within 15%.
 
 Usage: python benchmarks/hardware_model_vs_published.py
@@ -30,6 +33,7 @@ from cost_model.stacks import (
     get_stack,
     held_out_errors,
     published_targets,
+    quantized_held_out_errors,
     quantized_speedup_errors,
     relative_errors,
     tp_speedup_errors,
@@ -105,21 +109,52 @@ def main() -> None:
             f"predicted {worst['predicted']:.2f}x"
         )
     print()
-    print("Quantized figures, predicted by each stack's 16-bit calibration (not fitted on them)")
-    print(f"{'stack':<17} {'weights':<9} | {head} | quantized/16-bit speed-up: n, median, max")
+    print("Quantized figures: kernel factors per weight-format kind fitted on top of each stack's")
+    print("16-bit calibration; held out by source / by model refits both without the group")
+    print(
+        f"{'stack':<17} {'weights':<9} | {'bytes and FLOPs only':^20} | {'in-sample':^20} | "
+        f"{'held out by source':^20} | {'held out by model':^20} | speed-up vs 16-bit, by source"
+    )
+    print(f"{'':<17} {'':<9} | {head} | {head} | {head} | {head} | n, median, max")
     everything = published_targets()
     for family in families:
-        stack = get_stack(family).efficiency
         own = [t for t in everything if t.family == family]
-        speedups = quantized_speedup_errors(own, stack)
+        if not any(t.quantized for t in own):
+            continue
+        others = [t for t in targets if t.family != family]
+        dense_fit = fit_stack([t for t in own if not t.quantized])
+        splits = {
+            "in": None,
+            "source": lambda t: t.source_id,
+            "model": lambda t: t.model,
+        }
+        values = {
+            name: quantized_held_out_errors(own, key, fallback=others)
+            for name, key in splits.items()
+        }
+        dense = [t for t in own if not t.quantized]
+        dense_source = held_out_errors(dense, lambda t: t.source_id, fallback=others)
+        predicted = {
+            t.row_id: t.value * (1 + e)
+            for t, e in [
+                *zip(own, values["source"], strict=True),
+                *zip(dense, dense_source, strict=True),
+            ]
+            if np.isfinite(e)
+        }
+        speedups = quantized_speedup_errors(own, dense_fit, predicted=predicted)
         for weights in sorted({t.weights for t in own if t.quantized}):
+            at = np.array([t.weights == weights for t in own])
             rows = [t for t in own if t.weights == weights]
-            errors = relative_errors(rows, stack)
+            bytes_only = relative_errors(rows, dense_fit)
             ratios = np.abs([r["error"] for r in speedups if r["weights"] == weights])
             ratio_text = "-"
             if ratios.size:
                 ratio_text = f"{ratios.size}, {np.median(ratios):.1%}, {ratios.max():.1%}"
-            print(f"{family:<17} {weights:<9} | {_stats(errors)} | {ratio_text}")
+            print(
+                f"{family:<17} {weights:<9} | {_stats(bytes_only)} | {_stats(values['in'][at])} | "
+                f"{_stats(values['source'][at])} | {_stats(values['model'][at])} | {ratio_text}"
+            )
     print()
     print("Targets: median <= 10%, 90th percentile <= 25%, TP ratios within 15%.")
 

@@ -5,7 +5,8 @@ on top of ``context_tokens`` already in the KV cache (prompt: new = p, context =
 new = 1, context = tokens so far): matmul FLOPs, weight/KV/activation bytes, all-reduce traffic.
 Stage 2 turns that into seconds on a ``Hardware`` with ``Efficiency`` factors:
 
-    gpu  = max(compute, memory) + all-reduces          (the roofline, plus communication)
+    gpu  = max(compute, memory) + all-reduces          (the roofline, plus communication;
+                                                        stacks may blend max toward sum)
     host = num_layers * layer_overhead                  (kernel launches, framework dispatch)
     pass = (gpu^k + host^k)^(1/k) + fixed_overhead      (k = host_overlap)
 
@@ -98,6 +99,11 @@ class Efficiency:
     fixed_overhead_s: float = 0.0  # per forward pass (embedding, sampling, synchronisation)
     attention_score_passes: float = 0.0  # times an unfused stack moves the score matrix
     host_overlap: float = 1.0  # k in (gpu^k + host^k)^(1/k): 1 adds, large k overlaps
+    # s in (compute^(1/s) + memory^(1/s))^s: 0 is the roofline's max (loads hide behind math),
+    # 1 their sum. Real kernels near the ridge point (prefill of a few hundred tokens, batched
+    # decode) overlap them only partly.
+    compute_memory_serialization: float = 0.0
+    gemm_half_tokens: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("compute", "bandwidth", "interconnect"):
@@ -114,6 +120,11 @@ class Efficiency:
                 raise InputError(f"efficiency {name} must be finite and >= 0")
         if not (self.host_overlap >= 1 and math.isfinite(self.host_overlap)):
             raise InputError(f"efficiency host_overlap must be >= 1, got {self.host_overlap}")
+        if not (0 <= self.compute_memory_serialization <= 1):
+            raise InputError(
+                "efficiency compute_memory_serialization must be in [0, 1], got "
+                f"{self.compute_memory_serialization}"
+            )
 
     def to_dict(self) -> dict[str, float]:
         return asdict(self)
@@ -143,6 +154,7 @@ class PhaseCosts:
     allreduce_bytes: Array  # payload of each all-reduce
     num_allreduces: Array
     num_passes: Array
+    tokens: Array | None = None
 
     @property
     def bytes(self) -> Array:
@@ -538,6 +550,7 @@ def forward_costs(
         allreduce_bytes=np.asarray(allreduce_bytes, dtype=np.float64),
         num_allreduces=np.asarray(num_allreduces, dtype=np.float64),
         num_passes=np.ones_like(n),
+        tokens=np.asarray(tokens, dtype=np.float64),
     )
 
 
@@ -567,8 +580,10 @@ def request_costs(
     mean_context = p + steps / 2.0 - 0.5  # mean of p + i - 1 over i = 1..steps
     step = forward_costs(arch, np.ones_like(p * o), mean_context, **kwargs)  # type: ignore[arg-type]
     # Totals scale with the number of steps; allreduce_bytes is per all-reduce and stays.
-    totals = {k: v * steps for k, v in vars(step).items() if k != "allreduce_bytes"}
-    decode = PhaseCosts(**totals, allreduce_bytes=step.allreduce_bytes + 0.0 * steps)
+    totals = {k: v * steps for k, v in vars(step).items() if k not in ("allreduce_bytes", "tokens")}
+    decode = PhaseCosts(
+        **totals, allreduce_bytes=step.allreduce_bytes + 0.0 * steps, tokens=step.tokens
+    )
     return RequestCosts(prompt=prompt, decode=decode)
 
 
@@ -608,6 +623,8 @@ def pass_time(
     # the GPU's a-priori unaligned factor.
     aligned_flops = costs.flops - costs.unaligned_flops
     rate = hardware.peak_dense_tflops * 1e12 * eff.compute
+    if eff.gemm_half_tokens > 0 and costs.tokens is not None:
+        rate = rate * costs.tokens / (costs.tokens + eff.gemm_half_tokens)
     compute = aligned_flops / rate + costs.unaligned_flops / (rate * unaligned_factor(hardware))
     traffic = costs.bytes + eff.attention_score_passes * costs.score_bytes
     memory = traffic / (hardware.memory_bandwidth_gbps * 1e9 * eff.bandwidth)
@@ -617,7 +634,11 @@ def pass_time(
         communication = costs.num_allreduces * (per_allreduce + eff.allreduce_latency_s)
     else:
         communication = np.zeros_like(compute)
-    gpu = np.maximum(compute, memory) + communication
+    if eff.compute_memory_serialization > 0:
+        gpu = _soft_max(compute, memory, 1.0 / eff.compute_memory_serialization)
+    else:
+        gpu = np.maximum(compute, memory)
+    gpu = gpu + communication
     host = np.full_like(gpu, num_layers * eff.layer_overhead_s)
     total = _soft_max(gpu, host, eff.host_overlap) + eff.fixed_overhead_s
     return PhaseTime(

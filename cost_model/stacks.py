@@ -14,9 +14,15 @@ log errors over the stack's rows, lightly pulled toward typical values so that a
 rows stays physical. ``helm-megatron-2022`` is the calibration of the HELM efficiency paper's
 A100 Megatron-LM grid (``data/calibrations/a100-megatron-2022.json``; that old name is an alias).
 
+Two effects near the roofline's ridge are fitted per stack: the matmul rate grows with the
+tokens in a pass (``gemm_half_tokens``), and memory traffic overlaps the math only partly
+(``compute_memory_serialization``).
+
 Stacks are fitted on 16-bit (bf16/fp16) figures; quantized figures of the same engines (fp8,
-int8, int4) are predicted, not fitted, from the quantized byte and FLOP counts, and their errors
-are shipped per weight format (``quantized_predicted``).
+int8, int4) then fit, per weight-format kind (``kernel_format``), a few kernel factors on top
+(``format_factors``: achieved bandwidth, matmul rate and saturation scale relative to the 16-bit
+kernels). Errors are shipped per weight format from bytes and FLOPs alone
+(``quantized_predicted``) and with the factors, in sample and held out (``quantized_calibrated``).
 
 Honest errors: besides the in-sample error, every stack ships its leave-one-source-out error
 (calibrated without a source's rows, predicting them) and its leave-one-model-out error. A
@@ -31,13 +37,22 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from cost_model.roofline import IDEAL, Efficiency, predict_alpha, predict_runtime
+from cost_model.roofline import (
+    DECODE_CHUNKS,
+    IDEAL,
+    Efficiency,
+    PhaseCosts,
+    compute_hardware,
+    forward_costs,
+    pass_time,
+    predict_alpha,
+)
 from cost_model.serving import Estimate, estimate_from_architecture, min_gpus
 from idealized_runtime.core.catalog import data_path, get_hardware
 from idealized_runtime.core.errors import InputError
@@ -90,8 +105,22 @@ FITTED: dict[str, tuple[float, float, float, float]] = {
     "layer_overhead_s": (0.0, 2e-4, 5e-6, 1e-5),
     "allreduce_latency_s": (0.0, 1e-4, 1e-5, 1e-5),
     "fixed_overhead_s": (0.0, 0.02, 5e-4, 1e-3),
+    "compute_memory_serialization": (0.0, 1.0, 0.3, 0.1),
+    "gemm_half_tokens": (0.0, 512.0, 16.0, 16.0),
 }
+# A held-out calibration left with fewer of its stack's own figures than twice the fitted
+# parameters pools them with the other stacks' figures.
+MIN_OWN_ROWS = 2 * len(FITTED)
 PRIOR_WEIGHT = 0.05  # pull toward the typical values, per parameter, in units of its scale
+# Per weight format, what its kernels reach relative to the stack's 16-bit ones: multipliers of
+# the achieved bandwidth (dequantizing int4 costs bandwidth; fp8 GEMMs may beat bf16 ones) and
+# of the achieved compute, bounded; fitted on the format's figures, pulled toward 1.
+FORMAT_FACTORS: dict[str, tuple[float, float]] = {
+    "bandwidth": (0.2, 2.0),
+    "compute": (0.2, 2.0),
+    "gemm_half_tokens": (0.05, 20.0),
+}
+FORMAT_PRIOR_WEIGHT = 0.1  # per factor, on log(factor)
 
 
 @dataclass(frozen=True)
@@ -206,22 +235,41 @@ def published_targets(*, quantized: bool = True) -> list[Target]:
     return targets_from_rows(load_published(), quantized=quantized)
 
 
-def precision_errors(targets: Sequence[Target], efficiency: Efficiency) -> dict:
-    """Errors on quantized figures of a stack calibrated on 16-bit ones, per weight format: the
-    precision transfer rests on the byte and FLOP counts alone."""
+def precision_errors(
+    targets: Sequence[Target],
+    efficiency: Efficiency,
+    factors: Mapping[str, Mapping[str, float]] | None = None,
+) -> dict:
+    """Errors on quantized figures of a stack calibrated on 16-bit ones, per weight format;
+    without ``factors`` the precision transfer rests on the byte and FLOP counts alone."""
     by_format: dict[str, list[Target]] = {}
     for t in targets:
         if t.quantized:
             by_format.setdefault(t.weights, []).append(t)
-    return {
-        weights: error_summary(relative_errors(rows, efficiency), [t.kind for t in rows])["all"]
-        for weights, rows in sorted(by_format.items())
-    }
+    summaries = {}
+    for weights, rows in sorted(by_format.items()):
+        eff = format_efficiency(efficiency, (factors or {}).get(kernel_format(weights)))
+        summaries[weights] = error_summary(relative_errors(rows, eff), [t.kind for t in rows])
+    return {weights: summary["all"] for weights, summary in summaries.items()}
 
 
-def quantized_speedup_errors(targets: Sequence[Target], efficiency: Efficiency) -> list[dict]:
+def quantized_speedup_errors(
+    targets: Sequence[Target],
+    efficiency: Efficiency,
+    factors: Mapping[str, Mapping[str, float]] | None = None,
+    *,
+    predicted: Mapping[str, float] | None = None,
+) -> list[dict]:
     """Error of quantized / 16-bit ratios of the same figure (model, source, GPU, TP, batch,
-    lengths, metric), predicted by one stack calibration."""
+    lengths, metric), predicted by one stack calibration (with per-format ``factors``), or
+    taken from ``predicted`` (row id -> predicted figure, e.g. held-out predictions)."""
+
+    def predict(t: Target) -> float:
+        if predicted is not None and t.row_id in predicted:
+            return predicted[t.row_id]
+        factor = (factors or {}).get(kernel_format(t.weights))
+        return predict_target(t, format_efficiency(efficiency, factor))
+
     by_case: dict[tuple, dict[str, Target]] = {}
     for t in targets:
         case = (t.source_id, t.model, t.gpu, t.tp, t.batch, t.prompt_tokens, t.output_tokens,
@@ -232,12 +280,12 @@ def quantized_speedup_errors(targets: Sequence[Target], efficiency: Efficiency) 
         base = next((per_format[w] for w in DENSE_WEIGHTS if w in per_format), None)
         if base is None:
             continue
-        base_predicted = predict_target(base, efficiency)
+        base_predicted = predict(base)
         for weights, t in sorted(per_format.items()):
             if not t.quantized:
                 continue
             published = t.value / base.value
-            predicted = predict_target(t, efficiency) / base_predicted
+            ratio_predicted = predict(t) / base_predicted
             results.append(
                 {
                     "source_id": case[0],
@@ -247,8 +295,8 @@ def quantized_speedup_errors(targets: Sequence[Target], efficiency: Efficiency) 
                     "weights": weights,
                     "metric": case[7],
                     "published": published,
-                    "predicted": predicted,
-                    "error": predicted / published - 1.0,
+                    "predicted": ratio_predicted,
+                    "error": ratio_predicted / published - 1.0,
                 }
             )
     return results
@@ -261,25 +309,52 @@ def _arch(name: str) -> Architecture:
     return load_architecture(name)
 
 
-def predict_target(target: Target, efficiency: Efficiency) -> float:
-    """The figure ``target`` publishes, predicted by the time model with ``efficiency``."""
-    arch, hardware = _arch(target.model), get_hardware(target.gpu)
-    kwargs = {
-        "tp": target.tp,
-        "batch": target.batch,
-        "efficiency": efficiency,
-        "precision": target.precision,
-    }
-    p, o = target.prompt_tokens, target.output_tokens
+@dataclass(frozen=True)
+class _TargetWork:
+    """What a target's passes cost, counted once: the counts do not depend on the stack's
+    efficiency, so a calibration re-times them without re-walking the layers."""
+
+    hardware: Hardware
+    num_layers: int
+    prompt: PhaseCosts
+    decode: PhaseCosts | None  # one pass per chunk of decode steps, at the chunk's mean context
+    decode_steps: np.ndarray | None  # steps in each chunk
+
+
+@lru_cache(maxsize=4096)
+def _target_work(target: Target) -> _TargetWork:
+    arch = _arch(target.model)
+    hardware = compute_hardware(get_hardware(target.gpu), target.precision)
+    kwargs = {"batch": target.batch, "tp": target.tp, "precision": target.precision}
+    p = float(target.prompt_tokens)
+    prompt = forward_costs(arch, p, 0.0, **kwargs)
     if target.metric == "ttft_s":
-        return float(predict_alpha(arch, hardware, p, **kwargs))
-    runtime = float(predict_runtime(arch, hardware, p, o, **kwargs))
+        return _TargetWork(hardware, arch.num_layers, prompt, None, None)
+    # The decode steps in DECODE_CHUNKS chunks at their mean contexts, as predict_runtime sums.
+    steps = max(target.output_tokens - 1.0, 0.0)
+    edges = steps * np.linspace(0.0, 1.0, DECODE_CHUNKS + 1)
+    contexts = p - 1.0 + (edges[:-1] + edges[1:] + 1.0) / 2.0
+    decode = forward_costs(arch, np.ones_like(contexts), contexts, **kwargs)
+    return _TargetWork(hardware, arch.num_layers, prompt, decode, np.diff(edges))
+
+
+def predict_target(target: Target, efficiency: Efficiency) -> float:
+    """The figure ``target`` publishes, predicted by the time model with ``efficiency``
+    (``roofline.predict_alpha`` / ``predict_runtime`` on the target's row, counted once)."""
+    work = _target_work(target)
+    timing = {"num_layers": work.num_layers, "tp": target.tp, "efficiency": efficiency}
+    alpha = float(pass_time(work.prompt, work.hardware, **timing).total_s)
+    if target.metric == "ttft_s":
+        return alpha
+    assert work.decode is not None and work.decode_steps is not None
+    betas = pass_time(work.decode, work.hardware, **timing).total_s
+    o = target.output_tokens
+    runtime = alpha + float(np.sum(work.decode_steps * betas))
     if target.metric == "decode_tokens_per_s":
         return o / runtime
     if target.metric == "request_latency_s":
         return runtime
     if target.metric == "time_per_output_token_s":
-        alpha = float(predict_alpha(arch, hardware, p, **kwargs))
         return (runtime - alpha) / max(o - 1, 1)
     throughput = target.batch * o / runtime
     if target.metric == "output_throughput_tokens_per_s_per_gpu":
@@ -297,8 +372,9 @@ def _efficiency(x: np.ndarray) -> Efficiency:
     return Efficiency(**values, host_overlap=1.0, attention_score_passes=0.0)
 
 
-def fit_stack(targets: Sequence[Target]) -> Efficiency:
-    """Least squares on log errors over ``targets``, lightly pulled toward typical values."""
+def fit_stack(targets: Sequence[Target], *, prior: Efficiency | None = None) -> Efficiency:
+    """Least squares on log errors over ``targets``, lightly pulled toward typical values (or
+    toward ``prior``'s, e.g. other stacks' calibration when ``targets`` are few)."""
     from scipy.optimize import least_squares  # only calibration needs scipy, not estimates
 
     if not targets:
@@ -306,6 +382,8 @@ def fit_stack(targets: Sequence[Target]) -> Efficiency:
     lower = np.array([b[0] for b in FITTED.values()])
     upper = np.array([b[1] for b in FITTED.values()])
     typical = np.array([b[2] for b in FITTED.values()])
+    if prior is not None:
+        typical = np.clip([getattr(prior, name) for name in FITTED], lower, upper)
     scale = np.array([b[3] for b in FITTED.values()])
 
     def residuals(x: np.ndarray) -> np.ndarray:
@@ -314,8 +392,60 @@ def fit_stack(targets: Sequence[Target]) -> Efficiency:
         prior = PRIOR_WEIGHT * (x - typical) / scale * 0.1
         return np.concatenate([fit, prior])
 
-    result = least_squares(residuals, typical, bounds=(lower, upper), x_scale=scale)
+    result = least_squares(
+        residuals, typical, bounds=(lower, upper), x_scale=scale, ftol=1e-6, xtol=1e-6
+    )
     return _efficiency(result.x)
+
+
+def kernel_format(weights: str) -> str:
+    """The kernel family of a weight format: int4 kernels dequantize alike whatever the group
+    size, so formats share their factors by kind (``int4-g32`` and ``int4-g64``: ``int4``)."""
+    return weights.split("-g")[0]
+
+
+def format_efficiency(efficiency: Efficiency, factors: Mapping[str, float] | None) -> Efficiency:
+    """``efficiency`` with a weight format's kernel factors applied (capped at the peak)."""
+    if not factors:
+        return efficiency
+    scaled = {name: getattr(efficiency, name) * float(factors[name]) for name in factors}
+    for fraction in ("compute", "bandwidth"):  # fractions of a peak: at most 1
+        if fraction in scaled:
+            scaled[fraction] = min(1.0, scaled[fraction])
+    return replace(efficiency, **scaled)
+
+
+def fit_format_factors(targets: Sequence[Target], efficiency: Efficiency) -> dict[str, float]:
+    """The kernel factors of one weight format (``FORMAT_FACTORS``) that best predict
+    ``targets`` (figures in that format) on top of the stack's 16-bit ``efficiency``."""
+    from scipy.optimize import least_squares
+
+    if not targets:
+        return {}
+    names = list(FORMAT_FACTORS)
+    lower = np.log([FORMAT_FACTORS[n][0] for n in names])
+    upper = np.log([FORMAT_FACTORS[n][1] for n in names])
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        eff = format_efficiency(efficiency, dict(zip(names, np.exp(x), strict=True)))
+        fit = [np.log(predict_target(t, eff) / t.value) for t in targets]
+        return np.concatenate([fit, FORMAT_PRIOR_WEIGHT * x])
+
+    result = least_squares(residuals, np.zeros(len(names)), bounds=(lower, upper))
+    return {n: float(v) for n, v in zip(names, np.exp(result.x), strict=True)}
+
+
+def fit_all_format_factors(
+    targets: Sequence[Target], efficiency: Efficiency
+) -> dict[str, dict[str, float]]:
+    """Kernel factors per quantized weight format among ``targets``."""
+    kinds = sorted({kernel_format(t.weights) for t in targets if t.quantized})
+    return {
+        kind: fit_format_factors(
+            [t for t in targets if t.quantized and kernel_format(t.weights) == kind], efficiency
+        )
+        for kind in kinds
+    }
 
 
 def error_summary(errors: Sequence[float] | np.ndarray, kinds: Sequence[str]) -> dict:
@@ -346,16 +476,53 @@ def held_out_errors(
 ) -> np.ndarray:
     """Error of each target when the stack is calibrated without its group (``key``).
 
-    A group that leaves nothing of the stack behind is predicted by a calibration on
-    ``fallback`` (the other stacks' rows) instead; with no fallback its errors are NaN."""
+    A group that leaves fewer than ``MIN_OWN_ROWS`` of the stack's figures behind (too few to
+    pin its parameters) is predicted by a calibration on what is left, pulled toward the
+    calibration of ``fallback`` (the other stacks' rows) instead of the typical values, or by
+    that calibration itself when nothing is left; with no fallback, NaN."""
     errors = np.full(len(targets), np.nan)
+    pooled: Efficiency | None = None
     for group in sorted({key(t) for t in targets}):
         held = [i for i, t in enumerate(targets) if key(t) == group]
-        train = [t for t in targets if key(t) != group] or list(fallback)
-        if not train:
+        train = [t for t in targets if key(t) != group]
+        prior = None
+        if len(train) < MIN_OWN_ROWS and fallback:
+            pooled = pooled or fit_stack(fallback)
+            prior = pooled
+        if not train and prior is None:
             continue
-        efficiency = fit_stack(train)
+        efficiency = fit_stack(train, prior=prior) if train else prior
         errors[held] = relative_errors([targets[i] for i in held], efficiency)
+    return errors
+
+
+def quantized_held_out_errors(
+    targets: Sequence[Target],
+    key: Callable[[Target], str] | None,
+    *,
+    fallback: Sequence[Target] = (),
+) -> np.ndarray:
+    """Error of each quantized target of one stack (``targets``: its 16-bit and quantized
+    figures) predicted by a calibration that never saw the target's group (``key``; None: in
+    sample): the 16-bit parameters refitted without the group, then each format's kernel
+    factors refitted on that format's remaining figures (none left: bytes and FLOPs alone)."""
+    errors = np.full(len(targets), np.nan)
+    quantized = [i for i, t in enumerate(targets) if t.quantized]
+    groups = sorted({key(targets[i]) for i in quantized}) if key else [None]
+    for group in groups:
+        held = [i for i in quantized if key is None or key(targets[i]) == group]
+        train = [t for t in targets if key is None or key(t) != group]
+        dense = [t for t in train if not t.quantized]
+        prior = fit_stack(fallback) if len(dense) < MIN_OWN_ROWS and fallback else None
+        if not dense and prior is None:
+            continue
+        base = fit_stack(dense, prior=prior) if dense else prior
+        assert base is not None
+        factors = fit_all_format_factors([t for t in train if t.quantized], base)
+        for i in held:
+            t = targets[i]
+            eff = format_efficiency(base, factors.get(kernel_format(t.weights)))
+            errors[i] = predict_target(t, eff) / t.value - 1.0
     return errors
 
 
@@ -410,6 +577,13 @@ class StackCalibration:
     errors: dict = field(default_factory=dict)
     aliases: tuple[str, ...] = ()
     notes: str = ""
+    # Per quantized weight format: kernel factors on ``efficiency`` (``FORMAT_FACTORS``).
+    format_factors: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def efficiency_for(self, weights: str) -> Efficiency:
+        """The stack's efficiency for weights in ``weights`` (its format's kernel factors when
+        calibrated; else the 16-bit one, the format counted by its bytes and FLOPs alone)."""
+        return format_efficiency(self.efficiency, self.format_factors.get(kernel_format(weights)))
 
     def to_json(self) -> dict:
         return {
@@ -420,6 +594,7 @@ class StackCalibration:
             "hardware": list(self.hardware),
             "models": list(self.models),
             "efficiency": self.efficiency.to_dict(),
+            "format_factors": self.format_factors,
             "sources": list(self.sources),
             "rows": list(self.rows),
             "errors": self.errors,
@@ -441,8 +616,12 @@ class StackCalibration:
                 errors=dict(data.get("errors", {})),
                 aliases=tuple(data.get("aliases", ())),
                 notes=data.get("notes", ""),
+                format_factors={
+                    weights: {name: float(v) for name, v in factors.items()}
+                    for weights, factors in dict(data.get("format_factors", {})).items()
+                },
             )
-        except (KeyError, TypeError) as error:
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
             raise InputError(f"not a stack file: missing or bad {error}") from None
 
     def headline_error(self, kind: str = "decode") -> float | None:
@@ -543,9 +722,60 @@ def calibrate_published(
         stack = calibrate_stack(family, own, fallback=others, held_out=held_out)
         quantized = [t for t in targets if t.family == family and t.quantized]
         if quantized:
+            factors = fit_all_format_factors(quantized, stack.efficiency)
+            stack = replace(stack, format_factors=factors)
             stack.errors["quantized_predicted"] = precision_errors(quantized, stack.efficiency)
+            stack.errors["quantized_calibrated"] = quantized_errors(
+                own + quantized, fallback=others, held_out=held_out
+            )
         stacks.append(stack)
     return stacks
+
+
+def quantized_errors(
+    targets: Sequence[Target], *, fallback: Sequence[Target] = (), held_out: bool = True
+) -> dict:
+    """Per quantized weight format of one stack's figures (16-bit and quantized), the errors
+    with per-format kernel factors: in sample and held out by source and by model, and the
+    error of quantized / 16-bit speed-ups held out by source."""
+    splits: dict[str, Callable[[Target], str] | None] = {"in_sample": None}
+    if held_out:
+        splits |= {
+            "leave_one_source_out": lambda t: t.source_id,
+            "leave_one_model_out": lambda t: t.model,
+        }
+    formats = sorted({t.weights for t in targets if t.quantized})
+    result: dict = {weights: {} for weights in formats}
+    for split, key in splits.items():
+        values = quantized_held_out_errors(targets, key, fallback=fallback)
+        for weights in formats:
+            at = [i for i, t in enumerate(targets) if t.weights == weights]
+            kinds = [targets[i].kind for i in at]
+            result[weights][split] = error_summary(values[at], kinds)["all"]
+        if split == "leave_one_source_out":
+            predicted = {
+                t.row_id: t.value * (1 + e)
+                for t, e in zip(targets, values, strict=True)
+                if t.quantized and np.isfinite(e)
+            }
+            # 16-bit figures as predicted by the calibration without their source, too.
+            dense_errors = held_out_errors(
+                [t for t in targets if not t.quantized], key, fallback=fallback
+            )
+            dense = [t for t in targets if not t.quantized]
+            predicted |= {
+                t.row_id: t.value * (1 + e) for t, e in zip(dense, dense_errors, strict=True)
+            }
+            ratios = quantized_speedup_errors(targets, IDEAL, predicted=predicted)
+            for weights in formats:
+                absolute = np.abs([r["error"] for r in ratios if r["weights"] == weights])
+                if absolute.size:
+                    result[weights]["speedup_leave_one_source_out"] = {
+                        "n": int(absolute.size),
+                        "median": float(np.median(absolute)),
+                        "max": float(np.max(absolute)),
+                    }
+    return result
 
 
 # --- shipped stacks -------------------------------------------------------------------------
@@ -628,7 +858,8 @@ def hardware_model_estimate(
         efficiency, source, calibration = IDEAL, "analytic", ""
     else:
         chosen = get_stack(stack or DEFAULT_STACK)
-        efficiency, source, calibration = chosen.efficiency, "calibrated", chosen.name
+        efficiency = chosen.efficiency_for(precision.weights)
+        source, calibration = "calibrated", chosen.name
     estimate = estimate_from_architecture(
         arch,
         hardware,

@@ -242,3 +242,87 @@ def test_quantized_figures_are_predicted_from_their_bytes() -> None:
     assert set(errors) == {"int8"} and errors["int8"]["n"] == 1
     stored = get_stack(DEFAULT_STACK).errors["quantized_predicted"]
     assert {"int8", "int4-g32"} <= set(stored)
+
+
+def test_cached_counts_predict_what_the_roofline_predicts() -> None:
+    from cost_model.roofline import predict_runtime
+
+    efficiency = get_stack("tensorrt-llm").efficiency
+    for target in published_targets()[::7]:
+        arch, hardware = load_architecture(target.model), get_hardware(target.gpu)
+        kwargs = {"tp": target.tp, "batch": target.batch, "efficiency": efficiency}
+        kwargs["precision"] = target.precision
+        if target.metric == "ttft_s":
+            expected = float(predict_alpha(arch, hardware, target.prompt_tokens, **kwargs))
+        elif target.metric == "decode_tokens_per_s":
+            o = target.output_tokens
+            expected = o / float(predict_runtime(arch, hardware, target.prompt_tokens, o, **kwargs))
+        else:
+            continue
+        assert predict_target(target, efficiency) == pytest.approx(expected, rel=1e-12)
+
+
+def test_compute_memory_serialization_blends_max_into_sum() -> None:
+    from cost_model.roofline import Efficiency, forward_costs, pass_time
+
+    arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
+    costs = forward_costs(arch, 128.0)  # near the ridge point: compute and memory comparable
+    kw = {"num_layers": arch.num_layers}
+    sharp = pass_time(costs, a100, **kw, efficiency=Efficiency())
+    summed = pass_time(costs, a100, **kw, efficiency=Efficiency(compute_memory_serialization=1))
+    half = pass_time(costs, a100, **kw, efficiency=Efficiency(compute_memory_serialization=0.5))
+    assert float(sharp.total_s) == pytest.approx(max(sharp.compute_s, sharp.memory_s))
+    assert float(summed.total_s) == pytest.approx(sharp.compute_s + sharp.memory_s)
+    assert float(sharp.total_s) < float(half.total_s) < float(summed.total_s)
+    with pytest.raises(InputError, match="compute_memory_serialization"):
+        Efficiency(compute_memory_serialization=1.5)
+
+
+def test_format_factors_are_fitted_per_kernel_kind_and_used_by_estimates() -> None:
+    from cost_model.stacks import fit_format_factors, format_efficiency, kernel_format
+
+    assert kernel_format("int4-g32") == kernel_format("int4-g64") == "int4"
+    assert kernel_format("int8") == "int8"
+    efficiency = get_stack(DEFAULT_STACK).efficiency
+    rows = [_row("f-7b-int4", "llama-2-7b", 1, 196.8, weights="int4-g32")]
+    targets = targets_from_rows(rows)
+    factors = fit_format_factors(targets, efficiency)
+    tuned = format_efficiency(efficiency, factors)
+    # One figure, two factors lightly pulled toward 1: the figure is reproduced closely.
+    assert abs(relative_errors(targets, tuned)[0]) < 0.02
+    assert abs(relative_errors(targets, tuned)[0]) < abs(relative_errors(targets, efficiency)[0])
+    assert tuned.bandwidth <= 1.0 and tuned.compute <= 1.0
+    shipped = get_stack(DEFAULT_STACK)
+    assert {"int4", "int8"} <= set(shipped.format_factors)
+    assert shipped.efficiency_for("bf16") == shipped.efficiency
+    assert shipped.efficiency_for("int4-g64") == format_efficiency(
+        shipped.efficiency, shipped.format_factors["int4"]
+    )
+    errors = shipped.errors["quantized_calibrated"]["int8"]
+    assert {"in_sample", "leave_one_source_out", "leave_one_model_out"} <= set(errors)
+
+
+def test_thin_held_out_groups_lean_on_the_other_stacks() -> None:
+    from cost_model.stacks import held_out_errors
+
+    own = targets_from_rows(FIXTURE_ROWS[:2])
+    others = [t for t in published_targets(quantized=False) if t.family == "lmdeploy"][:10]
+    errors = held_out_errors(own, lambda t: t.row_id, fallback=others)
+    assert np.all(np.isfinite(errors))
+    assert np.all(np.isnan(held_out_errors(own[:1], lambda t: t.row_id)))
+
+
+@given(tokens=st.integers(1, 4096), half=st.floats(1.0, 512.0))
+@settings(max_examples=25, deadline=None)
+def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: float) -> None:
+    from cost_model.roofline import Efficiency, forward_costs, pass_time
+
+    arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
+    costs = forward_costs(arch, float(tokens))
+    kw = {"num_layers": arch.num_layers}
+    flat = pass_time(costs, a100, **kw, efficiency=Efficiency(compute=0.7)).compute_s
+    slow = pass_time(
+        costs, a100, **kw, efficiency=Efficiency(compute=0.7, gemm_half_tokens=half)
+    ).compute_s
+    # Small passes reach a fraction tokens / (tokens + half) of the stack's matmul rate.
+    assert float(slow) == pytest.approx(float(flat) * (tokens + half) / tokens, rel=1e-9)
