@@ -184,7 +184,8 @@ def write_request_csv(path: Path, models: np.ndarray, rows: int) -> None:
             ("runtime_s", pa.float64()),
         ]
     )
-    with pacsv.CSVWriter(str(path), schema) as writer:
+    plain = pacsv.WriteOptions(quoting_style="none")  # as pandas and most tools write it
+    with pacsv.CSVWriter(str(path), schema, write_options=plain) as writer:
         for start in range(0, rows, GENERATE_CHUNK_ROWS):
             count = min(GENERATE_CHUNK_ROWS, rows - start)
             columns = [

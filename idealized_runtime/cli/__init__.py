@@ -7,7 +7,7 @@ Each command group lives in its own module and registers itself on ``app``. User
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 from typer.core import TyperCommand, TyperGroup
@@ -19,8 +19,12 @@ except ImportError:  # pragma: no cover - older typer on top of click
 
 from idealized_runtime.core.errors import InputError
 
+if TYPE_CHECKING:
+    from typer._click.core import Context
+    from typer.core import TyperOption
 
-def _help_flag_off_by_default(option: Any) -> Any:
+
+def _help_flag_off_by_default(option: TyperOption | None) -> TyperOption | None:
     # typer checks each parameter's value with a pydantic adapter unless the value is already a
     # bool; an absent --help is None, so `version` and `CMD --help` would import pydantic
     # (~0.15 s) only to turn None into None. A False default skips that.
@@ -30,12 +34,16 @@ def _help_flag_off_by_default(option: Any) -> Any:
 
 
 class _Group(TyperGroup):
-    def get_help_option(self, ctx):  # type: ignore[no-untyped-def]
+    """The command group, whose unused --help costs no pydantic import."""
+
+    def get_help_option(self, ctx: Context) -> TyperOption | None:
         return _help_flag_off_by_default(super().get_help_option(ctx))
 
 
 class _Command(TyperCommand):
-    def get_help_option(self, ctx):  # type: ignore[no-untyped-def]
+    """A command without parameters of its own (``version``) that starts without pydantic."""
+
+    def get_help_option(self, ctx: Context) -> TyperOption | None:
         return _help_flag_off_by_default(super().get_help_option(ctx))
 
 
