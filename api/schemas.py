@@ -331,6 +331,11 @@ class HardwareModelEstimateIn(_Body):
         },
     )
 
+    @property
+    def tp(self) -> int | None:
+        """The tensor-parallel size under the name the hardware model's requests use."""
+        return self.tensor_parallel_size
+
 
 class HardwareModelEstimateOut(BaseModel):
     source: Literal["calibrated", "analytic"]

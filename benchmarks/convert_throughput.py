@@ -7,7 +7,12 @@ Part 2 times the whole command, ``idealized-runtime convert requests.csv --fit .
 in a subprocess (start-up, read, validate, predict, write), against a pandas + pyarrow script
 doing the same (read, ``cost_model.predict_runtime`` per model, write) and, when installed, a
 polars script; each in its own process, best of a few runs, with its peak RSS.
-Run: python benchmarks/convert_throughput.py [--rows N]
+
+With ``--only-ours`` only our command runs (the reference scripts hold the whole file in
+memory): the request CSV is written chunk by chunk, so ``--rows 50000000`` checks that memory
+stays flat on files larger than memory allows (a 50M-row file is some 1.3 GB, its output 3 GB;
+both are deleted afterwards).
+Run: python benchmarks/convert_throughput.py [--rows N] [--repeats R] [--only-ours]
 """
 
 from __future__ import annotations
@@ -162,31 +167,53 @@ def timed_process(command: list[str]) -> tuple[float, float]:
     return float(elapsed), int(peak_kb) / 1024
 
 
-def end_to_end(rows: int, repeats: int) -> None:
+GENERATE_CHUNK_ROWS = 1_000_000
+
+
+def write_request_csv(path: Path, models: np.ndarray, rows: int) -> None:
+    """A request CSV of ``rows`` rows, written chunk by chunk (memory stays flat at any size)."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    rng = np.random.default_rng(1)
+    schema = pa.schema(
+        [
+            ("model", pa.string()),
+            ("num_prompt_tokens", pa.int64()),
+            ("num_output_tokens", pa.int64()),
+            ("runtime_s", pa.float64()),
+        ]
+    )
+    plain = pacsv.WriteOptions(quoting_style="none")  # as pandas and most tools write it
+    with pacsv.CSVWriter(str(path), schema, write_options=plain) as writer:
+        for start in range(0, rows, GENERATE_CHUNK_ROWS):
+            count = min(GENERATE_CHUNK_ROWS, rows - start)
+            columns = [
+                models[rng.integers(0, models.size, count)],
+                rng.integers(1, 4096, count),
+                rng.integers(0, 512, count),
+                np.round(rng.random(count) * 5 + 0.05, 4),
+            ]
+            writer.write_table(pa.Table.from_arrays(columns, schema=schema))
+
+
+def end_to_end(rows: int, repeats: int, only_ours: bool = False) -> None:
     from cost_model.fit_files import write_fit_file
 
     fits = fit_measurements(catalog.megatron_a100_measurements(), "default")
-    rng = np.random.default_rng(1)
     models = np.array(sorted(fits))
     with tempfile.TemporaryDirectory() as folder:
         work = Path(folder)
         source, fit_path = work / "requests.csv", work / "fits.json"
         write_fit_file(fits, fit_path)
-        import pandas as pd
-
-        pd.DataFrame(
-            {
-                "model": models[rng.integers(0, models.size, rows)],
-                "num_prompt_tokens": rng.integers(1, 4096, rows),
-                "num_output_tokens": rng.integers(0, 512, rows),
-                "runtime_s": np.round(rng.random(rows) * 5 + 0.05, 4),
-            }
-        ).to_csv(source, index=False)
-        scripts = {"pandas + pyarrow script": PANDAS_SCRIPT}
+        write_request_csv(source, models, rows)
+        size_mb = source.stat().st_size / 1e6
+        scripts = {} if only_ours else {"pandas + pyarrow script": PANDAS_SCRIPT}
         try:
             import polars  # noqa: F401
 
-            scripts["polars script"] = POLARS_SCRIPT
+            if not only_ours:
+                scripts["polars script"] = POLARS_SCRIPT
         except ImportError:
             pass
         commands = {
@@ -211,12 +238,28 @@ def end_to_end(rows: int, repeats: int) -> None:
         for name, command in commands.items():
             runs = [timed_process(command) for _ in range(repeats)]
             results[name] = (min(r[0] for r in runs), max(r[1] for r in runs))
-        ours = pd.read_csv(work / "ours.csv")["idealized_runtime_s"].to_numpy()
-        reference = pd.read_csv(work / "pandas.csv")["idealized_runtime_s"].to_numpy()
-        assert np.allclose(ours, reference, rtol=1e-12), "ours and the pandas script differ"
-    size_mb = rows * 28 / 1e6
+        if only_ours:
+            with (work / "ours.csv").open("rb") as handle:
+                written = sum(
+                    chunk.count(b"\n") for chunk in iter(lambda: handle.read(1 << 24), b"")
+                )
+            assert written == rows + 1, f"convert wrote {written - 1:,} rows of {rows:,}"
+        else:
+            import pandas as pd
+
+            ours = pd.read_csv(work / "ours.csv")["idealized_runtime_s"].to_numpy()
+            reference = pd.read_csv(work / "pandas.csv")["idealized_runtime_s"].to_numpy()
+            assert np.allclose(ours, reference, rtol=1e-12), "ours and the pandas script differ"
     print()
-    print(f"end to end: convert a {rows:,}-row CSV (~{size_mb:.0f} MB), best of {repeats}")
+    print(f"end to end: convert a {rows:,}-row CSV ({size_mb:,.0f} MB), best of {repeats}")
+    if only_ours:
+        seconds, rss = results["idealized-runtime convert"]
+        print(f"{'command':<30}{'seconds':>10}{'rows/s':>14}{'peak RSS MB':>14}")
+        print(
+            f"{'idealized-runtime convert':<30}{seconds:>10.1f}{rows / seconds:>14,.0f}{rss:>14.0f}"
+        )
+        print(f"target: constant memory, <= 1024 MB: {'met' if rss <= 1024 else 'MISSED'}")
+        return
     print(f"{'command':<30}{'seconds':>10}{'peak RSS MB':>14}{'time vs pandas':>16}")
     base = results["pandas + pyarrow script"][0]
     for name, (seconds, rss) in results.items():
@@ -232,7 +275,13 @@ if __name__ == "__main__":
     parser.add_argument("--rows", type=int, default=ROWS, help="rows of the end-to-end file")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--skip-compute", action="store_true", help="end-to-end part only")
+    parser.add_argument(
+        "--only-ours",
+        action="store_true",
+        help="time our convert alone (no in-memory reference scripts): for files of any size, "
+        "e.g. --rows 50000000 --repeats 1",
+    )
     arguments = parser.parse_args()
-    if not arguments.skip_compute:
+    if not (arguments.skip_compute or arguments.only_ours):
         main()
-    end_to_end(arguments.rows, arguments.repeats)
+    end_to_end(arguments.rows, arguments.repeats, arguments.only_ours)

@@ -40,6 +40,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 
@@ -873,3 +874,43 @@ def hardware_model_estimate(
         precision=precision,
     )
     return estimate, calibration
+
+
+class HardwareModelRequest(Protocol):
+    """What a hardware-model estimate reads from a request: the REST API's body, a benchmark
+    file's ``estimates`` entry (any object with these attributes)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    batch_size: int
+    weights: str | None
+    kv_cache: str | None
+    activations: str | None
+    ideal: bool
+    stack: str | None
+
+    @property
+    def tp(self) -> int | None: ...
+
+
+def estimate_request(
+    request: HardwareModelRequest, arch: Architecture, hardware: Hardware
+) -> tuple[Estimate, Precision, str]:
+    """``hardware_model_estimate`` for ``request`` on ``arch`` and ``hardware``: the precision
+    parsed from the request's labels (unset parts: the checkpoint's own), the estimate, and the
+    stack's name ("" for the ideal roofline). InputError for refused input."""
+    precision = parse_precision(
+        request.weights, request.kv_cache, request.activations, default=arch.precision
+    )
+    estimate, calibration = hardware_model_estimate(
+        arch,
+        hardware,
+        request.prompt_tokens,
+        request.output_tokens,
+        batch_size=request.batch_size,
+        tp=request.tp,
+        precision=precision,
+        ideal=request.ideal,
+        stack=request.stack,
+    )
+    return estimate, precision, calibration

@@ -158,26 +158,11 @@ class EstimateSpec(_Spec):
 
     def evaluate(self) -> dict[str, Any]:
         """The estimate as ``estimate --arch ... --json`` prints it (InputError if refused)."""
-        from cost_model.stacks import hardware_model_estimate
+        from cost_model.stacks import estimate_request
         from idealized_runtime.core.catalog import get_hardware
-        from idealized_runtime.core.types import parse_precision
 
         arch = load_architecture(self.architecture)
-        hardware = get_hardware(self.hardware)
-        precision = parse_precision(
-            self.weights, self.kv_cache, self.activations, default=arch.precision
-        )
-        result, calibration = hardware_model_estimate(
-            arch,
-            hardware,
-            self.prompt_tokens,
-            self.output_tokens,
-            batch_size=self.batch_size,
-            tp=self.tp,
-            precision=precision,
-            ideal=self.ideal,
-            stack=None if self.ideal else self.stack,
-        )
+        result, _, calibration = estimate_request(self, arch, get_hardware(self.hardware))
         return {**result.to_dict(), "calibration": calibration or None}
 
 

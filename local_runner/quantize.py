@@ -21,7 +21,6 @@ them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,15 +30,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture
+from idealized_runtime.core.types import (
+    DEFAULT_INT4_GROUP,
+    DENSE_FORMATS,
+    FORMAT_OF_DTYPE,
+    KV_CACHE_FORMATS,
+    Architecture,
+    parse_precision,
+)
 from local_runner.model import KVCache, LatentCache
 
-# Compute dtypes by their short names; a weight format that is one of these is no quantization.
-DENSE_FORMATS = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-DENSE_FORMATS.update({name: name for name in ("float32", "float16", "bfloat16")})
-DEFAULT_INT4_GROUP = 128
+# Group sizes the int4 kernels take (tinygemm); core's labels allow any power of two >= 8.
 INT4_GROUPS = (32, 64, 128, 256)
-KV_FORMATS = ("fp8", "int8")
+KV_FORMATS = tuple(name for name in KV_CACHE_FORMATS if name not in DENSE_FORMATS)
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
 INT4_INNER_K_TILES = 8  # CUDA tinygemm tiling; in_features must be a multiple of 16 * this / 2
 
@@ -62,29 +65,37 @@ class WeightFormat:
         return self.kind != "dense"
 
 
+def _format_label(text: str) -> str:
+    """A label as core's parser reads it; dtype names (``bfloat16``) mean their dense format.
+    Anything else is passed on as typed, so that messages quote the user's own text."""
+    return FORMAT_OF_DTYPE.get(text.strip().lower(), text)
+
+
 def parse_weight_format(text: str) -> WeightFormat:
-    """``bf16|fp16|fp32|int8|int4|int4-gN|fp8`` -> WeightFormat (an InputError otherwise)."""
-    value = text.strip().lower()
-    if value in DENSE_FORMATS:
+    """A weight-format label, read by core's parser (``parse_precision``: the same labels and
+    messages as ``estimate --weights``), as the runner stores it; InputError for a label core
+    refuses or a format the runner has no kernel for."""
+    precision = parse_precision(weights=_format_label(text))
+    name, group = precision.weight_format, precision.group_size
+    if name in DENSE_FORMATS:
         return WeightFormat("dense")
-    if value in ("int8", "fp8"):
-        return WeightFormat(value)
-    match = re.fullmatch(r"int4(?:-g(\d+))?", value)
-    if match:
-        group = int(match.group(1)) if match.group(1) else DEFAULT_INT4_GROUP
+    if name == "fp8" or (name == "int8" and group is None):
+        return WeightFormat(name)
+    if name == "int4":
         if group not in INT4_GROUPS:
             raise InputError(
                 f"int4 group size must be one of {', '.join(map(str, INT4_GROUPS))}, got {group}"
             )
         return WeightFormat("int4", group)
     raise InputError(
-        f"unknown weight format {text!r}; use bf16, fp16, fp32, int8, int4[-gN] or fp8"
+        f"the local runner has no kernel for {precision.weights} weights; use bf16, fp16, fp32, "
+        f"int8, int4[-gN] (N: {', '.join(map(str, INT4_GROUPS))}) or fp8"
     )
 
 
 def parse_kv_format(text: str) -> str | None:
     """``bf16|fp16|fp32`` (None: the compute dtype), ``fp8`` or ``int8``."""
-    value = text.strip().lower()
+    value = _format_label(text).strip().lower()
     if value in DENSE_FORMATS:
         return None
     if value in KV_FORMATS:

@@ -535,10 +535,9 @@ def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
 def estimate_hardware_model(
     payload: HardwareModelEstimateIn, _: Principal = Depends(reader)
 ) -> HardwareModelEstimateOut:
-    from cost_model.stacks import hardware_model_estimate
+    from cost_model.stacks import estimate_request
     from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.core.errors import InputError
-    from idealized_runtime.core.types import parse_precision
 
     if (payload.architecture is None) == (payload.config is None):
         raise InputError("give exactly one of architecture (a stored name) or config")
@@ -558,23 +557,7 @@ def estimate_hardware_model(
         hardware = cache.cached_hardware(payload.hardware) or cache.load_hardware(
             session, payload.hardware
         )
-    precision = parse_precision(
-        payload.weights,
-        payload.kv_cache,
-        payload.activations,
-        default=architecture.precision,
-    )
-    result, calibration = hardware_model_estimate(
-        architecture,
-        hardware,
-        payload.prompt_tokens,
-        payload.output_tokens,
-        batch_size=payload.batch_size,
-        tp=payload.tensor_parallel_size,
-        precision=precision,
-        ideal=payload.ideal,
-        stack=payload.stack,
-    )
+    result, precision, calibration = estimate_request(payload, architecture, hardware)
     costs = result.costs
     return HardwareModelEstimateOut(
         source=result.source,  # type: ignore[arg-type]

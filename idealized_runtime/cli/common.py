@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import NoReturn
+from functools import cache
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
-from rich.console import Console
 
-console = Console(stderr=True)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+@cache
+def stderr_console() -> Console:
+    """Progress and notes for people, on stderr (rich loads only when a command prints)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -73,9 +73,10 @@ def measure_command(
     """Time an OpenAI-compatible API over a grid of prompt/output sizes (raw JSONL for `fit`)."""
     import asyncio
 
+    from idealized_runtime.core.load_levels import parse_load_levels
     from idealized_runtime.timing.client import MeasureConfig, measure_levels, measure_sweep
     from idealized_runtime.timing.grids import load_grid
-    from idealized_runtime.timing.load_patterns import parse_levels, read_workload
+    from idealized_runtime.timing.load_patterns import read_workload
 
     if endpoint not in ("completions", "chat"):
         fail(f"--endpoint must be completions or chat, got {endpoint!r}")
@@ -89,11 +90,11 @@ def measure_command(
     levels: list[dict] = [{"concurrency": 1}]
     if concurrency is not None:
         levels = [
-            {"concurrency": int(c)}
-            for c in parse_levels(concurrency, "--concurrency", integer=True)
+            {"concurrency": c}
+            for c in parse_load_levels(concurrency, "--concurrency", integer=True)
         ]
     if rate is not None:
-        levels = [{"rate": r} for r in parse_levels(rate, "--rate", integer=False)]
+        levels = [{"rate": r} for r in parse_load_levels(rate, "--rate", integer=False)]
     trace = read_workload(workload) if workload is not None else None
     body: dict = {}
     if extra_body:

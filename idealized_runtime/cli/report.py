@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from idealized_runtime.cli import app
-from idealized_runtime.cli.common import console, fail
+from idealized_runtime.cli.common import fail, stderr_console
 
-if TYPE_CHECKING:  # the leaderboard (numpy, pydantic) loads only when a report runs
+if TYPE_CHECKING:  # the leaderboard (numpy, pydantic) and rich load only when a report runs
+    from rich.table import Table
+
     from idealized_runtime.leaderboard import Leaderboard
 
 SUMMARY_ROWS = 15
@@ -30,6 +30,8 @@ def summary_table(
     board: Leaderboard, *, highlight: set[str] = frozenset(), limit: int = SUMMARY_ROWS
 ) -> Table:
     """The fastest models by idealized runtime (highlighted ones always shown)."""
+    from rich.table import Table
+
     from idealized_runtime.report.render import fmt_params
 
     table = Table(title="Leaderboard (idealized runtime: mean over HELM scenario workloads)")
@@ -152,6 +154,8 @@ def demo_command(
 ) -> None:
     """Offline demo: profile, serve, measure and fit a tiny model, load HELM's reference data,
     store everything and write the leaderboard report."""
+    from rich.console import Console
+
     from idealized_runtime.demo import DEMO_ARCHITECTURE, run_demo
 
     out = Console(width=None if sys.stdout.isatty() else 120)
@@ -160,7 +164,7 @@ def demo_command(
         workdir,
         database_url,
         progress=progress,
-        say=lambda text: console.print(f"[bold cyan]step {next(steps)}[/] {text}"),
+        say=lambda text: stderr_console().print(f"[bold cyan]step {next(steps)}[/] {text}"),
     )
     out.print(summary_table(result.board, highlight={DEMO_ARCHITECTURE}))
     from api.report_database import redact
@@ -178,6 +182,9 @@ def bench_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
 ) -> None:
     """Profile / measure and fit every model of a benchmark file; rerun to resume."""
+    from rich.console import Console
+    from rich.table import Table
+
     from idealized_runtime.bench import default_results_dir, load_config, run_bench
 
     settings = load_config(config)
@@ -195,9 +202,10 @@ def bench_command(
         )
         table.add_row(item.name, status, fits or (item.error or ""))
     Console().print(table)
+    notes = stderr_console()
     if settings.estimates:
-        console.print(f"{len(settings.estimates)} hardware-model estimate(s): estimates.json")
-    console.print(f"results: {results_dir} ({time.perf_counter() - started:.1f} s)")
+        notes.print(f"{len(settings.estimates)} hardware-model estimate(s): estimates.json")
+    notes.print(f"results: {results_dir} ({time.perf_counter() - started:.1f} s)")
     if result.failed:
         first = result.failed[0]
         fail(

@@ -7,7 +7,6 @@ and prints the per-level summary that ``summarize`` prints for measured runs. Ru
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 from typing import Any, Optional
 
@@ -18,23 +17,6 @@ from idealized_runtime.cli.common import fail
 from idealized_runtime.core.errors import InputError
 
 DEFAULT_REQUESTS = 200
-
-
-def _numbers(values: list[str], option: str, kind: type) -> list[Any]:
-    """``--rate 2,8 --rate 32`` as [2.0, 8.0, 32.0]; InputError on anything else."""
-    numbers = []
-    for value in values:
-        for part in value.split(","):
-            try:
-                number = kind(part.strip())
-            except ValueError:
-                raise InputError(
-                    f"{option} takes numbers (e.g. {option} 2,8,32), got {part!r}"
-                ) from None
-            if not (math.isfinite(number) and number > 0):
-                raise InputError(f"{option} values must be positive, got {part.strip()!r}")
-            numbers.append(number)
-    return numbers
 
 
 def _architecture(name: str) -> Any:
@@ -228,6 +210,8 @@ def _levels(
     """(load label, request shapes, closed-loop clients or None, stop issuing after) per level."""
     import numpy as np
 
+    from idealized_runtime.core.load_levels import parse_load_levels
+
     if workload is not None:
         if rate or concurrency or grid or prompt_tokens or output_tokens:
             raise InputError("a --workload sets arrivals and shapes; drop the other load options")
@@ -251,13 +235,13 @@ def _levels(
         ]
 
     levels = []
-    for value in _numbers(rate, "--rate", float):
+    for value in parse_load_levels(rate, "--rate", integer=False):
         count = requests or (
             max(1, round(value * duration)) if duration is not None else DEFAULT_REQUESTS
         )
         arrivals = sim.poisson_arrivals(value, count, seed)
         levels.append((f"rate={float(value)}", shapes(count, arrivals), None, None))
-    for value in _numbers(concurrency, "--concurrency", int):
+    for value in parse_load_levels(concurrency, "--concurrency", integer=True):
         if duration is not None:  # clients keep sending until the duration is over
             count = requests or max(value, int(duration * 1000))
             levels.append((f"concurrency={value}", shapes(count), value, duration))

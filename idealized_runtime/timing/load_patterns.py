@@ -104,22 +104,6 @@ async def run_at_arrivals(
     await _wait_all(tasks)
 
 
-def parse_levels(text: str, option: str, *, integer: bool) -> list[float]:
-    """``"1,4,16"`` as load levels for ``option`` (--concurrency, --rate); InputError if any is
-    not a positive (integer) number. Duplicates are dropped, order kept."""
-    levels: list[float] = []
-    for part in text.split(","):
-        try:
-            value = int(part) if integer else float(part)
-        except ValueError:
-            value = None
-        if value is None or not math.isfinite(value) or value <= 0:
-            kind = "positive integers" if integer else "positive numbers"
-            raise InputError(f"{option} takes comma-separated {kind}, got {text!r}")
-        levels.append(value)
-    return list(dict.fromkeys(levels))
-
-
 class TraceRequest(NamedTuple):
     arrival_s: float
     num_prompt_tokens: int

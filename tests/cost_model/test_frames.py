@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -193,38 +191,6 @@ def test_csv_and_parquet_round_trip_exactly(tmp_path_factory, helm_fits, rows) -
     assert (folder / "a.csv").read_bytes() == (folder / "c.csv").read_bytes()
     back = pd.read_parquet(folder / "b.parquet")
     pd.testing.assert_frame_equal(back[frame.columns.tolist()], frame, check_dtype=False)
-
-
-def test_commands_without_a_model_import_no_torch_sklearn_or_scipy() -> None:
-    probe = (
-        "import sys, runpy\n"
-        "sys.argv = ['idealized-runtime', *sys.argv[1:]]\n"
-        "try:\n"
-        "    runpy.run_module('idealized_runtime', run_name='__main__')\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "heavy = sorted(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules)\n"
-        "print('HEAVY', ','.join(heavy))\n"
-    )
-    for args in (
-        ["version"],
-        ["--help"],
-        ["convert", "--help"],
-        ["fit", "--help"],
-        ["estimate", "--help"],
-    ):
-        result = subprocess.run(
-            [sys.executable, "-c", probe, *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert "HEAVY \n" in result.stdout or result.stdout.rstrip().endswith("HEAVY"), (
-            args,
-            result.stdout[-300:],
-            result.stderr[-500:],
-        )
 
 
 def test_jsonl_objects_survive_and_mixed_fields_become_text(tmp_path: Path, helm_fits) -> None:

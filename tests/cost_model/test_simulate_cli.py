@@ -74,11 +74,11 @@ def test_workload_and_profiled_fit(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--rate", "fast"], "--rate takes numbers"),
-        (["--rate", "-2"], "--rate values must be positive"),
+        (["--rate", "fast"], "--rate takes comma-separated positive numbers"),
+        (["--rate", "-2"], "positive numbers (e.g. --rate 0.5,2,8), got '-2'"),
         (["--rate", "2", "--arch", "no-such-model"], "no-such-model"),
         (["--workload", "missing.csv"], "cannot read workload"),
-        (["--concurrency", "2.5"], "--concurrency takes numbers"),
+        (["--concurrency", "2.5"], "--concurrency takes comma-separated positive integers"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

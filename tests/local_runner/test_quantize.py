@@ -15,7 +15,7 @@ from cost_model.roofline import kv_cache_bytes
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Precision
+from idealized_runtime.core.types import Precision, parse_precision
 from local_runner.generate import Generator
 from local_runner.quantize import (
     INT4_GROUPS,
@@ -121,8 +121,41 @@ def test_unknown_weight_formats_are_refused(text):
         parse_weight_format(text)
 
 
+@given(
+    st.sampled_from(["bf16", "fp16", "fp32", "int8", "fp8", "int4", "mxfp4", "int8-g64"]),
+    st.sampled_from(["", "-g8", "-g32", "-g128", "-g256", "-g48"]),
+    st.booleans(),
+)
+def test_runner_reads_weight_labels_as_core_does(name, suffix, upper):
+    """One parser: a label core refuses, the runner refuses with core's message; a label the
+    runner takes, it stores under core's canonical name."""
+    text = name + suffix if name in ("int4", "int8") else name
+    text = text.upper() if upper else text
+    try:
+        canonical = parse_precision(weights=text)
+    except InputError as core_error:
+        with pytest.raises(InputError) as runner_error:
+            parse_weight_format(text)
+        assert str(runner_error.value) == str(core_error)
+        return
+    try:
+        fmt = parse_weight_format(text)
+    except InputError as error:  # a format the runner has no kernel for
+        grouped_int8 = canonical.weights.startswith("int8-g")
+        assert canonical.weights == "mxfp4" or grouped_int8 or "int4 group size" in str(error)
+        return
+    assert fmt.label == ("dense" if not canonical.quantized else canonical.weights)
+
+
+def test_formats_without_a_runner_kernel_are_refused_by_name():
+    for text in ("mxfp4", "int8-g64"):
+        with pytest.raises(InputError, match="the local runner has no kernel for"):
+            parse_weight_format(text)
+
+
 def test_dense_names_are_no_quantization():
     assert not parse_weight_format("bf16").quantized
+    assert not parse_weight_format("bfloat16").quantized
     assert parse_kv_format("bfloat16") is None
     with pytest.raises(InputError):
         parse_kv_format("int4")
