@@ -110,8 +110,13 @@ def test_latency_non_decreasing_in_rate(
 ) -> None:
     low, high = sorted(rates)
     slow, fast = _sweep(low, [shape] * count, seed), _sweep(high, [shape] * count, seed)
+    # Steps are discrete: a request arriving during a step waits for its end, so one sample path
+    # at a higher rate can align better with the steps (e.g. 5 one-token requests at 42 vs
+    # 66 req/s, seed 1). The mean cannot fall by more than the longest possible step.
+    longest_step = ROOFLINE.seconds(StepWork.of([640] * 8, [(128, 640)]))[0]
     for key in ("runtime_s", "ttft_s"):
-        assert np.mean([r[key] for r in fast]) >= np.mean([r[key] for r in slow]) * (1 - 1e-9)
+        fast_mean, slow_mean = (np.mean([r[key] for r in rows]) for rows in (fast, slow))
+        assert fast_mean >= slow_mean - longest_step
 
 
 @settings(max_examples=25, deadline=None)
