@@ -28,7 +28,9 @@ import argparse
 import numpy as np
 
 from cost_model.stacks import (
+    BEYOND_ROOFLINE,
     HELM_STACK,
+    beyond_roofline,
     fit_stack,
     get_stack,
     held_out_errors,
@@ -36,6 +38,7 @@ from cost_model.stacks import (
     quantized_held_out_errors,
     quantized_speedup_errors,
     relative_errors,
+    roofline_fraction,
     tp_speedup_errors,
 )
 
@@ -64,6 +67,7 @@ def main() -> None:
         kinds = np.array([t.kind for t in own])
         columns[family] = {
             "kind": kinds,
+            "marked": np.array([beyond_roofline(t) for t in own]),
             "in": in_sample,
             "source": source,
             "model": model,
@@ -83,7 +87,12 @@ def main() -> None:
         f"{'held out by model':^20} | {'HELM 2022 stack':^20} | by-source / HELM"
     )
     print(f"{'':<17} {'':<7} | {head} | {head} | {head} | {head} |")
-    for name, cols in columns.items():
+    rows = [(name, cols, "") for name, cols in columns.items()]
+    marked = columns["overall"]["marked"]
+    if marked.any():
+        unmarked = {key: values[~marked] for key, values in columns["overall"].items()}
+        rows.append(("overall, unmarked", unmarked, ""))
+    for name, cols, _ in rows:
         for kind in ("decode", "ttft"):
             at = cols["kind"] == kind
             if not at.any():
@@ -94,6 +103,14 @@ def main() -> None:
                 f"{name:<17} {kind:<7} | {_stats(cols['in'][at])} | {_stats(cols['source'][at])}"
                 f" | {_stats(cols['model'][at])} | {_stats(cols['helm'][at])} | {ratio:.2f}"
             )
+    if marked.any():
+        print(
+            f"Marked rows (need >= {BEYOND_ROOFLINE:.0%} of the GPU's peaks under their stated "
+            "settings; in every row above but 'unmarked', never fitted on):"
+        )
+        for t in targets:
+            if beyond_roofline(t):
+                print(f"  {t.row_id}: {roofline_fraction(t):.0%} of peak")
     print()
     print("TP speed-up ratios (TP=k / TP=1, same model and source), held out by source")
     print(f"{'stack':<17} {'n':>3} {'median |err|':>13} {'max |err|':>10}  worst")

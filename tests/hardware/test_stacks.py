@@ -326,3 +326,40 @@ def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: floa
     ).compute_s
     # Small passes reach a fraction tokens / (tokens + half) of the stack's matmul rate.
     assert float(slow) == pytest.approx(float(flat) * (tokens + half) / tokens, rel=1e-9)
+
+
+def test_figures_beyond_the_roofline_are_marked_reported_and_not_fitted() -> None:
+    from cost_model.roofline import IDEAL
+    from cost_model.stacks import (
+        BEYOND_ROOFLINE,
+        beyond_roofline,
+        fit_stack,
+        fittable,
+        roofline_fraction,
+    )
+
+    targets = targets_from_rows(FIXTURE_ROWS)
+    assert not any(beyond_roofline(t) for t in targets)  # gpt-fast's figures are reachable
+    # The same 7B figure published 3x faster than the ideal roofline allows.
+    ideal = predict_target(targets[0], IDEAL)
+    impossible = targets_from_rows([_row("f-7b-tp1-impossible", "llama-2-7b", 1, 3 * ideal)])[0]
+    assert roofline_fraction(impossible) == pytest.approx(3.0)
+    assert beyond_roofline(impossible) and BEYOND_ROOFLINE < 1.0
+    with_marked = [*targets, impossible]
+    assert fittable(with_marked) == targets
+    assert fit_stack(with_marked) == fit_stack(targets)  # the calibration ignores it
+    stack = calibrate_stack("fixture", with_marked)
+    assert stack.errors["beyond_roofline"] == {"f-7b-tp1-impossible": 3.0}
+    # Reported with and without the marked figure: every split counts it, "_unmarked" does not.
+    assert stack.errors["leave_one_model_out"]["all"]["n"] == len(with_marked)
+    assert stack.errors["leave_one_model_out_unmarked"]["all"]["n"] == len(targets)
+
+
+def test_shipped_marked_figures_need_more_than_the_hardware_gives() -> None:
+    from cost_model.stacks import roofline_fraction
+
+    marked = get_stack("tensorrt-llm").errors.get("beyond_roofline", {})
+    by_id = {t.row_id: t for t in published_targets()}
+    for row_id, fraction in marked.items():
+        assert roofline_fraction(by_id[row_id]) == pytest.approx(fraction, abs=1e-3)
+        assert fraction >= 0.95
