@@ -110,7 +110,9 @@ class TextTokenizer:
 
     def decode_token(self, token_id: int) -> str:
         if self._hf is not None:
-            return self._hf.decode([token_id])
+            # Ids past the tokenizer's vocabulary wrap around (as encode wraps ids past the
+            # model's), so that every generated token streams as text.
+            return self._hf.decode([token_id % self._hf.get_vocab_size()])
         return self._bytes.decode_token(token_id)
 
 
