@@ -75,15 +75,17 @@ THREADS = "1"  # the profiler and the server see the same CPU with the same thre
 Level = tuple[str, int | None, float | None]  # (label, concurrency, rate)
 
 
-def profile_engine(generator: Any, max_batch: int, token_budget: int, warmup: bool) -> list:
+def profile_engine(
+    generator: Any, max_batch: int, token_budget: int, warmup: bool, quick: bool
+) -> list:
     """The serving engine's steps at batch 1..max_batch (see the module docstring)."""
     from local_runner.batching import profile_steps
 
     batches = sorted({1, 2, max_batch} | {b for b in (4, 8) if b <= max_batch})
     return profile_steps(
         generator,
-        batch_sizes=batches,
-        prompt_tokens=[16, PROMPT],
+        batch_sizes=[1, max_batch] if quick else batches,
+        prompt_tokens=[PROMPT] if quick else [16, PROMPT],
         output_tokens=OUTPUT,
         token_budget=token_budget,
         warmup=warmup,
@@ -157,6 +159,23 @@ def print_simulator_table(measured: list[dict], simulated: list[dict], levels: l
     print(f"largest deviation: {worst:.0%} (target: within 20% below saturation)")
 
 
+def read_step_log(path: Path) -> list[dict]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def step_drift(fit: Any, steps: list[dict]) -> tuple[float, int]:
+    """Total seconds of the server's engine steps over what the profile's fit predicts for the
+    same steps: 1.0 when the engine ran in the server as fast as in the profile."""
+    from cost_model.simulate import StepWork
+
+    predicted = sum(
+        float(fit.seconds(StepWork.of(s["decode_contexts"], s["chunks"]))[0]) for s in steps
+    )
+    served = sum(s["seconds"] for s in steps)
+    return (served / predicted if predicted else float("nan")), len(steps)
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "-"
 
@@ -206,11 +225,14 @@ def main() -> None:
         generator = Generator(arch, max_batch_size=args.max_batch, seed=0)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
+        step_log = folder / "served-steps.jsonl"
+        drift: list[tuple[str, float, int]] = []  # (level, served / profiled step time, steps)
+        logged = 0
         command = [
             sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", str(config_path),
             "--port", str(port), "--max-batch", str(args.max_batch),
             "--token-budget", str(args.token_budget),
-            "--tokenizer", str(tokenizer_dir / "tokenizer.json"),
+            "--tokenizer", str(tokenizer_dir / "tokenizer.json"), "--step-log", str(step_log),
         ]  # fmt: skip
         server = ServerConfig(max_batch=args.max_batch, token_budget=args.token_budget)
         levels: list[Level] = [
@@ -230,7 +252,9 @@ def main() -> None:
 
             def profiled_fit(warmup: bool) -> Any:
                 with pinned(server_cpus):
-                    steps = profile_engine(generator, args.max_batch, args.token_budget, warmup)
+                    steps = profile_engine(
+                        generator, args.max_batch, args.token_budget, warmup, args.quick
+                    )
                 return fit_step_timings(steps, model)
 
             print("calibrating the HTTP overhead ...", file=sys.stderr, flush=True)
@@ -244,6 +268,7 @@ def main() -> None:
             rows = rows[args.warmup :]
             per_request, per_token = calibrate_overheads(fit, server, model, rows)
             server = replace(server, request_overhead_s=per_request)
+            logged = len(read_step_log(step_log))
             print(f"step-time fit: {json.dumps(fit.to_dict())}", file=sys.stderr)
             print(
                 f"server overhead (unloaded, concurrency 1): {per_request * 1e3:.2f} ms per "
@@ -277,6 +302,9 @@ def main() -> None:
                             )  # fmt: skip
                 if "guidellm" in results:
                     versus.append({"load": label, **results})
+                served_steps = read_step_log(step_log)
+                drift.append((label, *step_drift(fit, served_steps[logged:])))
+                logged = len(served_steps)
                 rows = [{**r, "load": label} for r in rows]
                 measured += [r for r in rows[warmup:] if r.get("ok")]
                 simulated += simulate_level(
@@ -296,6 +324,10 @@ def main() -> None:
         "ratio = simulated / measured"
     )
     print_simulator_table(measured, simulated, levels)
+    print(
+        "engine steps in the server (serve-model --step-log) / the profile's fit for the same "
+        "work: " + ", ".join(f"{label} {ratio:.2f} ({n} steps)" for label, ratio, n in drift)
+    )
     if versus:
         print(
             "\nOur client vs guidellm on the same server and levels (ITL as guidellm: per "

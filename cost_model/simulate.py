@@ -288,8 +288,8 @@ def fit_step_timings(timings: Iterable[Any], model: str = "model") -> FittedStep
 
 
 def read_step_fit(path: str | Path) -> FittedStepTime:
-    """A step-time fit: the JSON ``FittedStepTime.to_dict`` writes, or a profile CSV (fitted
-    on the spot)."""
+    """A step-time fit: the JSON ``FittedStepTime.to_dict`` writes, or a profile CSV or a
+    server's step log (JSONL, ``serve-model --step-log``), fitted on the spot."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -297,6 +297,12 @@ def read_step_fit(path: str | Path) -> FittedStepTime:
         raise InputError(f"cannot read {path}: {error.strerror or error}") from None
     if path.suffix.lower() == ".csv":
         return fit_step_time(csv.DictReader(text.splitlines()))
+    if path.suffix.lower() == ".jsonl":  # a server's step log (serve-model --step-log)
+        try:
+            steps = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}: not JSON lines ({error.msg})") from None
+        return fit_step_timings(steps)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:

@@ -111,8 +111,12 @@ def test_latency_non_decreasing_in_rate(
 ) -> None:
     low, high = sorted(rates)
     slow, fast = _sweep(low, [shape] * count, seed), _sweep(high, [shape] * count, seed)
+    # An arrival waits for the step in flight: that wait (up to one step, the largest being a
+    # full batch with a prompt chunk) depends on where in a step it lands, not on the rate.
+    p, o = shape
+    one_step = float(ROOFLINE.seconds(StepWork.of([p + o] * 7, [(min(p, 128), 0)]))[0])
     for key in ("runtime_s", "ttft_s"):
-        assert np.mean([r[key] for r in fast]) >= np.mean([r[key] for r in slow]) * (1 - 1e-9)
+        assert np.mean([r[key] for r in fast]) >= np.mean([r[key] for r in slow]) - one_step
 
 
 @settings(max_examples=25, deadline=None)
@@ -251,3 +255,10 @@ def test_request_overhead_delays_every_request_by_exactly_that(
         assert [r["ttft_s"] for r in late] == pytest.approx([r["ttft_s"] + overhead for r in base])
     with pytest.raises(InputError, match="overhead"):
         ServerConfig(request_overhead_s=-1.0)
+
+
+def test_a_step_log_that_is_not_json_lines_is_one_readable_error(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    log.write_text('{"decode_contexts": [1], "chunks": [], "seconds": 0.1}\n{"decode_con\n')
+    with pytest.raises(InputError, match="not JSON lines"):
+        read_step_fit(log)
