@@ -1,26 +1,30 @@
 """Our `measure` against guidellm, on the same `serve-model` server at the same concurrencies.
 
-One local server (the runner's tiny-llama with random weights, a BPE tokenizer trained here and
-saved with save_pretrained, so both clients count the same tokens) is measured at each
-concurrency level by `idealized-runtime measure` (chat endpoint, streaming) and by
-`guidellm run --profile kind=concurrent`, one after the other, same prompt and output lengths.
-Printed per level: p50 TTFT and p50 ITL of both with their ratio (target: within 5%; ITL as
-guidellm defines it, per request (latency - TTFT) / (output tokens - 1), i.e. our TPOT), and each
-client's CPU seconds per request (user + system of the client process and its children; target:
-ours no higher).
+One local server (the runner's tiny-llama with random weights, one torch thread, pinned to CPU 0
+with the clients on the other CPUs; a BPE tokenizer trained here and saved with
+save_pretrained, so both clients count the same tokens) is measured at each concurrency level by
+`idealized-runtime measure` (chat endpoint, streaming) and by `guidellm run --profile
+kind=concurrent` (one worker process), which take turns at going first, with the same prompt
+length as the server counts it (guidellm is asked for the chat template's few tokens less) and
+the same output length. Each sends warm-up + N requests; the first (by start time) are left out
+of both. Like with like: TTFT from the request going out to the first chunk with text, and ITL as
+guidellm defines it, per request (last - first token) / (output tokens - 1), from each client's
+own per-request records. Printed per level: p50 TTFT and p50 ITL of both with their ratio
+(target: within 5%), and each client's CPU seconds per request (user + system of the client
+process and its children, start-up included; target: ours no higher).
 
 guidellm lives in its own virtual environment (it brings its own dependencies); pin torch to the
 CPU build already installed so that pip does not fetch another one:
     python -m venv /tmp/guidellm-venv
     echo torch==2.13.0 > /tmp/torch-pin.txt
     /tmp/guidellm-venv/bin/pip install -c /tmp/torch-pin.txt guidellm==0.8.1
-and is found through GUIDELLM (the executable), else `guidellm` on PATH.
+and is found through --guidellm, GUIDELLM (the executable), else `guidellm` on PATH.
 
-Usage: python benchmarks/client_vs_guidellm.py [--levels 1,4] [--requests 40]
+Usage: python benchmarks/client_vs_guidellm.py [--levels 1,4] [--requests 40] [--warmup 4]
                                                [--prompt-tokens 64] [--output-tokens 32]
 
-``compare(base_url, tokenizer_dir, levels, ...)`` is the core, for other benchmarks that
-already run a server (it returns one dict per level).
+``ours_level`` and ``guidellm_level`` are the core, which benchmarks/simulator_vs_served.py
+runs on its own server at its own levels.
 """
 
 from __future__ import annotations

@@ -227,7 +227,6 @@ def main() -> None:
         base = f"http://127.0.0.1:{port}"
         step_log = folder / "served-steps.jsonl"
         drift: list[tuple[str, float, int]] = []  # (level, served / profiled step time, steps)
-        logged = 0
         command = [
             sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", str(config_path),
             "--port", str(port), "--max-batch", str(args.max_batch),
@@ -240,6 +239,7 @@ def main() -> None:
         ]
         measured: list[dict] = []
         simulated: list[dict] = []
+        simulated_on_log: list[dict] = []
         versus: list[dict] = []
         with contextlib.ExitStack() as stack:
             with pinned(server_cpus):
@@ -259,6 +259,7 @@ def main() -> None:
 
             print("calibrating the HTTP overhead ...", file=sys.stderr, flush=True)
             fit = profiled_fit(warmup=True)
+            logged = len(read_step_log(step_log))
             with pinned(clients):
                 _, rows = ours_level(
                     base, model, tokenizer_dir, concurrency=1, requests=args.requests,
@@ -266,13 +267,19 @@ def main() -> None:
                     work=folder, tag="calibration",
                 )  # fmt: skip
             rows = rows[args.warmup :]
+            # The same overheads for a simulation on the server's own logged steps, which
+            # already hold what the server's streaming took from its engine.
+            log_fit = fit_step_timings(read_step_log(step_log)[logged:], model)
+            per_request_log, per_token_log = calibrate_overheads(log_fit, server, model, rows)
             per_request, per_token = calibrate_overheads(fit, server, model, rows)
+            log_server = replace(server, request_overhead_s=per_request_log)
             server = replace(server, request_overhead_s=per_request)
-            logged = len(read_step_log(step_log))
             print(f"step-time fit: {json.dumps(fit.to_dict())}", file=sys.stderr)
             print(
-                f"server overhead (unloaded, concurrency 1): {per_request * 1e3:.2f} ms per "
-                f"request, {per_token * 1e3:.2f} ms per streamed token"
+                f"server overhead (unloaded, concurrency 1) beyond the profiled engine: "
+                f"{per_request * 1e3:.2f} ms per request, {per_token * 1e3:.2f} ms per streamed "
+                f"token; beyond its logged steps: {per_request_log * 1e3:.2f} ms, "
+                f"{per_token_log * 1e3:.2f} ms"
             )
             number = 0
             while number < len(levels):
@@ -292,9 +299,11 @@ def main() -> None:
                     order = ("ours", "guidellm") if number % 2 == 0 else ("guidellm", "ours")
                     for client in order:
                         if client == "ours":
+                            logged = len(read_step_log(step_log))
                             results["ours"], rows = ours_level(
                                 base, model, tokenizer_dir, prompt_tokens=PROMPT, **shape
                             )
+                            our_steps = read_step_log(step_log)[logged:]
                         elif guidellm is not None:
                             results["guidellm"] = guidellm_level(
                                 guidellm, base, tokenizer_dir, prompt_tokens=PROMPT - extra,
@@ -302,13 +311,16 @@ def main() -> None:
                             )  # fmt: skip
                 if "guidellm" in results:
                     versus.append({"load": label, **results})
-                served_steps = read_step_log(step_log)
-                drift.append((label, *step_drift(fit, served_steps[logged:])))
-                logged = len(served_steps)
+                drift.append((label, *step_drift(fit, our_steps)))
                 rows = [{**r, "load": label} for r in rows]
                 measured += [r for r in rows[warmup:] if r.get("ok")]
                 simulated += simulate_level(
                     served_fit, server, model, level, rows, args.requests, warmup
+                )
+                log_fit = fit_step_timings(our_steps, model)
+                log_fit = replace(log_fit, per_sequence_s=log_fit.per_sequence_s + per_token_log)
+                simulated_on_log += simulate_level(
+                    log_fit, log_server, model, level, rows, args.requests, warmup
                 )
                 if number == len(levels) - 1 and rate is None:
                     # A Poisson rate at half of the saturated throughput.
@@ -328,6 +340,11 @@ def main() -> None:
         "engine steps in the server (serve-model --step-log) / the profile's fit for the same "
         "work: " + ", ".join(f"{label} {ratio:.2f} ({n} steps)" for label, ratio, n in drift)
     )
+    print(
+        "\nSimulated on the server's own engine steps of the level (serve-model --step-log fit "
+        "+ the overhead beyond them) vs measured: the scheduler and the overheads alone"
+    )
+    print_simulator_table(measured, simulated_on_log, levels)
     if versus:
         print(
             "\nOur client vs guidellm on the same server and levels (ITL as guidellm: per "
