@@ -71,6 +71,7 @@ CONFIG = {
     "rope_theta": 10000.0,
     "tie_word_embeddings": True,
 }
+CALIBRATION = 4  # unloaded single requests before each level, for the server's overhead
 THREADS = "1"  # the profiler and the server see the same CPU with the same threads
 Level = tuple[str, int | None, float | None]  # (label, concurrency, rate)
 
@@ -240,6 +241,8 @@ def main() -> None:
         measured: list[dict] = []
         simulated: list[dict] = []
         simulated_on_log: list[dict] = []
+        # (level, per request, per token beyond the profile, the same beyond the logged steps)
+        calibrations: list[tuple[str, float, float, float, float]] = []
         versus: list[dict] = []
         with contextlib.ExitStack() as stack:
             with pinned(server_cpus):
@@ -257,36 +260,34 @@ def main() -> None:
                     )
                 return fit_step_timings(steps, model)
 
-            print("calibrating the HTTP overhead ...", file=sys.stderr, flush=True)
-            fit = profiled_fit(warmup=True)
-            logged = len(read_step_log(step_log))
-            with pinned(clients):
-                _, rows = ours_level(
-                    base, model, tokenizer_dir, concurrency=1, requests=args.requests,
-                    warmup=args.warmup, prompt_tokens=PROMPT, output_tokens=OUTPUT,
-                    work=folder, tag="calibration",
-                )  # fmt: skip
-            rows = rows[args.warmup :]
-            # The same overheads for a simulation on the server's own logged steps, which
-            # already hold what the server's streaming took from its engine.
-            log_fit = fit_step_timings(read_step_log(step_log)[logged:], model)
-            per_request_log, per_token_log = calibrate_overheads(log_fit, server, model, rows)
-            per_request, per_token = calibrate_overheads(fit, server, model, rows)
-            log_server = replace(server, request_overhead_s=per_request_log)
-            server = replace(server, request_overhead_s=per_request)
-            print(f"step-time fit: {json.dumps(fit.to_dict())}", file=sys.stderr)
-            print(
-                f"server overhead (unloaded, concurrency 1) beyond the profiled engine: "
-                f"{per_request * 1e3:.2f} ms per request, {per_token * 1e3:.2f} ms per streamed "
-                f"token; beyond its logged steps: {per_request_log * 1e3:.2f} ms, "
-                f"{per_token_log * 1e3:.2f} ms"
-            )
+            def calibrate(label: str, fit: Any) -> tuple[float, float, float, float]:
+                """Unloaded single requests right before a level: the server's overhead per
+                request and per streamed token beyond the profiled engine, and beyond the
+                server's own logged steps (which already hold what streaming took from them)."""
+                logged = len(read_step_log(step_log))
+                with pinned(clients):
+                    _, rows = ours_level(
+                        base, model, tokenizer_dir, concurrency=1, requests=CALIBRATION,
+                        warmup=1, prompt_tokens=PROMPT, output_tokens=OUTPUT, work=folder,
+                        tag=f"calibration-{label.replace('=', '')}",
+                    )  # fmt: skip
+                rows = rows[1:]
+                log_fit = fit_step_timings(read_step_log(step_log)[logged:], model)
+                overheads = (
+                    *calibrate_overheads(fit, server, model, rows),
+                    *calibrate_overheads(log_fit, server, model, rows),
+                )
+                calibrations.append((label, *overheads))
+                return overheads
+
+            profiled_fit(warmup=True)  # a first pass that warms the engine up
             number = 0
             while number < len(levels):
                 level = levels[number]
                 label, concurrency, rate = level
                 print(f"{label} ...", file=sys.stderr, flush=True)
                 fit = profiled_fit(warmup=False)
+                per_request, per_token, per_request_log, per_token_log = calibrate(label, fit)
                 served_fit = replace(fit, per_sequence_s=fit.per_sequence_s + per_token)
                 warmup = max(args.warmup, concurrency or 1)
                 shape = {
@@ -315,13 +316,15 @@ def main() -> None:
                 rows = [{**r, "load": label} for r in rows]
                 measured += [r for r in rows[warmup:] if r.get("ok")]
                 simulated += simulate_level(
-                    served_fit, server, model, level, rows, args.requests, warmup
-                )
+                    served_fit, replace(server, request_overhead_s=per_request), model, level,
+                    rows, args.requests, warmup,
+                )  # fmt: skip
                 log_fit = fit_step_timings(our_steps, model)
                 log_fit = replace(log_fit, per_sequence_s=log_fit.per_sequence_s + per_token_log)
                 simulated_on_log += simulate_level(
-                    log_fit, log_server, model, level, rows, args.requests, warmup
-                )
+                    log_fit, replace(server, request_overhead_s=per_request_log), model, level,
+                    rows, args.requests, warmup,
+                )  # fmt: skip
                 if number == len(levels) - 1 and rate is None:
                     # A Poisson rate at half of the saturated throughput.
                     saturated = {s.load: s for s in summarize(measured)}[label]
@@ -335,6 +338,13 @@ def main() -> None:
         f"output tokens, {args.requests} requests per level after {args.warmup} warm-up; "
         "ratio = simulated / measured"
     )
+    print(
+        "server overhead from unloaded single requests right before each level, ms per "
+        "request / per streamed token, beyond the profiled engine; beyond the logged steps:"
+    )
+    for label, *values in calibrations:
+        ms = [f"{value * 1e3:.2f}" for value in values]
+        print(f"  {label}: {ms[0]} / {ms[1]}; {ms[2]} / {ms[3]}")
     print_simulator_table(measured, simulated, levels)
     print(
         "engine steps in the server (serve-model --step-log) / the profile's fit for the same "
