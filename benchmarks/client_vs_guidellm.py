@@ -270,6 +270,9 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
         "ITL ours ms", "ITL guidellm ms", "ratio", "CPU s/req ours", "CPU s/req guidellm",
         "ratio",
     )  # fmt: skip
+    if any("server_steps_ratio" in row for row in results):
+        # The server's engine step time during our run over during guidellm's (--step-log).
+        header += ("server step time ours/guidellm",)
     print(" | ".join(header))
     for row in results:
         ours, theirs = row["ours"], row["guidellm"]
@@ -280,6 +283,7 @@ def print_table(results: Sequence[dict[str, Any]]) -> None:
             _ms(ours["itl_s"]), _ms(theirs["itl_s"]), _ratio(ours["itl_s"], theirs["itl_s"]),
             f"{ours['cpu_s_per_request']:.4f}", f"{theirs['cpu_s_per_request']:.4f}",
             _ratio(ours["cpu_s_per_request"], theirs["cpu_s_per_request"]),
+            *([f"{row['server_steps_ratio']:.3f}"] if "server_steps_ratio" in row else []),
         )))  # fmt: skip
 
 

@@ -24,8 +24,8 @@ against guidellm on that server, in one run on this machine.
 guidellm runs from its own virtual environment (see benchmarks/client_vs_guidellm.py for the
 install); give its executable with --guidellm or GUIDELLM; without it that table is skipped.
 
-Usage: python benchmarks/simulator_vs_served.py [--quick] [--requests 16] [--max-batch 4]
-                                                [--guidellm PATH]
+Usage: python benchmarks/simulator_vs_served.py [--quick] [--requests 16] [--repeats 1]
+                                                [--max-batch 4] [--guidellm PATH]
 """
 
 from __future__ import annotations
@@ -160,6 +160,24 @@ def print_simulator_table(measured: list[dict], simulated: list[dict], levels: l
     print(f"largest deviation: {worst:.0%} (target: within 20% below saturation)")
 
 
+def median_by_level(results: list[dict]) -> list[dict]:
+    """One row per load level: the median over the repetitions of each client's figures."""
+    merged: dict[str, dict] = {}
+    for row in results:
+        merged.setdefault(row["load"], {"load": row["load"], "runs": []})["runs"].append(row)
+
+    def median(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    for level in merged.values():
+        runs = level.pop("runs")
+        for client in ("ours", "guidellm"):
+            level[client] = {k: median([r[client][k] for r in runs]) for k in runs[0][client]}
+        level["server_steps_ratio"] = median([r["server_steps_ratio"] for r in runs])
+    return list(merged.values())
+
+
 def read_step_log(path: Path) -> list[dict]:
     lines = path.read_text().splitlines() if path.exists() else []
     return [json.loads(line) for line in lines if line.endswith("}")]
@@ -188,6 +206,7 @@ def main() -> None:
     parser.add_argument("--max-batch", type=int, default=4)
     parser.add_argument("--token-budget", type=int, default=256)
     parser.add_argument("--guidellm", default=None, help="guidellm executable (or $GUIDELLM)")
+    parser.add_argument("--repeats", type=int, default=1, help="passes over the levels")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few requests")
     args = parser.parse_args()
     if args.quick:
@@ -260,7 +279,9 @@ def main() -> None:
                     )
                 return fit_step_timings(steps, model)
 
-            def calibrate(label: str, fit: Any) -> tuple[float, float, float, float]:
+            def calibrate(
+                label: str, fit: Any, repetition: int
+            ) -> tuple[float, float, float, float]:
                 """Unloaded single requests right before a level: the server's overhead per
                 request and per streamed token beyond the profiled engine, and beyond the
                 server's own logged steps (which already hold what streaming took from them)."""
@@ -269,7 +290,7 @@ def main() -> None:
                     _, rows = ours_level(
                         base, model, tokenizer_dir, concurrency=1, requests=CALIBRATION,
                         warmup=1, prompt_tokens=PROMPT, output_tokens=OUTPUT, work=folder,
-                        tag=f"calibration-{label.replace('=', '')}",
+                        tag=f"calibration-{label.replace('=', '')}-{repetition}",
                     )  # fmt: skip
                 rows = rows[1:]
                 log_fit = fit_step_timings(read_step_log(step_log)[logged:], model)
@@ -281,62 +302,73 @@ def main() -> None:
                 return overheads
 
             profiled_fit(warmup=True)  # a first pass that warms the engine up
-            number = 0
-            while number < len(levels):
-                level = levels[number]
-                label, concurrency, rate = level
-                print(f"{label} ...", file=sys.stderr, flush=True)
-                fit = profiled_fit(warmup=False)
-                per_request, per_token, per_request_log, per_token_log = calibrate(label, fit)
-                served_fit = replace(fit, per_sequence_s=fit.per_sequence_s + per_token)
-                warmup = max(args.warmup, concurrency or 1)
-                shape = {
-                    "concurrency": concurrency, "rate": rate, "requests": args.requests,
-                    "warmup": warmup, "output_tokens": OUTPUT, "work": folder,
-                    "tag": label.replace("=", ""),
-                }  # fmt: skip
-                with pinned(clients):
-                    results: dict[str, Any] = {}
-                    order = ("ours", "guidellm") if number % 2 == 0 else ("guidellm", "ours")
-                    for client in order:
-                        if client == "ours":
-                            logged = len(read_step_log(step_log))
-                            results["ours"], rows = ours_level(
-                                base, model, tokenizer_dir, prompt_tokens=PROMPT, **shape
-                            )
-                            our_steps = read_step_log(step_log)[logged:]
-                        elif guidellm is not None:
-                            results["guidellm"] = guidellm_level(
-                                guidellm, base, tokenizer_dir, prompt_tokens=PROMPT - extra,
-                                **shape,
-                            )  # fmt: skip
-                if "guidellm" in results:
-                    versus.append({"load": label, **results})
-                drift.append((label, *step_drift(fit, our_steps)))
-                rows = [{**r, "load": label} for r in rows]
-                measured += [r for r in rows[warmup:] if r.get("ok")]
-                simulated += simulate_level(
-                    served_fit, replace(server, request_overhead_s=per_request), model, level,
-                    rows, args.requests, warmup,
-                )  # fmt: skip
-                log_fit = fit_step_timings(our_steps, model)
-                log_fit = replace(log_fit, per_sequence_s=log_fit.per_sequence_s + per_token_log)
-                simulated_on_log += simulate_level(
-                    log_fit, replace(server, request_overhead_s=per_request_log), model, level,
-                    rows, args.requests, warmup,
-                )  # fmt: skip
-                if number == len(levels) - 1 and rate is None:
-                    # A Poisson rate at half of the saturated throughput.
-                    saturated = {s.load: s for s in summarize(measured)}[label]
-                    half = round(0.5 * saturated.requests_per_s, 2)
-                    levels.append((f"rate={half}", None, half))
-                number += 1
+            for repetition in range(args.repeats):
+                number = 0
+                while number < len(levels):
+                    level = levels[number]
+                    label, concurrency, rate = level
+                    print(f"{label} ...", file=sys.stderr, flush=True)
+                    fit = profiled_fit(warmup=False)
+                    per_request, per_token, per_request_log, per_token_log = calibrate(
+                        label, fit, repetition
+                    )
+                    served_fit = replace(fit, per_sequence_s=fit.per_sequence_s + per_token)
+                    warmup = max(args.warmup, concurrency or 1)
+                    shape = {
+                        "concurrency": concurrency, "rate": rate, "requests": args.requests,
+                        "warmup": warmup, "output_tokens": OUTPUT, "work": folder,
+                        "tag": f"{label.replace('=', '')}-{repetition}",
+                    }  # fmt: skip
+                    with pinned(clients):
+                        results: dict[str, Any] = {}
+                        first = (number + repetition) % 2 == 0
+                        order = ("ours", "guidellm") if first else ("guidellm", "ours")
+                        for client in order:
+                            if client == "ours":
+                                logged = len(read_step_log(step_log))
+                                results["ours"], rows = ours_level(
+                                    base, model, tokenizer_dir, prompt_tokens=PROMPT, **shape
+                                )
+                                our_steps = read_step_log(step_log)[logged:]
+                            elif guidellm is not None:
+                                before = len(read_step_log(step_log))
+                                results["guidellm"] = guidellm_level(
+                                    guidellm, base, tokenizer_dir, prompt_tokens=PROMPT - extra,
+                                    **shape,
+                                )  # fmt: skip
+                                their_steps = read_step_log(step_log)[before:]
+                    if "guidellm" in results:
+                        # How fast the server's engine ran during each client's run (its steps over
+                        # the same fit): a latency ratio the server's speed explains is drift.
+                        speed = step_drift(fit, our_steps)[0] / step_drift(fit, their_steps)[0]
+                        versus.append({"load": label, **results, "server_steps_ratio": speed})
+                    drift.append((label, *step_drift(fit, our_steps)))
+                    rows = [{**r, "load": label} for r in rows]
+                    measured += [r for r in rows[warmup:] if r.get("ok")]
+                    simulated += simulate_level(
+                        served_fit, replace(server, request_overhead_s=per_request), model, level,
+                        rows, args.requests, warmup,
+                    )  # fmt: skip
+                    log_fit = fit_step_timings(our_steps, model)
+                    log_fit = replace(
+                        log_fit, per_sequence_s=log_fit.per_sequence_s + per_token_log
+                    )
+                    simulated_on_log += simulate_level(
+                        log_fit, replace(server, request_overhead_s=per_request_log), model, level,
+                        rows, args.requests, warmup,
+                    )  # fmt: skip
+                    if number == len(levels) - 1 and rate is None:
+                        # A Poisson rate at half of the saturated throughput.
+                        saturated = {s.load: s for s in summarize(measured)}[label]
+                        half = round(0.5 * saturated.requests_per_s, 2)
+                        levels.append((f"rate={half}", None, half))
+                    number += 1
 
     print(
         f"\nSimulated (engine step-time fit + measured server overhead) vs measured "
         f"(serve-model --max-batch {args.max_batch}, measure), {PROMPT} prompt + {OUTPUT} "
-        f"output tokens, {args.requests} requests per level after {args.warmup} warm-up; "
-        "ratio = simulated / measured"
+        f"output tokens, {args.requests} requests per level after {args.warmup} warm-up, "
+        f"{args.repeats} pass(es) pooled; ratio = simulated / measured"
     )
     print(
         "server overhead from unloaded single requests right before each level, ms per "
@@ -361,7 +393,7 @@ def main() -> None:
             "request (last - first token) / (tokens - 1); ratio = ours / guidellm; target: "
             "TTFT and ITL within 5%, CPU no higher)"
         )
-        print_table(versus)
+        print_table(median_by_level(versus))
     else:
         print("\nguidellm at the same levels: skipped (not found)")
     print(f"\nload average at end: {load_average()}")
