@@ -111,7 +111,10 @@ def simulate_level(
     else:
         shapes = [RequestShape(prompt, OUTPUT)] * (requests + warmup)
         simulated = simulate(shapes, fit, config, concurrency=concurrency, model=model, load=label)
-    return sorted(simulated, key=lambda r: r["started_at_s"])[warmup:]
+    # One run per level and pass, as measure's run_id: a level's throughput is over its runs.
+    kept = sorted(simulated, key=lambda r: r["started_at_s"])[warmup:]
+    run = rows[0].get("run_id", "") if rows else ""
+    return [{**r, "run_id": f"simulated-{run}"} for r in kept]
 
 
 def calibrate_overheads(
