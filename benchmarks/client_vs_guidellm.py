@@ -1,46 +1,56 @@
 """Our `measure` against guidellm, on the same `serve-model` server at the same concurrencies.
 
-One local server (the runner's tiny-llama with random weights, a BPE tokenizer trained here and
-saved with save_pretrained, so both clients count the same tokens) is measured at each
-concurrency level by `idealized-runtime measure` (chat endpoint, streaming) and by
-`guidellm run --profile kind=concurrent`, one after the other, same prompt and output lengths.
-Printed per level: p50 TTFT and p50 ITL of both with their ratio (target: within 5%; ITL as
-guidellm defines it, per request (latency - TTFT) / (output tokens - 1), i.e. our TPOT), and each
-client's CPU seconds per request (user + system of the client process and its children; target:
-ours no higher).
+One local server (the runner's tiny-llama with random weights, one torch thread, pinned to CPU 0
+with the clients on the other CPUs; a BPE tokenizer trained here and saved with
+save_pretrained, so both clients count the same tokens) is measured at each concurrency level by
+`idealized-runtime measure` (chat endpoint, streaming) and by `guidellm run --profile
+kind=concurrent` (one worker process), which take turns at going first, with the same prompt
+length as the server counts it (guidellm is asked for the chat template's few tokens less) and
+the same output length. Each sends warm-up + N requests; the first (by start time) are left out
+of both. Like with like: TTFT from the request going out to the first chunk with text, and ITL as
+guidellm defines it, per request (last - first token) / (output tokens - 1), from each client's
+own per-request records. Printed per level: p50 TTFT and p50 ITL of both with their ratio
+(target: within 5%), and each client's CPU seconds per request (user + system of the client
+process and its children, start-up included; target: ours no higher).
 
 guidellm lives in its own virtual environment (it brings its own dependencies); pin torch to the
 CPU build already installed so that pip does not fetch another one:
     python -m venv /tmp/guidellm-venv
     echo torch==2.13.0 > /tmp/torch-pin.txt
     /tmp/guidellm-venv/bin/pip install -c /tmp/torch-pin.txt guidellm==0.8.1
-and is found through GUIDELLM (the executable), else `guidellm` on PATH.
+and is found through --guidellm, GUIDELLM (the executable), else `guidellm` on PATH.
 
-Usage: python benchmarks/client_vs_guidellm.py [--levels 1,4] [--requests 40]
+Usage: python benchmarks/client_vs_guidellm.py [--levels 1,4] [--requests 40] [--warmup 4]
                                                [--prompt-tokens 64] [--output-tokens 32]
 
-``compare(base_url, tokenizer_dir, levels, ...)`` is the core, for other benchmarks that
-already run a server (it returns one dict per level).
+``ours_level`` and ``guidellm_level`` are the core, which benchmarks/simulator_vs_served.py
+runs on its own server at its own levels.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from idealized_runtime.processes import free_port, running_server
-from idealized_runtime.timing.summary import read_raw_rows, summarize
+from idealized_runtime.timing.summary import read_raw_rows
 
 OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+# One worker process: its default (one per CPU, up to 10) spends a small machine's CPU on
+# polling that the clients' timing shares.
+GUIDELLM_ENV = {**OFFLINE, "GUIDELLM__MAX_WORKER_PROCESSES": "1"}
 
 
 def make_tokenizer(folder: Path, vocab_size: int = 2000) -> Path:
@@ -109,75 +119,140 @@ def _find_median(data: Any, names: Iterable[str]) -> float | None:
     return None
 
 
+def _median(values: Sequence[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _profile_args(concurrency: int | None, rate: float | None) -> str:
+    if rate is not None:
+        return f"kind=poisson,rate={rate}"
+    return f"kind=concurrent,streams={concurrency}"
+
+
 def guidellm_level(
-    guidellm: str, base_url: str, tokenizer_dir: Path, concurrency: int, requests: int,
-    prompt_tokens: int, output_tokens: int, work: Path,
+    guidellm: str, base_url: str, tokenizer_dir: Path, *, concurrency: int | None = None,
+    rate: float | None = None, requests: int, warmup: int, prompt_tokens: int,
+    output_tokens: int, work: Path, tag: str,
 ) -> dict[str, float | None]:  # fmt: skip
-    out = work / f"guidellm-c{concurrency}.json"
+    """guidellm at one level: ``warmup + requests`` requests; the statistics are guidellm's own
+    per-request metrics (TTFT, ITL = (last - first token) / (tokens - 1)) of the last
+    ``requests`` of them by start time, their medians."""
+    out = work / f"guidellm-{tag}.json"
     command = [
         guidellm, "run",
         "--backend", f"kind=openai_http,target={base_url}",
-        "--profile", f"kind=concurrent,streams={concurrency}",
-        "--constraint", f"kind=max_requests,count={requests}",
+        "--profile", _profile_args(concurrency, rate),
+        "--constraint", f"kind=max_requests,count={requests + warmup}",
         "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},"
         f"output_tokens={output_tokens}",
         "--tokenizer", f"kind=huggingface_auto,model={tokenizer_dir}",
         "--output", f"kind=json,path={out}",
         "--disable-console-interactive",
     ]  # fmt: skip
-    cpu = _cpu_of(command, OFFLINE, work / f"guidellm-c{concurrency}.log")
-    data = json.loads(out.read_text())
+    cpu = _cpu_of(command, GUIDELLM_ENV, work / f"guidellm-{tag}.log")
+    (benchmark,) = json.loads(out.read_text())["benchmarks"]
+    done = sorted(benchmark["requests"]["successful"], key=lambda r: r["request_start_time"])
+    kept = done[warmup:]
     return {
-        "ttft_s": _find_median(data, ("time_to_first_token_ms", "time_to_first_token")),
-        "itl_s": _find_median(data, ("inter_token_latency_ms", "inter_token_latency")),
-        "cpu_s_per_request": cpu / requests,
+        "ttft_s": _ms_median([r.get("time_to_first_token_ms") for r in kept]),
+        "itl_s": _ms_median([r.get("inter_token_latency_ms") for r in kept]),
+        "prompt_tokens": _median([r["prompt_tokens"] for r in kept if r.get("prompt_tokens")]),
+        "requests": len(kept),
+        "cpu_s_per_request": cpu / (requests + warmup),
     }
+
+
+def _ms_median(values: Sequence[float | None]) -> float | None:
+    median = _median([v for v in values if v is not None])
+    return None if median is None else median / 1000.0
+
+
+def request_itl(row: dict[str, Any]) -> float | None:
+    """guidellm's per-request inter-token latency: (last - first streamed token) /
+    (output tokens - 1); the gaps between our streamed tokens add up to the numerator."""
+    tokens = row.get("num_output_tokens") or 0
+    gaps = row.get("inter_token_latencies_s") or []
+    return sum(gaps) / (tokens - 1) if tokens > 1 and gaps else None
 
 
 def ours_level(
-    base_url: str, tokenizer_dir: Path, concurrency: int, requests: int, prompt_tokens: int,
-    output_tokens: int, work: Path,
-) -> dict[str, float | None]:  # fmt: skip
-    grid = work / "grid.csv"
+    base_url: str, model: str, tokenizer_dir: Path, *, concurrency: int | None = None,
+    rate: float | None = None, requests: int, warmup: int, prompt_tokens: int,
+    output_tokens: int, work: Path, tag: str,
+) -> tuple[dict[str, float | None], list[dict[str, Any]]]:  # fmt: skip
+    """`idealized-runtime measure` at one level (chat endpoint, streaming, as guidellm):
+    ``warmup + requests`` requests, the first ``warmup`` by start time left out. Returns the
+    statistics and all raw rows by start time (warm-up first)."""
+    grid = work / f"grid-{tag}.csv"
     grid.write_text(f"num_prompt_tokens,num_output_tokens\n{prompt_tokens},{output_tokens}\n")
-    out = work / f"ours-c{concurrency}.jsonl"
+    out = work / f"ours-{tag}.jsonl"
+    load = ["--rate", str(rate)] if rate is not None else ["--concurrency", str(concurrency)]
     command = [
         sys.executable, "-m", "idealized_runtime", "measure", "--base-url", f"{base_url}/v1",
-        "--model", "tiny-llama", "--endpoint", "chat", "--grid", str(grid),
-        "--repeats", str(requests), "--concurrency", str(concurrency),
-        "--tokenizer", str(tokenizer_dir / "tokenizer.json"), "--no-progress",
+        "--model", model, "--endpoint", "chat", "--grid", str(grid),
+        "--repeats", str(requests + warmup), *load, "--in-order",
+        "--tokenizer", str(tokenizer_dir / "tokenizer.json"), "--no-progress", "-o", str(out),
     ]  # fmt: skip
-    cpu = _cpu_of([*command, "-o", str(out)], OFFLINE, work / f"ours-c{concurrency}.log")
-    (summary,) = summarize(read_raw_rows([out]))
+    cpu = _cpu_of(command, OFFLINE, work / f"ours-{tag}.log")
+    rows = sorted(read_raw_rows([out]), key=lambda r: r["started_at_s"])
+    kept = [r for r in rows[warmup:] if r.get("ok")]
     return {
-        "ttft_s": summary.ttft_s.p50,
-        # guidellm's ITL is per request, (latency - TTFT) / (tokens - 1), which is our TPOT;
-        # our ITL pools the gaps between streamed chunks (kept as chunk_gap_s).
-        "itl_s": summary.tpot_s.p50,
-        "chunk_gap_s": summary.itl_s.p50,
-        "cpu_s_per_request": cpu / requests,
-    }
+        "ttft_s": _median([r["ttft_s"] for r in kept if r.get("ttft_s") is not None]),
+        "itl_s": _median([x for x in map(request_itl, kept) if x is not None]),
+        "prompt_tokens": _median([r["num_prompt_tokens"] for r in kept]),
+        "requests": len(kept),
+        "cpu_s_per_request": cpu / (requests + warmup),
+    }, rows
+
+
+def find_guidellm(path: str | None = None) -> str | None:
+    """The guidellm executable: ``path``, else $GUIDELLM, else `guidellm` on PATH."""
+    found = path or os.environ.get("GUIDELLM") or shutil.which("guidellm")
+    return found if found and Path(found).exists() else None
+
+
+def chat_prompt_overhead(tokenizer_dir: Path) -> int:
+    """Tokens serve-model adds to a chat prompt (it reads "user: TEXT\\n"), so that guidellm,
+    which counts only TEXT, can be asked for the same prompt length as our client."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    text = "bed gan kor mus"
+    return len(tokenizer.encode(f"user: {text}\n").ids) - len(tokenizer.encode(text).ids)
 
 
 def compare(
-    base_url: str, tokenizer_dir: Path, levels: Sequence[int], *, requests: int = 40,
-    prompt_tokens: int = 64, output_tokens: int = 32, guidellm: str | None = None,
-    work: Path | None = None,
+    base_url: str, model: str, tokenizer_dir: Path, levels: Sequence[int], *,
+    requests: int = 40, warmup: int = 4, prompt_tokens: int = 64, output_tokens: int = 32,
+    guidellm: str | None = None, work: Path | None = None,
 ) -> list[dict[str, Any]]:  # fmt: skip
     """Per concurrency level: {"concurrency", "ours": {...}, "guidellm": {...}} with p50 TTFT,
-    p50 ITL (seconds) and client CPU seconds per request. ``base_url`` without /v1."""
-    guidellm = guidellm or os.environ.get("GUIDELLM") or shutil.which("guidellm")
+    p50 ITL (seconds) and client CPU seconds per request. ``base_url`` without /v1. The two
+    clients alternate which goes first from one level to the next."""
+    guidellm = find_guidellm(guidellm)
     if not guidellm:
         raise SystemExit("guidellm not found: set GUIDELLM to its executable (see the docstring)")
     work = work or Path(tempfile.mkdtemp(prefix="client-vs-guidellm-"))
+    extra = chat_prompt_overhead(tokenizer_dir)
     results = []
-    for level in levels:
-        shape = (requests, prompt_tokens, output_tokens, work)
-        results.append({
-            "concurrency": level,
-            "ours": ours_level(base_url, tokenizer_dir, level, *shape),
-            "guidellm": guidellm_level(guidellm, base_url, tokenizer_dir, level, *shape),
-        })  # fmt: skip
+    for number, level in enumerate(levels):
+        shape = {
+            "concurrency": level, "requests": requests, "warmup": max(warmup, level),
+            "output_tokens": output_tokens, "work": work, "tag": f"c{level}",
+        }  # fmt: skip
+
+        theirs = functools.partial(
+            guidellm_level, guidellm, base_url, tokenizer_dir,
+            prompt_tokens=prompt_tokens - extra, **shape,
+        )  # fmt: skip
+        ours = functools.partial(
+            ours_level, base_url, model, tokenizer_dir, prompt_tokens=prompt_tokens, **shape
+        )
+        if number % 2:
+            result = {"guidellm": theirs(), "ours": ours()[0]}
+        else:
+            result = {"ours": ours()[0], "guidellm": theirs()}
+        results.append({"concurrency": level, **result})
     return results
 
 
@@ -191,64 +266,94 @@ def _ms(value: float | None) -> str:
 
 def print_table(results: Sequence[dict[str, Any]]) -> None:
     header = (
-        "concurrency",
-        "TTFT ours ms",
-        "TTFT guidellm ms",
+        "load", "prompt tok ours/guidellm", "TTFT ours ms", "TTFT guidellm ms", "ratio",
+        "ITL ours ms", "ITL guidellm ms", "ratio", "CPU s/req ours", "CPU s/req guidellm",
         "ratio",
-        "ITL ours ms",
-        "ITL guidellm ms",
-        "ratio",
-        "CPU s/req ours",
-        "CPU s/req guidellm",
-        "ratio",
-    )
+    )  # fmt: skip
+    if any("server_steps_ratio" in row for row in results):
+        # The server's engine step time during our run over during guidellm's (--step-log).
+        header += ("server step time ours/guidellm",)
     print(" | ".join(header))
     for row in results:
         ours, theirs = row["ours"], row["guidellm"]
         print(" | ".join((
-            str(row["concurrency"]), _ms(ours["ttft_s"]), _ms(theirs["ttft_s"]),
-            _ratio(ours["ttft_s"], theirs["ttft_s"]), _ms(ours["itl_s"]), _ms(theirs["itl_s"]),
-            _ratio(ours["itl_s"], theirs["itl_s"]), f"{ours['cpu_s_per_request']:.4f}",
-            f"{theirs['cpu_s_per_request']:.4f}",
+            str(row.get("load") or f"concurrency={row['concurrency']}"),
+            f"{ours['prompt_tokens'] or 0:g}/{theirs['prompt_tokens'] or 0:g}",
+            _ms(ours["ttft_s"]), _ms(theirs["ttft_s"]), _ratio(ours["ttft_s"], theirs["ttft_s"]),
+            _ms(ours["itl_s"]), _ms(theirs["itl_s"]), _ratio(ours["itl_s"], theirs["itl_s"]),
+            f"{ours['cpu_s_per_request']:.4f}", f"{theirs['cpu_s_per_request']:.4f}",
             _ratio(ours["cpu_s_per_request"], theirs["cpu_s_per_request"]),
+            *([f"{row['server_steps_ratio']:.3f}"] if "server_steps_ratio" in row else []),
         )))  # fmt: skip
+
+
+SERVER_CPUS = {0}
+
+
+def client_cpus() -> set[int] | None:
+    """The CPUs left to the clients when the server is pinned to CPU 0 (None: one CPU, or no
+    affinity control): on a small machine a client's own work would otherwise slow the
+    single-threaded server it is timing."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    cpus = os.sched_getaffinity(0) - SERVER_CPUS
+    return cpus if cpus and os.sched_getaffinity(0) >= SERVER_CPUS else None
+
+
+@contextlib.contextmanager
+def pinned(cpus: set[int] | None) -> Iterator[None]:
+    """Run the block (and the processes it starts) on ``cpus``; None: anywhere."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--levels", default="1,4")
     parser.add_argument("--requests", type=int, default=40)
+    parser.add_argument("--warmup", type=int, default=4, help="first requests left out per level")
     parser.add_argument("--prompt-tokens", type=int, default=64)
     parser.add_argument("--output-tokens", type=int, default=32)
     parser.add_argument("--max-batch", type=int, default=None, help="serve-model batching")
+    parser.add_argument("--guidellm", default=None, help="guidellm executable")
     args = parser.parse_args()
     levels = [int(level) for level in args.levels.split(",")]
     work = Path(tempfile.mkdtemp(prefix="client-vs-guidellm-"))
     tokenizer_dir = make_tokenizer(work / "tokenizer")
     port = free_port()
     command = [
-        sys.executable,
-        "-m",
-        "idealized_runtime",
-        "serve-model",
-        "--arch",
-        "tiny-llama",
-        "--port",
-        str(port),
-        "--tokenizer",
-        str(tokenizer_dir / "tokenizer.json"),
-    ]
+        sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", "tiny-llama",
+        "--port", str(port), "--tokenizer", str(tokenizer_dir / "tokenizer.json"),
+    ]  # fmt: skip
     if args.max_batch:
         command += ["--max-batch", str(args.max_batch)]
     base_url = f"http://127.0.0.1:{port}"
-    with running_server(command, f"{base_url}/health", timeout_s=120, log_path=work / "server.log"):
-        results = compare(
-            base_url, tokenizer_dir, levels, requests=args.requests,
-            prompt_tokens=args.prompt_tokens, output_tokens=args.output_tokens, work=work,
-        )  # fmt: skip
+    clients = client_cpus()
+    with contextlib.ExitStack() as stack:
+        with pinned(SERVER_CPUS if clients else None):
+            stack.enter_context(
+                running_server(
+                    command, f"{base_url}/health", env={"OMP_NUM_THREADS": "1"}, timeout_s=120,
+                    log_path=work / "server.log",
+                )
+            )  # fmt: skip
+        with pinned(clients):
+            results = compare(
+                base_url, "tiny-llama", tokenizer_dir, levels, requests=args.requests,
+                warmup=args.warmup, prompt_tokens=args.prompt_tokens,
+                output_tokens=args.output_tokens, guidellm=args.guidellm, work=work,
+            )  # fmt: skip
     print(
-        f"serve-model tiny-llama, {args.requests} requests per level, "
-        f"{args.prompt_tokens} prompt / {args.output_tokens} output tokens, chat, streaming"
+        f"serve-model tiny-llama (one thread{', CPU 0' if clients else ''}), {args.requests} "
+        f"requests per level after {args.warmup}+ warm-up, {args.prompt_tokens} prompt / "
+        f"{args.output_tokens} output tokens, chat, streaming"
     )
     print_table(results)
 

@@ -1,28 +1,58 @@
-"""The serving simulator against a real continuous-batching server, on this machine.
+"""The serving simulator against a real continuous-batching server, and our timing client
+against guidellm on that server, in one run on this machine.
 
-1. Profile a small Llama-shaped model (random weights, CPU, one thread) at batch 1..B with the
-   local runner's profiler (``local_runner.profile.time_point``) and fit step times to it
-   (``cost_model.simulate.fit_step_time``).
-2. Serve the same model with ``serve-model --max-batch B`` (continuous batching, chunked
-   prefill) and sweep it with the timing client (``measure``) at several concurrency levels and
-   one Poisson rate.
-3. Simulate the same sweep from the profiled fit (``cost_model.simulate``), and print simulated
-   vs measured p50/p90 TTFT and TPOT and output throughput per level, as ratios.
+1. Serve a small Llama-shaped model (random weights, one torch thread) with ``serve-model
+   --max-batch B`` (continuous batching, chunked prefill), pinned to CPU 0 where the machine
+   has more than one; the clients and the profiler's bookkeeping run on the other CPUs.
+2. Before each load level, profile the serving engine's own step function in this process, on
+   the server's CPU, while the server is idle (``local_runner.batching.profile_steps``: batch
+   1..B, prompt chunks and decode steps, no HTTP), and fit step times to it
+   (``cost_model.simulate.fit_step_timings``). Profiling right before each level keeps the
+   profile and the served run under the same load of a shared machine.
+3. Once, unloaded single requests give the server's HTTP overhead, which the ideal simulated
+   server does not have: per request (parsing, tokenization, the first chunk) and per streamed
+   token (a JSON chunk per token). Both are added to the simulation as measured constants
+   (``ServerConfig.request_overhead_s``, the fit's per-sequence term), and printed.
+4. At each level (concurrency 1, 2, B, then a Poisson rate of half the saturated throughput):
+   our client (``measure``, chat, streaming) and, if installed, guidellm, taking turns at going
+   first, the first requests of each left out as warm-up. Simulate the same level (the rate
+   level replays our measured arrival times).
+5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
+   client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), and
+   the load average at start and end.
 
-Usage: python benchmarks/simulator_vs_served.py [--requests 16] [--max-batch 4]
+guidellm runs from its own virtual environment (see benchmarks/client_vs_guidellm.py for the
+install); give its executable with --guidellm or GUIDELLM; without it that table is skipped.
+
+Usage: python benchmarks/simulator_vs_served.py [--quick] [--requests 16] [--repeats 1]
+                                                [--max-batch 4] [--guidellm PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+from client_vs_guidellm import (
+    SERVER_CPUS,
+    chat_prompt_overhead,
+    client_cpus,
+    find_guidellm,
+    guidellm_level,
+    make_tokenizer,
+    ours_level,
+    pinned,
+    print_table,
+)
 
 PROMPT, OUTPUT = 64, 16
 # A Llama-shaped model small enough for a 2-core CPU, big enough that its matmuls, not Python,
@@ -41,183 +71,336 @@ CONFIG = {
     "rope_theta": 10000.0,
     "tie_word_embeddings": True,
 }
-THREADS = "1"  # the profiler, the server and the simulation's fit see the same CPU
+CALIBRATION = 4  # unloaded single requests before each level, for the server's overhead
+THREADS = "1"  # the profiler and the server see the same CPU with the same threads
+Level = tuple[str, int | None, float | None]  # (label, concurrency, rate)
 
 
-def profile(config_path: Path, max_batch: int) -> list[dict]:
-    import torch
+def profile_engine(
+    generator: Any, max_batch: int, token_budget: int, warmup: bool, quick: bool
+) -> list:
+    """The serving engine's steps at batch 1..max_batch (see the module docstring)."""
+    from local_runner.batching import profile_steps
 
-    from local_runner.generate import Generator
-    from local_runner.hf_config import resolve_architecture
-    from local_runner.profile import GridPoint, time_point
-
-    torch.set_num_threads(int(THREADS))
-    arch = resolve_architecture(str(config_path))
-    generator = Generator(arch, max_batch_size=max_batch, max_seq_len=512)
-    rows = []
-    for batch in sorted({1, 2, max_batch} | {b for b in (2, 4, 8) if b <= max_batch}):
-        for prompt in (16, 96):
-            point = GridPoint(prompt, OUTPUT, batch)
-            timing = time_point(generator, point, repeats=3, warmup=1)
-            rows.append(
-                {
-                    "model": arch.name,
-                    "num_prompt_tokens": prompt,
-                    "num_output_tokens": OUTPUT,
-                    "batch_size": batch,
-                    "runtime_s": timing.runtime_s,
-                    "ttft_s": timing.ttft_s,
-                }
-            )
-    return rows
+    batches = sorted({1, 2, max_batch} | {b for b in (4, 8) if b <= max_batch})
+    return profile_steps(
+        generator,
+        batch_sizes=[1, max_batch] if quick else batches,
+        prompt_tokens=[PROMPT] if quick else [16, PROMPT],
+        output_tokens=OUTPUT,
+        token_budget=token_budget,
+        warmup=warmup,
+    )
 
 
-def measure_levels(
-    base_url: str, model: str, levels: list[tuple[str, int | None, float | None]], requests: int,
-    folder: Path,
+def simulate_level(
+    fit: Any, config: Any, model: str, level: Level, rows: list[dict], requests: int,
+    warmup: int,
 ) -> list[dict]:  # fmt: skip
-    from idealized_runtime.timing.client import MeasureConfig, run_measure
-    from idealized_runtime.timing.grids import GridPoint
+    """The level on the simulated server, warm-up included and then left out as measured; a
+    rate level replays the measured arrival times (the same Poisson draw, not another one).
+    ``rows``: the measured rows, warm-up included, by start time."""
+    from cost_model.simulate import RequestShape, simulate
 
-    rows: list[dict] = []
-    for label, concurrency, rate in levels:
-        output = folder / f"{label}.jsonl"
-        config = MeasureConfig(
-            base_url=base_url,
-            model=model,
-            grid=[GridPoint(PROMPT, OUTPUT)],
-            repeats=requests,
-            concurrency=concurrency or 64,
-            rate=rate,
-            stream=True,
-            tokenizer="bytes",
-            shuffle=False,
-        )
-        run_measure(config, output)
-        for line in output.read_text().splitlines():
-            row = json.loads(line)
-            row["load"] = label
-            rows.append(row)
-    return rows
+    label, concurrency, rate = level
+    prompt = round(statistics.median(r["num_prompt_tokens"] for r in rows))
+    if rate is not None:
+        sent = [r["started_at_s"] for r in rows]
+        shapes = [RequestShape(prompt, OUTPUT, t - sent[0]) for t in sent]
+        simulated = simulate(shapes, fit, config, model=model, load=label)
+    else:
+        shapes = [RequestShape(prompt, OUTPUT)] * (requests + warmup)
+        simulated = simulate(shapes, fit, config, concurrency=concurrency, model=model, load=label)
+    # One run per level and pass, as measure's run_id: a level's throughput is over its runs.
+    kept = sorted(simulated, key=lambda r: r["started_at_s"])[warmup:]
+    run = rows[0].get("run_id", "") if rows else ""
+    return [{**r, "run_id": f"simulated-{run}"} for r in kept]
 
 
-def simulate_levels(
-    fit: object, model: str, levels: list[tuple[str, int | None, float | None]], requests: int,
-    max_batch: int, token_budget: int, measured: list[dict],
-) -> list[dict]:  # fmt: skip
-    """The same sweep on the simulated server; a rate level replays the measured arrival times
-    (the same Poisson draw, not another one)."""
-    from datetime import datetime
+def calibrate_overheads(
+    fit: Any, config: Any, model: str, rows: list[dict]
+) -> tuple[float, float]:  # fmt: skip
+    """(per request, per streamed token) seconds that the served requests took beyond the
+    engine's steps, from unloaded single requests: measured minus simulated p50 TTFT and TPOT
+    at concurrency 1 (not below 0)."""
+    from idealized_runtime.timing.summary import summarize
 
-    from cost_model.simulate import RequestShape, ServerConfig, simulate
+    level: Level = ("calibration", 1, None)
+    simulated = simulate_level(fit, config, model, level, rows, len(rows), 0)
+    (real,) = summarize([{**r, "load": "calibration"} for r in rows])
+    (ideal,) = summarize(simulated)
+    return (
+        max(0.0, real.ttft_s.p50 - ideal.ttft_s.p50),
+        max(0.0, real.tpot_s.p50 - ideal.tpot_s.p50),
+    )
 
-    config = ServerConfig(max_batch=max_batch, token_budget=token_budget)
-    rows: list[dict] = []
-    for label, concurrency, rate in levels:
-        if rate is not None:
-            sent = sorted(
-                datetime.fromisoformat(r["started_at"].replace("Z", "+00:00")).timestamp()
-                for r in measured
-                if r["load"] == label
+
+def print_simulator_table(measured: list[dict], simulated: list[dict], levels: list[Level]) -> None:
+    from idealized_runtime.timing.summary import summarize
+
+    real = {s.load: s for s in summarize(measured)}
+    ideal = {s.load: s for s in summarize(simulated)}
+    header = f"{'load':<18}{'metric':<16}{'measured':>10}{'simulated':>11}{'ratio':>7}"
+    print(header)
+    print("-" * len(header))
+    worst = 0.0
+    for label, *_ in levels:
+        m, s = real[label], ideal[label]
+        metrics = [
+            ("TTFT p50 ms", m.ttft_s.p50, s.ttft_s.p50, 1e3),
+            ("TTFT p90 ms", m.ttft_s.p90, s.ttft_s.p90, 1e3),
+            ("TPOT p50 ms", m.tpot_s.p50, s.tpot_s.p50, 1e3),
+            ("TPOT p90 ms", m.tpot_s.p90, s.tpot_s.p90, 1e3),
+            ("output tok/s", m.output_tokens_per_s, s.output_tokens_per_s, 1.0),
+        ]
+        for name, real_value, sim_value, scale in metrics:
+            ratio = sim_value / real_value if real_value else float("nan")
+            worst = max(worst, abs(ratio - 1.0))
+            print(
+                f"{label:<18}{name:<16}{real_value * scale:>10.2f}{sim_value * scale:>11.2f}"
+                f"{ratio:>7.2f}"
             )
-            shapes = [RequestShape(PROMPT, OUTPUT, t - sent[0]) for t in sent]
-            rows += simulate(shapes, fit, config, model=model, load=label)  # type: ignore[arg-type]
-        else:
-            shapes = [RequestShape(PROMPT, OUTPUT)] * requests
-            rows += simulate(
-                shapes,
-                fit,  # type: ignore[arg-type]
-                config,
-                concurrency=concurrency,
-                model=model,
-                load=label,
-            )
-    return rows
+    print(f"largest deviation: {worst:.0%} (target: within 20% below saturation)")
+
+
+def median_by_level(results: list[dict]) -> list[dict]:
+    """One row per load level: the median over the repetitions of each client's figures."""
+    merged: dict[str, dict] = {}
+    for row in results:
+        merged.setdefault(row["load"], {"load": row["load"], "runs": []})["runs"].append(row)
+
+    def median(values: list) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    for level in merged.values():
+        runs = level.pop("runs")
+        for client in ("ours", "guidellm"):
+            level[client] = {k: median([r[client][k] for r in runs]) for k in runs[0][client]}
+        level["server_steps_ratio"] = median([r["server_steps_ratio"] for r in runs])
+    return list(merged.values())
+
+
+def read_step_log(path: Path) -> list[dict]:
+    lines = path.read_text().splitlines() if path.exists() else []
+    return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def step_drift(fit: Any, steps: list[dict]) -> tuple[float, int]:
+    """Total seconds of the server's engine steps over what the profile's fit predicts for the
+    same steps: 1.0 when the engine ran in the server as fast as in the profile."""
+    from cost_model.simulate import StepWork
+
+    predicted = sum(
+        float(fit.seconds(StepWork.of(s["decode_contexts"], s["chunks"]))[0]) for s in steps
+    )
+    served = sum(s["seconds"] for s in steps)
+    return (served / predicted if predicted else float("nan")), len(steps)
+
+
+def load_average() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "-"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=12, help="requests per load level")
+    parser.add_argument("--requests", type=int, default=16, help="measured requests per level")
+    parser.add_argument("--warmup", type=int, default=8, help="warm-up requests per level")
     parser.add_argument("--max-batch", type=int, default=4)
     parser.add_argument("--token-budget", type=int, default=256)
+    parser.add_argument("--guidellm", default=None, help="guidellm executable (or $GUIDELLM)")
+    parser.add_argument("--repeats", type=int, default=1, help="passes over the levels")
+    parser.add_argument("--quick", action="store_true", help="a smoke run: few requests")
     args = parser.parse_args()
+    if args.quick:
+        args.requests, args.warmup = 4, 2
     started = time.perf_counter()
-    os.environ.setdefault("OMP_NUM_THREADS", THREADS)
+    print(f"load average at start: {load_average()}")
+    os.environ["OMP_NUM_THREADS"] = THREADS
 
-    from cost_model.simulate import fit_step_time
+    import torch
+
+    from cost_model.simulate import ServerConfig, fit_step_timings
     from idealized_runtime.processes import free_port, running_server
     from idealized_runtime.timing.summary import summarize
+    from local_runner.generate import Generator
+    from local_runner.hf_config import resolve_architecture
+
+    torch.set_num_threads(int(THREADS))
+    guidellm = find_guidellm(args.guidellm)
+    if guidellm is None:
+        print("guidellm: not found (--guidellm PATH or GUIDELLM), its comparison is skipped")
+    clients = client_cpus()
+    server_cpus = SERVER_CPUS if clients else None
+    print(f"server and profile on CPUs {sorted(server_cpus or os.sched_getaffinity(0))}, "
+          f"clients on {sorted(clients or os.sched_getaffinity(0))}")  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="simulator-vs-served-") as tmp:
         folder = Path(tmp)
         (folder / "llama-25m").mkdir()
         config_path = folder / "llama-25m" / "config.json"
         config_path.write_text(json.dumps(CONFIG))
-        print(f"profiling at batch 1..{args.max_batch} ...", file=sys.stderr, flush=True)
-        profiled = profile(config_path, args.max_batch)
-        fit = fit_step_time(profiled)
-        model = profiled[0]["model"]
-        print(f"step-time fit: {json.dumps(fit.to_dict())}", file=sys.stderr, flush=True)
-
-        # Concurrency levels, then a Poisson rate at about half of the measured saturation
-        # throughput (set below from the highest concurrency level).
-        levels: list[tuple[str, int | None, float | None]] = [
-            (f"concurrency={c}", c, None) for c in (1, 2, args.max_batch)
-        ]
+        tokenizer_dir = make_tokenizer(folder / "tokenizer")
+        extra = chat_prompt_overhead(tokenizer_dir)
+        arch = resolve_architecture(str(config_path))
+        model = arch.name
+        # The server's own model: same weights seed, cache size and dtype.
+        generator = Generator(arch, max_batch_size=args.max_batch, seed=0)
         port = free_port()
+        base = f"http://127.0.0.1:{port}"
+        step_log = folder / "served-steps.jsonl"
+        drift: list[tuple[str, float, int]] = []  # (level, served / profiled step time, steps)
         command = [
             sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", str(config_path),
             "--port", str(port), "--max-batch", str(args.max_batch),
             "--token-budget", str(args.token_budget),
+            "--tokenizer", str(tokenizer_dir / "tokenizer.json"), "--step-log", str(step_log),
         ]  # fmt: skip
-        env = {"OMP_NUM_THREADS": THREADS}
-        with running_server(
-            command, f"http://127.0.0.1:{port}/health", env=env, timeout_s=120,
-            log_path=folder / "serve.log",
-        ):  # fmt: skip
-            base = f"http://127.0.0.1:{port}/v1"
-            print("measuring ...", file=sys.stderr, flush=True)
-            measured = measure_levels(base, model, levels, args.requests, folder)
-            saturated = {s.load: s for s in summarize(measured)}[levels[-1][0]]
-            rate = round(0.5 * saturated.requests_per_s, 2)
-            rate_level = [(f"rate={rate}", None, rate)]
-            measured += measure_levels(base, model, rate_level, args.requests, folder)
-        levels += rate_level
-        simulated = simulate_levels(
-            fit, model, levels, args.requests, args.max_batch, args.token_budget, measured
-        )
+        server = ServerConfig(max_batch=args.max_batch, token_budget=args.token_budget)
+        levels: list[Level] = [
+            (f"concurrency={c}", c, None) for c in sorted({1, 2, args.max_batch})
+        ]
+        measured: list[dict] = []
+        simulated: list[dict] = []
+        simulated_on_log: list[dict] = []
+        # (level, per request, per token beyond the profile, the same beyond the logged steps)
+        calibrations: list[tuple[str, float, float, float, float]] = []
+        versus: list[dict] = []
+        with contextlib.ExitStack() as stack:
+            with pinned(server_cpus):
+                stack.enter_context(
+                    running_server(
+                        command, f"{base}/health", env={"OMP_NUM_THREADS": THREADS},
+                        timeout_s=120, log_path=folder / "serve.log",
+                    )
+                )  # fmt: skip
 
-    real = {s.load: s for s in summarize(measured)}
-    ideal = {s.load: s for s in summarize(simulated)}
+            def profiled_fit(warmup: bool) -> Any:
+                with pinned(server_cpus):
+                    steps = profile_engine(
+                        generator, args.max_batch, args.token_budget, warmup, args.quick
+                    )
+                return fit_step_timings(steps, model)
+
+            def calibrate(
+                label: str, fit: Any, repetition: int
+            ) -> tuple[float, float, float, float]:
+                """Unloaded single requests right before a level: the server's overhead per
+                request and per streamed token beyond the profiled engine, and beyond the
+                server's own logged steps (which already hold what streaming took from them)."""
+                logged = len(read_step_log(step_log))
+                with pinned(clients):
+                    _, rows = ours_level(
+                        base, model, tokenizer_dir, concurrency=1, requests=CALIBRATION,
+                        warmup=1, prompt_tokens=PROMPT, output_tokens=OUTPUT, work=folder,
+                        tag=f"calibration-{label.replace('=', '')}-{repetition}",
+                    )  # fmt: skip
+                rows = rows[1:]
+                log_fit = fit_step_timings(read_step_log(step_log)[logged:], model)
+                overheads = (
+                    *calibrate_overheads(fit, server, model, rows),
+                    *calibrate_overheads(log_fit, server, model, rows),
+                )
+                calibrations.append((label, *overheads))
+                return overheads
+
+            profiled_fit(warmup=True)  # a first pass that warms the engine up
+            for repetition in range(args.repeats):
+                number = 0
+                while number < len(levels):
+                    level = levels[number]
+                    label, concurrency, rate = level
+                    print(f"{label} ...", file=sys.stderr, flush=True)
+                    fit = profiled_fit(warmup=False)
+                    per_request, per_token, per_request_log, per_token_log = calibrate(
+                        label, fit, repetition
+                    )
+                    served_fit = replace(fit, per_sequence_s=fit.per_sequence_s + per_token)
+                    warmup = max(args.warmup, concurrency or 1)
+                    shape = {
+                        "concurrency": concurrency, "rate": rate, "requests": args.requests,
+                        "warmup": warmup, "output_tokens": OUTPUT, "work": folder,
+                        "tag": f"{label.replace('=', '')}-{repetition}",
+                    }  # fmt: skip
+                    with pinned(clients):
+                        results: dict[str, Any] = {}
+                        first = (number + repetition) % 2 == 0
+                        order = ("ours", "guidellm") if first else ("guidellm", "ours")
+                        for client in order:
+                            if client == "ours":
+                                logged = len(read_step_log(step_log))
+                                results["ours"], rows = ours_level(
+                                    base, model, tokenizer_dir, prompt_tokens=PROMPT, **shape
+                                )
+                                our_steps = read_step_log(step_log)[logged:]
+                            elif guidellm is not None:
+                                before = len(read_step_log(step_log))
+                                results["guidellm"] = guidellm_level(
+                                    guidellm, base, tokenizer_dir, prompt_tokens=PROMPT - extra,
+                                    **shape,
+                                )  # fmt: skip
+                                their_steps = read_step_log(step_log)[before:]
+                    if "guidellm" in results:
+                        # How fast the server's engine ran during each client's run (its steps over
+                        # the same fit): a latency ratio the server's speed explains is drift.
+                        speed = step_drift(fit, our_steps)[0] / step_drift(fit, their_steps)[0]
+                        versus.append({"load": label, **results, "server_steps_ratio": speed})
+                    drift.append((label, *step_drift(fit, our_steps)))
+                    rows = [{**r, "load": label} for r in rows]
+                    measured += [r for r in rows[warmup:] if r.get("ok")]
+                    simulated += simulate_level(
+                        served_fit, replace(server, request_overhead_s=per_request), model, level,
+                        rows, args.requests, warmup,
+                    )  # fmt: skip
+                    log_fit = fit_step_timings(our_steps, model)
+                    log_fit = replace(
+                        log_fit, per_sequence_s=log_fit.per_sequence_s + per_token_log
+                    )
+                    simulated_on_log += simulate_level(
+                        log_fit, replace(server, request_overhead_s=per_request_log), model, level,
+                        rows, args.requests, warmup,
+                    )  # fmt: skip
+                    if number == len(levels) - 1 and rate is None:
+                        # A Poisson rate at half of the saturated throughput.
+                        saturated = {s.load: s for s in summarize(measured)}[label]
+                        half = round(0.5 * saturated.requests_per_s, 2)
+                        levels.append((f"rate={half}", None, half))
+                    number += 1
+
     print(
-        f"Simulated (profiled step-time fit) vs measured (serve-model --max-batch "
-        f"{args.max_batch}, measure), {PROMPT} prompt + {OUTPUT} output tokens, "
-        f"{args.requests} requests per level; ratio = simulated / measured"
+        f"\nSimulated (engine step-time fit + measured server overhead) vs measured "
+        f"(serve-model --max-batch {args.max_batch}, measure), {PROMPT} prompt + {OUTPUT} "
+        f"output tokens, {args.requests} requests per level after {args.warmup} warm-up, "
+        f"{args.repeats} pass(es) pooled; ratio = simulated / measured"
     )
-    header = f"{'load':<18}{'metric':<18}{'measured':>12}{'simulated':>12}{'ratio':>8}"
-    print(header)
-    print("-" * len(header))
-    worst = 0.0
-    for label, *_ in levels:
-        measured_level, simulated_level = real[label], ideal[label]
-        metrics = [
-            ("TTFT p50 (ms)", measured_level.ttft_s.p50, simulated_level.ttft_s.p50, 1e3),
-            ("TTFT p90 (ms)", measured_level.ttft_s.p90, simulated_level.ttft_s.p90, 1e3),
-            ("TPOT p50 (ms)", measured_level.tpot_s.p50, simulated_level.tpot_s.p50, 1e3),
-            ("TPOT p90 (ms)", measured_level.tpot_s.p90, simulated_level.tpot_s.p90, 1e3),
-            ("output tok/s", measured_level.output_tokens_per_s,
-             simulated_level.output_tokens_per_s, 1.0),
-        ]  # fmt: skip
-        for name, real_value, sim_value, scale in metrics:
-            ratio = sim_value / real_value if real_value else float("nan")
-            worst = max(worst, abs(ratio - 1.0))
-            print(
-                f"{label:<18}{name:<18}{real_value * scale:>12.2f}{sim_value * scale:>12.2f}"
-                f"{ratio:>8.2f}"
-            )
-    print(f"largest deviation: {worst:.0%} (target: within 20% below saturation)")
+    print(
+        "server overhead from unloaded single requests right before each level, ms per "
+        "request / per streamed token, beyond the profiled engine; beyond the logged steps:"
+    )
+    for label, *values in calibrations:
+        ms = [f"{value * 1e3:.2f}" for value in values]
+        print(f"  {label}: {ms[0]} / {ms[1]}; {ms[2]} / {ms[3]}")
+    print_simulator_table(measured, simulated, levels)
+    print(
+        "engine steps in the server (serve-model --step-log) / the profile's fit for the same "
+        "work: " + ", ".join(f"{label} {ratio:.2f} ({n} steps)" for label, ratio, n in drift)
+    )
+    print(
+        "\nSimulated on the server's own engine steps of the level (serve-model --step-log fit "
+        "+ the overhead beyond them) vs measured: the scheduler and the overheads alone"
+    )
+    print_simulator_table(measured, simulated_on_log, levels)
+    if versus:
+        print(
+            "\nOur client vs guidellm on the same server and levels (ITL as guidellm: per "
+            "request (last - first token) / (tokens - 1); ratio = ours / guidellm; target: "
+            "TTFT and ITL within 5%, CPU no higher)"
+        )
+        print_table(median_by_level(versus))
+    else:
+        print("\nguidellm at the same levels: skipped (not found)")
+    print(f"\nload average at end: {load_average()}")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
-    print("guidellm at the same levels: not part of this run (see benchmarks/ for its own)")
 
 
 if __name__ == "__main__":

@@ -221,8 +221,6 @@ def fit_step_time(rows: Iterable[Mapping[str, Any]], model: str | None = None) -
     num_prompt_tokens, num_output_tokens, runtime_s, ttft_s), by non-negative least squares on
     relative errors. Each row gives two equations: the prompt pass (TTFT: batch x p tokens) and
     the mean decode step ((runtime - TTFT) / (o - 1): batch tokens at mean context)."""
-    from scipy.optimize import nnls
-
     design, target, names, batches = [], [], set(), []
     for row in rows:
         try:
@@ -249,15 +247,49 @@ def fit_step_time(rows: Iterable[Mapping[str, Any]], model: str | None = None) -
             "a step-time fit needs at least 4 timings (profile with TTFT at several prompt "
             "sizes and batch sizes)"
         )
+    label = model or (sorted(names)[0] if len(names) == 1 else ",".join(sorted(names)))
+    return _solve(design, target, label, max(batches))
+
+
+def _solve(
+    design: list[list[float]], target: list[float], label: str, max_batch: int | None
+) -> FittedStepTime:
+    """Non-negative least squares on relative errors (short steps count as much as long)."""
+    from scipy.optimize import nnls
+
     a, b = np.asarray(design), np.asarray(target)
     coefficients, _ = nnls(a / b[:, None], np.ones_like(b))
-    label = model or (sorted(names)[0] if len(names) == 1 else ",".join(sorted(names)))
-    return FittedStepTime(label, *map(float, coefficients), max_batch=max(batches))
+    return FittedStepTime(label, *map(float, coefficients), max_batch=max_batch)
+
+
+def fit_step_timings(timings: Iterable[Any], model: str = "model") -> FittedStepTime:
+    """Fit ``FittedStepTime`` to timed steps of a serving engine, each with ``decode_contexts``
+    (cached tokens of each decoding sequence), ``chunks`` ((new, cached) tokens of each prompt
+    chunk) and ``seconds``, as attributes or keys (``local_runner.batching.profile_steps``
+    returns them; their ``to_dict`` gives the JSON form). The steps are the very work the
+    simulator schedules, so no decode-step averaging is needed."""
+    design, target, batches = [], [], []
+    for timing in timings:
+        get = timing.get if isinstance(timing, Mapping) else functools.partial(getattr, timing)
+        try:
+            contexts = [int(c) for c in get("decode_contexts")]
+            chunks = [(int(n), int(c)) for n, c in get("chunks")]
+            seconds = float(get("seconds"))
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
+            raise InputError(f"not a timed step: {error}") from None
+        if not (contexts or chunks) or not (math.isfinite(seconds) and seconds > 0):
+            raise InputError("a timed step needs some work and a positive duration")
+        design.append(_features(contexts, chunks))
+        target.append(seconds)
+        batches.append(len(contexts) + len(chunks))
+    if len({tuple(row) for row in design}) < 4:
+        raise InputError("a step-time fit needs at least 4 different timed steps")
+    return _solve(design, target, model, max(batches))
 
 
 def read_step_fit(path: str | Path) -> FittedStepTime:
-    """A step-time fit: the JSON ``FittedStepTime.to_dict`` writes, or a profile CSV (fitted
-    on the spot)."""
+    """A step-time fit: the JSON ``FittedStepTime.to_dict`` writes, or a profile CSV or a
+    server's step log (JSONL, ``serve-model --step-log``), fitted on the spot."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -265,6 +297,12 @@ def read_step_fit(path: str | Path) -> FittedStepTime:
         raise InputError(f"cannot read {path}: {error.strerror or error}") from None
     if path.suffix.lower() == ".csv":
         return fit_step_time(csv.DictReader(text.splitlines()))
+    if path.suffix.lower() == ".jsonl":  # a server's step log (serve-model --step-log)
+        try:
+            steps = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except json.JSONDecodeError as error:
+            raise InputError(f"{path}: not JSON lines ({error.msg})") from None
+        return fit_step_timings(steps)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as error:
@@ -406,6 +444,9 @@ class ServerConfig:
     max_batch: int = 64
     token_budget: int = DEFAULT_TOKEN_BUDGET
     kv_capacity_tokens: int | None = None  # None: unlimited
+    # Seconds from a request's arrival until the scheduler sees it (a real server's HTTP
+    # parsing and tokenization; 0 for the ideal server).
+    request_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -414,6 +455,8 @@ class ServerConfig:
             raise InputError(f"--token-budget must be >= 1, got {self.token_budget}")
         if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
             raise InputError("the KV cache must hold at least one token")
+        if not (math.isfinite(self.request_overhead_s) and self.request_overhead_s >= 0):
+            raise InputError(f"request overhead must be >= 0 s, got {self.request_overhead_s}")
 
 
 def simulate(
@@ -435,14 +478,19 @@ def simulate(
         raise InputError("open-loop requests need arrival times")
     capacity = config.kv_capacity_tokens
     rows: list[dict[str, Any] | None] = [None] * len(shapes)
-    arrivals: list[tuple[float, int]] = []  # heap of (arrival time, request index)
+    # Heap of (when the scheduler sees it, request index, arrival time).
+    arrivals: list[tuple[float, int, float]] = []
+    delay = config.request_overhead_s
     next_closed = 0
     if concurrency is None:
-        arrivals = [(float(s.arrival_s), i) for i, s in enumerate(shapes)]  # type: ignore[arg-type]
+        arrivals = [
+            (float(s.arrival_s) + delay, i, float(s.arrival_s))  # type: ignore[arg-type]
+            for i, s in enumerate(shapes)
+        ]
         heapq.heapify(arrivals)
     else:
         for _ in range(min(concurrency, len(shapes))):
-            heapq.heappush(arrivals, (0.0, next_closed))
+            heapq.heappush(arrivals, (delay, next_closed, 0.0))
             next_closed += 1
 
     waiting: deque[_Request] = deque()
@@ -455,12 +503,12 @@ def simulate(
         rows[request.index] = _row(request, model, load, ok, error, now)
         more = stop_after_s is None or now < stop_after_s
         if concurrency is not None and next_closed < len(shapes) and more:
-            heapq.heappush(arrivals, (now, next_closed))
+            heapq.heappush(arrivals, (now + delay, next_closed, now))
             next_closed += 1
 
     while arrivals or waiting or running:
         while arrivals and arrivals[0][0] <= now:
-            arrival, index = heapq.heappop(arrivals)
+            _, index, arrival = heapq.heappop(arrivals)
             request = _Request(index, shapes[index], arrival)
             if capacity is not None and request.need > capacity:
                 finish(request, False, f"needs {request.need} tokens of KV cache, has {capacity}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -63,6 +64,23 @@ class Segment:
     start: int  # cache position of the first token
 
 
+@dataclass(frozen=True)
+class StepTiming:
+    """One engine step: the cached tokens of each decoding sequence, the (new tokens, cached
+    tokens) of each prompt chunk, and the step's wall-clock seconds."""
+
+    decode_contexts: list[int]
+    chunks: list[tuple[int, int]]
+    seconds: float
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "decode_contexts": self.decode_contexts,
+            "chunks": [list(chunk) for chunk in self.chunks],
+            "seconds": self.seconds,
+        }
+
+
 class BatchEngine:
     """Schedules requests over a ``Generator``'s cache; ``step`` runs one batched forward."""
 
@@ -81,6 +99,9 @@ class BatchEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self.steps = 0
+        # Called after each step with what it did and how long it took (scheduling, the
+        # forward pass and the token callbacks): what a serving simulator is fitted to.
+        self.on_step: Callable[[StepTiming], None] | None = None
 
     # -- submitting ------------------------------------------------------------------------
 
@@ -182,9 +203,12 @@ class BatchEngine:
 
     def step(self) -> bool:
         """One batched forward over the scheduled tokens; False when there was nothing to do."""
+        began = time.perf_counter()
         segments = self._schedule()
         if not segments:
             return False
+        decode_contexts = [s.start for s in segments if s.sequence.decoding]
+        chunks = [(len(s.tokens), s.start) for s in segments if not s.sequence.decoding]
         next_tokens = batched_forward(self.model, segments)
         self.steps += 1
         for segment, token in zip(segments, next_tokens, strict=True):
@@ -199,6 +223,9 @@ class BatchEngine:
                 with self._lock:
                     self._finish(sequence)
                 sequence.on_done(None)
+        if self.on_step is not None:
+            seconds = time.perf_counter() - began
+            self.on_step(StepTiming(decode_contexts, chunks, seconds))
         return True
 
 
@@ -359,3 +386,44 @@ def _attention(attn: Attention, x: torch.Tensor, plan: _AttentionPlan) -> torch.
         return F.linear(y, attn.out_weight, attn.out_bias)
     y = all_reduce(F.linear(y, attn.out_weight), attn.tp)
     return y + attn.out_bias if attn.out_bias is not None else y
+
+
+# --- profiling the engine's own steps ------------------------------------------------------------
+
+
+def profile_steps(
+    generator: Generator,
+    *,
+    batch_sizes: list[int],
+    prompt_tokens: list[int],
+    output_tokens: int,
+    token_budget: int = DEFAULT_TOKEN_BUDGET,
+    repeats: int = 1,
+    warmup: bool = True,
+    seed: int = 0,
+) -> list[StepTiming]:
+    """Time the serving engine's steps (no HTTP): for each batch size and prompt length, the
+    requests once all submitted together (prompt chunks, then batched decode steps) and once
+    joining one per step (decode steps mixed with prompt chunks, as under load). With
+    ``warmup`` a first pass is run and not recorded."""
+    if not batch_sizes or not prompt_tokens or output_tokens < 1 or repeats < 1:
+        raise ValueError("need batch sizes, prompt lengths, output_tokens >= 1 and repeats >= 1")
+    if max(batch_sizes) > generator.max_batch_size:
+        raise ValueError(f"batch {max(batch_sizes)} > the cache's {generator.max_batch_size}")
+    engine = BatchEngine(generator, token_budget=token_budget)
+    timings: list[StepTiming] = []
+    rng = torch.Generator().manual_seed(seed)
+    vocab = generator.model.arch.vocab_size
+    for repeat in range(-1 if warmup else 0, repeats):
+        engine.on_step = timings.append if repeat >= 0 else None
+        for batch in batch_sizes:
+            for prompt in prompt_tokens:
+                for staggered in (False, True):
+                    prompts = torch.randint(0, vocab, (batch, prompt), generator=rng).tolist()
+                    for ids in prompts:
+                        engine.submit(ids, output_tokens)
+                        if staggered:
+                            engine.step()
+                    while engine.step():
+                        pass
+    return timings

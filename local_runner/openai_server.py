@@ -110,7 +110,9 @@ class TextTokenizer:
 
     def decode_token(self, token_id: int) -> str:
         if self._hf is not None:
-            return self._hf.decode([token_id])
+            # Ids past the tokenizer's vocabulary wrap around (as encode wraps ids past the
+            # model's), so that every generated token streams as text.
+            return self._hf.decode([token_id % self._hf.get_vocab_size()])
         return self._bytes.decode_token(token_id)
 
 
@@ -128,6 +130,7 @@ class ModelService:
         tokenizer: str | None = None,
         generator_factory: Callable[..., Any] | None = None,
         token_budget: int | None = None,
+        step_log: str | None = None,
     ) -> None:
         if generator_factory is None:
             from local_runner.generate import Generator as generator_factory
@@ -148,6 +151,8 @@ class ModelService:
             self.engine = BatchEngine(
                 self.generator, token_budget=token_budget or DEFAULT_TOKEN_BUDGET
             )
+            if step_log is not None:
+                self.engine.on_step = _step_logger(step_log)
 
     def prompt_ids(self, request: CompletionRequest) -> list[int]:
         prompt = request.prompt
@@ -249,6 +254,16 @@ class ModelService:
                 yield item
         finally:
             sequence.cancel()  # a no-op once it is done; frees the slot if the client left
+
+
+def _step_logger(path: str) -> Callable[[Any], None]:
+    """Appends each engine step as a JSON line (written whole, flushed at once)."""
+    handle = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (the server's life)
+
+    def log(step: Any) -> None:
+        handle.write(json.dumps(step.to_dict(), separators=(",", ":")) + "\n")
+
+    return log
 
 
 def _content_text(content: Any) -> str:
@@ -395,6 +410,7 @@ def serve(
     tokenizer: str | None = None,
     seed: int = 0,
     token_budget: int | None = None,
+    step_log: str | None = None,
 ) -> None:
     """Build the model and serve it until interrupted."""
     import uvicorn
@@ -407,6 +423,7 @@ def serve(
         seed=seed,
         tokenizer=tokenizer,
         token_budget=token_budget,
+        step_log=step_log,
     )
     batching = f", continuous batching of up to {max_batch_size}" if max_batch_size > 1 else ""
     print(

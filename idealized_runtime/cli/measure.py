@@ -177,6 +177,11 @@ def serve_model_command(
         None, "--tokenizer", help="tokenizer.json for text prompts (default: one token per byte)"
     ),
     seed: int = typer.Option(0, "--seed"),
+    step_log: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--step-log",
+        help="append each batched step (its work and seconds) to this JSONL (for simulate --fit)",
+    ),
 ) -> None:
     """Serve the local runner (random weights) behind an OpenAI-compatible /v1/completions."""
     from idealized_runtime.core.architectures import load_architecture
@@ -190,6 +195,10 @@ def serve_model_command(
         fail("float16 is not supported on CPU; use float32 or bfloat16")
     if tokenizer is not None and not Path(tokenizer).is_file():
         fail(f"--tokenizer {tokenizer}: no such file (give a tokenizer.json)")
+    if step_log is not None and max_batch_size < 2:
+        fail("--step-log needs continuous batching (--max-batch 2 or more)")
+    if step_log is not None and not step_log.parent.is_dir():
+        fail(f"--step-log {step_log}: no such folder")
     architecture = load_architecture(arch)
     _check_can_listen(host, port)  # before building the model, which can take minutes
     if device == "cuda":
@@ -207,6 +216,7 @@ def serve_model_command(
         tokenizer=tokenizer,
         seed=seed,
         token_budget=token_budget,
+        step_log=str(step_log) if step_log is not None else None,
     )
 
 

@@ -35,7 +35,10 @@ def simulate_command(
         None, "--hardware", help="accelerator for the roofline model, e.g. h100-sxm"
     ),
     fit: Optional[Path] = typer.Option(  # noqa: UP045
-        None, "--fit", help="step times from a profile CSV with a batch grid, or a step-time fit"
+        None,
+        "--fit",
+        help="step times from a profile CSV with a batch grid, a serve-model --step-log JSONL, "
+        "or a step-time fit",
     ),
     save_fit: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--save-fit", help="write the step-time fit of --fit CSV to this JSON"

@@ -185,6 +185,18 @@ class _Attempt:
     body: dict[str, Any] = field(default_factory=dict)  # last JSON object (or final chunk)
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
+    # perf_counter when the request's headers began to go out (connection open, body encoded):
+    # the clock of TTFT and latency, as guidellm's; None until then.
+    sent_at: float | None = None
+
+    def since_sent(self, start: float) -> float:
+        """Seconds from the request leaving (or ``start``, if that was not seen) to now."""
+        return time.perf_counter() - (self.sent_at if self.sent_at is not None else start)
+
+    async def trace(self, event: str, info: dict[str, Any]) -> None:
+        """httpx's trace hook: notes when the request headers start to go out."""
+        if self.sent_at is None and event.endswith(".send_request_headers.started"):
+            self.sent_at = time.perf_counter()
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -436,11 +448,11 @@ class _Client:
     async def _plain(
         self, http: httpx.AsyncClient, body: dict[str, Any], start: float, result: _Attempt
     ) -> None:
-        response = await http.post(self.url, json=body)
-        end = time.perf_counter()
+        response = await http.post(self.url, json=body, extensions={"trace": result.trace})
+        runtime_s = result.since_sent(start)
         if not self._check_status(response, response.text, result):
             return
-        self._take_completion(response, response.text, end - start, result)
+        self._take_completion(response, response.text, runtime_s, result)
 
     @staticmethod
     def _take_completion(
@@ -466,7 +478,8 @@ class _Client:
         self, http: httpx.AsyncClient, body: dict[str, Any], start: float, result: _Attempt
     ) -> None:
         chat = self.config.endpoint == "chat"
-        async with http.stream("POST", self.url, json=body) as response:
+        stream = http.stream("POST", self.url, json=body, extensions={"trace": result.trace})
+        async with stream as response:
             if response.status_code != 200:
                 text = (await response.aread()).decode("utf-8", errors="replace")
                 self._check_status(response, text, result)
@@ -508,26 +521,24 @@ class _Client:
                         and "role" not in delta
                         and (piece is not None or finish)
                     ):
-                        first_field = time.perf_counter()
+                        first_field = result.since_sent(start)
                     if piece:
                         # Time to first token is the first chunk with text: chat streams open
                         # with a role-only chunk that says nothing about the model's speed.
-                        now = time.perf_counter()
+                        now = result.since_sent(start)
                         if last is None:
-                            result.ttft_s = now - start
+                            result.ttft_s = now
                         else:
                             result.inter_token_latencies_s.append(now - last)
                         last = now
             if result.num_chunks == 0:
                 # No event at all: a server that ignored "stream" (a JSON completion is still a
                 # timing, without TTFT) or something else (an HTML page), which is an error.
-                self._take_completion(
-                    response, "\n".join(other), time.perf_counter() - start, result
-                )
+                self._take_completion(response, "\n".join(other), result.since_sent(start), result)
                 return
-        result.ok, result.runtime_s = True, time.perf_counter() - start
+        result.ok, result.runtime_s = True, result.since_sent(start)
         if result.ttft_s is None and first_field is not None:
-            result.ttft_s = first_field - start
+            result.ttft_s = first_field
 
     def drop_rejected_fields(self, body: dict[str, Any], error: str | None) -> bool:
         """After a 400: drop the optional fields the server names (all of them if it names

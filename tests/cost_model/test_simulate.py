@@ -20,6 +20,7 @@ from cost_model.simulate import (
     ServerConfig,
     StepWork,
     fit_step_time,
+    fit_step_timings,
     kv_capacity_tokens,
     poisson_arrivals,
     read_step_fit,
@@ -192,3 +193,73 @@ def test_bad_rate_is_an_input_error() -> None:
     for rate in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(InputError, match="--rate"):
             poisson_arrivals(rate, 3, 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    coefficients=st.tuples(
+        st.floats(1e-4, 1e-1), st.floats(0, 1e-3), st.floats(0, 1e-6), st.floats(0, 1e-3)
+    )
+)
+def test_fit_step_timings_recovers_the_step_times_it_was_given(
+    coefficients: tuple[float, float, float, float],
+) -> None:
+    truth = FittedStepTime("m", *coefficients)
+    shapes = [
+        ([], [(16, 0)]),
+        ([], [(64, 0), (64, 0)]),
+        ([20], []),
+        ([80, 80, 80], []),
+        ([40, 12], [(30, 0)]),
+        ([], [(32, 32)]),
+    ]
+    timings = [
+        {"decode_contexts": d, "chunks": c, "seconds": float(truth.seconds(StepWork.of(d, c))[0])}
+        for d, c in shapes
+    ]
+    fit = fit_step_timings(timings, model="m")
+    for decode, chunks in shapes:
+        work = StepWork.of(decode, chunks)
+        assert fit.seconds(work)[0] == pytest.approx(truth.seconds(work)[0], rel=1e-6)
+    assert fit.max_batch == 3  # sequences in the largest step
+
+
+def test_fit_step_timings_rejects_too_few_or_broken_steps() -> None:
+    step = {"decode_contexts": [3], "chunks": [], "seconds": 0.01}
+    with pytest.raises(InputError, match="4 different"):
+        fit_step_timings([step] * 10)
+    with pytest.raises(InputError, match="positive duration"):
+        fit_step_timings([{**step, "seconds": 0.0}])
+    with pytest.raises(InputError, match="not a timed step"):
+        fit_step_timings([{"chunks": []}])
+
+
+@settings(max_examples=30, deadline=None)
+@given(overhead=st.floats(0, 5), concurrency=st.integers(1, 3))
+def test_request_overhead_delays_every_request_by_exactly_that(
+    overhead: float, concurrency: int
+) -> None:
+    shapes = [RequestShape(3, 4)] * 5
+    base = simulate(shapes, ONE_SECOND_STEPS, ServerConfig(max_batch=1), concurrency=concurrency)
+    late = simulate(
+        shapes,
+        ONE_SECOND_STEPS,
+        ServerConfig(max_batch=1, request_overhead_s=overhead),
+        concurrency=concurrency,
+    )
+    # One request at a time: the server is idle during each overhead (closed loop, one client)
+    # or it overlaps another request's steps; either way TTFT grows by at most the overhead.
+    for before, after in zip(base, late, strict=True):
+        assert after["inter_token_latencies_s"] == pytest.approx(before["inter_token_latencies_s"])
+        assert after["ttft_s"] >= before["ttft_s"] - 1e-9
+    if concurrency == 1:
+        assert [r["ttft_s"] for r in late] == pytest.approx([r["ttft_s"] + overhead for r in base])
+    with pytest.raises(InputError, match="overhead"):
+        ServerConfig(request_overhead_s=-1.0)
+
+
+def test_a_step_log_that_is_not_json_lines_is_one_readable_error(tmp_path: Path) -> None:
+    log = tmp_path / "steps.jsonl"
+    log.write_text('{"decode_contexts": [1], "chunks": [], "seconds": 0.1}\n{"decode_con\n')
+    with pytest.raises(InputError, match="not JSON lines"):
+        read_step_fit(log)

@@ -8,7 +8,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idealized_runtime.core.catalog import get_architecture
-from local_runner.batching import BatchEngine, Segment, Sequence, batched_logits
+from local_runner.batching import (
+    BatchEngine,
+    Segment,
+    Sequence,
+    StepTiming,
+    batched_logits,
+    profile_steps,
+)
 from local_runner.generate import Generator
 
 ARCHS = ["tiny-llama", "tiny-gpt2", "tiny-alibi"]
@@ -119,3 +126,50 @@ def test_rejects_requests_beyond_the_cache() -> None:
         engine.submit([1] * 10, 8)
     with pytest.raises(ValueError):
         engine.submit([], 3)
+
+
+def test_each_step_reports_the_work_it_did() -> None:
+    # Budget 4, prompts of 6 and 2 tokens, 2 and 3 output tokens: the schedule by hand.
+    engine = BatchEngine(
+        Generator(get_architecture("tiny-llama"), max_batch_size=2, max_seq_len=32, seed=1),
+        token_budget=4,
+    )
+    steps: list[StepTiming] = []
+    engine.on_step = steps.append
+    engine.submit(list(range(1, 7)), 2)
+    engine.submit([7, 8], 3)
+    while engine.step():
+        pass
+    work = [(s.decode_contexts, s.chunks) for s in steps]
+    assert work == [
+        ([], [(4, 0)]),  # the first prompt's first chunk fills the budget
+        ([], [(2, 4), (2, 0)]),  # its rest, then all of the second prompt: both first tokens
+        ([6, 2], []),  # one decode token each; the first request is done
+        ([3], []),  # the second one's last token
+    ]
+    assert all(s.seconds > 0 for s in steps)
+    assert steps[0].to_dict() == {
+        "decode_contexts": [],
+        "chunks": [[4, 0]],
+        "seconds": steps[0].seconds,
+    }
+
+
+def test_profile_steps_times_batched_chunked_and_mixed_steps() -> None:
+    generator = Generator(get_architecture("tiny-llama"), max_batch_size=2, max_seq_len=32)
+    steps = profile_steps(
+        generator, batch_sizes=[1, 2], prompt_tokens=[3], output_tokens=3, token_budget=4
+    )
+    decode_batches = {len(s.decode_contexts) for s in steps if not s.chunks}
+    assert decode_batches == {1, 2}
+    assert any(s.decode_contexts and s.chunks for s in steps)  # a request joined a running one
+    assert all(sum(n for n, _ in s.chunks) + len(s.decode_contexts) <= 4 for s in steps)
+    # The warm-up pass is not recorded: as many steps as a run without one.
+    assert len(steps) == len(
+        profile_steps(
+            generator, batch_sizes=[1, 2], prompt_tokens=[3], output_tokens=3, token_budget=4,
+            warmup=False,
+        )
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="batch 3"):
+        profile_steps(generator, batch_sizes=[3], prompt_tokens=[3], output_tokens=3)

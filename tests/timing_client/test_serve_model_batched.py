@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 
+from cost_model.simulate import read_step_fit
 from tests.servers import cli_command, free_port, running_server
 from tests.timing_client.conftest import ENV
 
@@ -16,12 +20,17 @@ CLIENTS = 8
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def step_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("steps") / "steps.jsonl"
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory, step_log: Path) -> Iterator[str]:
     port = free_port()
     log = tmp_path_factory.mktemp("serve") / "serve-model.log"
     command = cli_command(
         "serve-model", "--arch", "tiny-llama", "--port", str(port),
-        "--max-batch", "4", "--token-budget", "16",
+        "--max-batch", "4", "--token-budget", "16", "--step-log", str(step_log),
     )  # fmt: skip
     with running_server(
         command, f"http://127.0.0.1:{port}/health", env=ENV, timeout_s=90, log_path=log
@@ -85,3 +94,28 @@ def test_batched_text_equals_one_at_a_time(served: str) -> None:
             body = {"model": "tiny-llama", "prompt": _prompt(i), "max_tokens": 3 + 2 * i}
             alone = client.post(f"{served}/completions", json=body).json()
             assert alone["choices"][0]["text"] == result["text"]
+
+
+def test_the_step_log_records_each_batched_step_for_the_simulator(
+    served: str, step_log: Path
+) -> None:
+    _run_concurrently(served, stream=True)
+    steps = [json.loads(line) for line in step_log.read_text().splitlines()]
+    assert steps and all(s["seconds"] > 0 for s in steps)
+    for step in steps:  # within the server's limits: 4 sequences, 16 tokens a step
+        assert len(step["decode_contexts"]) + len(step["chunks"]) <= 4
+        assert len(step["decode_contexts"]) + sum(n for n, _ in step["chunks"]) <= 16
+    assert any(len(s["decode_contexts"]) > 1 for s in steps)  # requests were batched
+    fit = read_step_fit(step_log)  # what `simulate --fit steps.jsonl` uses
+    assert fit.max_batch is not None and fit.max_batch <= 4
+
+
+def test_step_log_needs_batching(tmp_path: Path) -> None:
+    result = subprocess.run(
+        cli_command("serve-model", "--arch", "tiny-llama", "--step-log", str(tmp_path / "s")),
+        capture_output=True, text=True, timeout=60, env={**os.environ, **ENV},
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == (
+        "error: --step-log needs continuous batching (--max-batch 2 or more)"
+    )
