@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime, timezone
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -399,6 +399,29 @@ class Precision(_Frozen):
         if name == "mxfp4" or group is None:
             return name
         return f"{name}-g{group}"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _unset_parts_follow(cls, data: Any) -> Any:
+        """A part left out follows the one given where the bf16 default could not pair with it:
+        fp16/fp32 weights compute in their own dtype, and fp16/fp32/fp8 activations imply
+        weights of that format (as ``parse_precision`` does for command-line flags)."""
+        if not isinstance(data, dict):
+            return data
+        weights, activations = data.get("weights"), data.get("activations")
+        if isinstance(weights, str) and activations is None:
+            fmt = weights.strip().lower()
+            if fmt in ("fp16", "fp32"):
+                data = {**data, "activations": fmt}
+                if data.get("kv_cache") is None:
+                    data["kv_cache"] = fmt
+        elif isinstance(activations, str) and weights is None:
+            fmt = activations.strip().lower()
+            if fmt in ("fp16", "fp32", "fp8"):
+                data = {**data, "weights": fmt}
+                if data.get("kv_cache") is None and fmt != "fp8":
+                    data["kv_cache"] = fmt
+        return data
 
     @model_validator(mode="after")
     def _check_pairs(self) -> Precision:

@@ -69,6 +69,16 @@ def _handler_refusal(response: object) -> bool:
     return isinstance(detail, str)
 
 
+# Where whole-object validators report: the body, an architecture (hidden_size divisible by
+# num_heads), a precision (fp8 activations need fp8 weights) inside a body or an architecture.
+CROSS_FIELD_LOCATIONS = (
+    ["body"],
+    ["body", "architecture"],
+    ["body", "precision"],
+    ["body", "architecture", "precision"],
+)
+
+
 def _cross_field(response: object) -> bool:
     """A whole-body validator's error (``loc == ["body"]``, or ``["body", FORM]`` for a body of
     several tagged forms): a rule between fields, such as an architecture's hidden_size divisible
@@ -82,8 +92,7 @@ def _cross_field(response: object) -> bool:
         isinstance(detail, list)
         and bool(detail)
         and all(
-            item.get("loc") in (["body"], ["body", "architecture"])
-            and item.get("type") == "value_error"
+            item.get("loc") in CROSS_FIELD_LOCATIONS and item.get("type") == "value_error"
             for item in detail
         )
     )

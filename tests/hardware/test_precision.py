@@ -111,3 +111,16 @@ def test_unknown_quantization_methods_are_refused_in_one_line() -> None:
         checkpoint_precision({"quantization_config": {"quant_method": "bitsandbytes"}}, "c.json")
     with pytest.raises(InputError, match="bits=3"):
         checkpoint_precision({"quantization_config": {"quant_method": "gptq", "bits": 3}})
+
+
+def test_a_part_left_out_follows_the_one_given() -> None:
+    # A request body naming one part only: fp16 weights compute in fp16, fp16/fp8 activations
+    # imply weights of that format; an explicit conflict is still refused.
+    assert Precision(weights="fp16") == Precision(
+        weights="fp16", activations="fp16", kv_cache="fp16"
+    )
+    assert Precision(activations="fp16").weights == "fp16"
+    assert Precision(activations="fp8").weights == "fp8"
+    assert Precision(weights="fp8").activations == "bf16"  # weight-only fp8 stays valid
+    with pytest.raises(ValueError, match="bf16 weights compute in bf16"):
+        Precision(weights="bf16", activations="fp16")
