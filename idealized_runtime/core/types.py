@@ -352,6 +352,13 @@ GROUPED_FORMATS: tuple[str, ...] = ("int8", "int4")
 _GROUP_SCALE_BITS = {"int8": 16, "int4": 16 + 4, "mxfp4": 8}
 
 
+# The labels the parser accepts, for the API schema (group sizes: powers of two from 8 to 4096).
+_GROUPS = "|".join(str(2**k) for k in range(3, 13))
+WEIGHT_LABEL_PATTERN = (
+    rf"^(bf16|fp16|fp32|fp8|mxfp4(-g32)?|int8(-g({_GROUPS}))?|int4(-g({_GROUPS}))?)$"
+)
+
+
 def _parse_weight_label(text: str) -> tuple[str, int | None]:
     """``int4-g128`` -> ("int4", 128); a one-line ValueError for anything else."""
     value = text.strip().lower()
@@ -387,7 +394,8 @@ class Precision(_Frozen):
     checkpoint); embeddings, norms, routers and the LM head stay in the 16-bit compute dtype.
     """
 
-    weights: str = "bf16"  # canonical label: bf16 | fp16 | fp32 | fp8 | int8[-gN] | int4-gN | mxfp4
+    # canonical label: bf16 | fp16 | fp32 | fp8 | int8[-gN] | int4-gN | mxfp4
+    weights: str = Field("bf16", json_schema_extra={"pattern": WEIGHT_LABEL_PATTERN})
     kv_cache: KvCacheFormat = "bf16"
     activations: ActivationFormat = "bf16"
     scope: QuantizedScope = "linear"
