@@ -227,6 +227,29 @@ def test_ratios_within_one_source_are_plausible(rows: list[PublishedRow]) -> Non
             assert 1 / 16 < ratio < 4 * int(size) / int(smallest), group
 
 
+def test_one_workload_across_an_engines_sources_stays_within_4x(rows: list[PublishedRow]) -> None:
+    # The same engine, GPU, model, precision, TP size and lengths published by different sources
+    # (one performance page at several releases, a blog post beside it) moves with the release
+    # and the batch size chosen, but not by 4x: milliseconds stored as seconds would, as would
+    # the per-GPU figure of a TP 4 or 8 run stored as the system's.
+    groups: dict[tuple, dict[str, float]] = defaultdict(dict)
+    for row in rows:
+        metric, value = row.system_figure()
+        key = (
+            row.engine, row.gpu, row.model, row.weights, row.tensor_parallel_size,
+            row.prompt_tokens, row.output_tokens, metric,
+        )  # fmt: skip
+        if row.metric == "ttft_s" and row.batch_size != 1:
+            continue  # a static batch's TTFT includes queueing
+        groups[key][row.source_id] = value
+    compared = 0
+    for group in groups.values():
+        if len(group) > 1:
+            compared += 1
+            assert max(group.values()) / min(group.values()) < 4, group
+    assert compared >= 20
+
+
 # --- coverage the reference stacks need ---------------------------------------------
 
 
