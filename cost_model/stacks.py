@@ -112,6 +112,8 @@ FITTED: dict[str, tuple[float, float, float, float]] = {
 # A held-out calibration left with fewer of its stack's own figures than twice the fitted
 # parameters pools them with the other stacks' figures.
 MIN_OWN_ROWS = 2 * len(FITTED)
+# What only figures on several GPUs reveal: the all-reduce's achieved bandwidth and latency.
+TP_PARAMETERS = ("interconnect", "allreduce_latency_s")
 PRIOR_WEIGHT = 0.05  # pull toward the typical values, per parameter, in units of its scale
 # Per weight format, what its kernels reach relative to the stack's 16-bit ones: multipliers of
 # the achieved bandwidth (dequantizing int4 costs bandwidth; fp8 GEMMs may beat bf16 ones) and
@@ -399,10 +401,16 @@ def _efficiency(x: np.ndarray) -> Efficiency:
     return Efficiency(**values, host_overlap=1.0, attention_score_passes=0.0)
 
 
-def fit_stack(targets: Sequence[Target], *, prior: Efficiency | None = None) -> Efficiency:
+def fit_stack(
+    targets: Sequence[Target],
+    *,
+    prior: Efficiency | None = None,
+    tp_prior: Efficiency | None = None,
+) -> Efficiency:
     """Least squares on log errors over ``targets`` (marked rows left out: ``fittable``),
     lightly pulled toward typical values (or toward ``prior``'s, e.g. other stacks' calibration
-    when ``targets`` are few)."""
+    when ``targets`` are few). Figures all at TP 1 cannot pin the cost of tensor parallelism:
+    with ``tp_prior`` those parameters (``TP_PARAMETERS``) are taken from it instead."""
     from scipy.optimize import least_squares  # only calibration needs scipy, not estimates
 
     if not targets:
@@ -414,17 +422,34 @@ def fit_stack(targets: Sequence[Target], *, prior: Efficiency | None = None) -> 
     if prior is not None:
         typical = np.clip([getattr(prior, name) for name in FITTED], lower, upper)
     scale = np.array([b[3] for b in FITTED.values()])
+    full = typical.copy()
+    free = np.ones(len(FITTED), dtype=bool)
+    if tp_prior is not None and all(t.tp == 1 for t in targets):
+        for i, name in enumerate(FITTED):
+            if name in TP_PARAMETERS:
+                full[i] = np.clip(getattr(tp_prior, name), lower[i], upper[i])
+                free[i] = False
+
+    def parameters(x: np.ndarray) -> np.ndarray:
+        values = full.copy()
+        values[free] = x
+        return values
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        eff = _efficiency(x)
+        eff = _efficiency(parameters(x))
         fit = [np.log(predict_target(t, eff) / t.value) for t in targets]
-        prior = PRIOR_WEIGHT * (x - typical) / scale * 0.1
+        prior = PRIOR_WEIGHT * (x - typical[free]) / scale[free] * 0.1
         return np.concatenate([fit, prior])
 
     result = least_squares(
-        residuals, typical, bounds=(lower, upper), x_scale=scale, ftol=1e-6, xtol=1e-6
+        residuals,
+        typical[free],
+        bounds=(lower[free], upper[free]),
+        x_scale=scale[free],
+        ftol=1e-6,
+        xtol=1e-6,
     )
-    return _efficiency(result.x)
+    return _efficiency(parameters(result.x))
 
 
 def kernel_format(weights: str) -> str:
@@ -515,13 +540,16 @@ def held_out_errors(
     for group in sorted({key(t) for t in targets}):
         held = [i for i, t in enumerate(targets) if key(t) == group]
         train = [t for t in targets if key(t) != group]
-        prior = None
+        prior = tp_prior = None
         if len(train) < MIN_OWN_ROWS and fallback:
             pooled = pooled or fit_stack(fallback)
             prior = pooled
+        elif fallback and train and all(t.tp == 1 for t in train):
+            pooled = pooled or fit_stack(fallback)
+            tp_prior = pooled  # the group held the stack's only multi-GPU figures
         if not train and prior is None:
             continue
-        efficiency = fit_stack(train, prior=prior) if train else prior
+        efficiency = fit_stack(train, prior=prior, tp_prior=tp_prior) if train else prior
         errors[held] = relative_errors([targets[i] for i in held], efficiency)
     return errors
 
@@ -544,9 +572,11 @@ def quantized_held_out_errors(
         train = [t for t in targets if key is None or key(t) != group]
         dense = [t for t in train if not t.quantized]
         prior = fit_stack(fallback) if len(dense) < MIN_OWN_ROWS and fallback else None
+        single_gpu = fallback and prior is None and all(t.tp == 1 for t in dense)
+        tp_prior = fit_stack(fallback) if single_gpu else None
         if not dense and prior is None:
             continue
-        base = fit_stack(dense, prior=prior) if dense else prior
+        base = fit_stack(dense, prior=prior, tp_prior=tp_prior) if dense else prior
         assert base is not None
         factors = fit_all_format_factors([t for t in train if t.quantized], base)
         for i in held:
@@ -673,7 +703,9 @@ def calibrate_stack(
     held_out: bool = True,
 ) -> StackCalibration:
     """Fit a stack on ``targets`` and record its in-sample (and held-out) errors."""
-    efficiency = fit_stack(targets)
+    single_gpu = all(t.tp == 1 for t in targets)
+    tp_prior = fit_stack(fallback) if single_gpu and fallback else None
+    efficiency = fit_stack(targets, tp_prior=tp_prior)
     kinds = [t.kind for t in targets]
     in_sample = relative_errors(targets, efficiency)
     errors: dict = {"in_sample": error_summary(in_sample, kinds)}

@@ -363,3 +363,23 @@ def test_shipped_marked_figures_need_more_than_the_hardware_gives() -> None:
     for row_id, fraction in marked.items():
         assert roofline_fraction(by_id[row_id]) == pytest.approx(fraction, abs=1e-3)
         assert fraction >= 0.95
+
+
+def test_single_gpu_figures_take_the_all_reduce_cost_from_the_pooled_calibration() -> None:
+    from dataclasses import replace
+
+    from cost_model.stacks import TP_PARAMETERS, fit_stack
+
+    single = [t for t in targets_from_rows(FIXTURE_ROWS) if t.tp == 1]
+    multi = [t for t in published_targets(quantized=False) if t.family == "pytorch-compiled"]
+    pooled = fit_stack(multi)
+    donor = replace(pooled, interconnect=0.37, allreduce_latency_s=3.3e-5)
+    fitted = fit_stack(single, tp_prior=donor)
+    for name in TP_PARAMETERS:
+        assert getattr(fitted, name) == pytest.approx(getattr(donor, name))
+    # What TP=1 figures do pin stays theirs: the same fit as without a donor.
+    alone = fit_stack(single)
+    assert fitted.compute == pytest.approx(alone.compute, rel=1e-3)
+    assert fitted.bandwidth == pytest.approx(alone.bandwidth, rel=1e-3)
+    # Figures with TP > 1 fit the all-reduce parameters themselves.
+    assert fit_stack(multi, tp_prior=donor) == pooled
