@@ -10,13 +10,15 @@ staggered arrivals, 16 output tokens) by three processes, all pinned to CPU 0, t
   B  a second Python process with its own ``Generator``,
   C  the server itself, on its own model and cache (``POST /v1/engine/profile``).
 
-Each round then serves a few single streamed requests (concurrency 1, from CPU 1) and reads the
-server's step log: the served steps' time over what each profile's fit of the round predicts for
-the same work. Printed: per round and source, the profile's total step time (identical work each
-time), the fit's time for three reference steps, and the steal time of CPU 0 while it ran; then
-the spread between processes within a round against the spread of each process over rounds.
+Each round then serves a few streamed requests at concurrency 1 and at concurrency 4 (clients on
+CPU 1) and reads the server's step log: the served steps' time over what each profile's fit of
+the round predicts for the same work (served / fit; at concurrency 4 the server's event loop,
+streaming four requests' chunks, shares CPU 0 with the engine). Printed: per round and source,
+the profile's total step time (identical work each time), the fit's time for three reference
+steps, the steal time of CPU 0 while it ran, and served / fit; then the spread between the
+processes within a round against the spread of each process over the rounds.
 
-Usage: python benchmarks/engine_profile_drift.py [--rounds 6] [--requests 6]
+Usage: python benchmarks/engine_profile_drift.py [--rounds 6] [--requests 8]
 """
 
 from __future__ import annotations
@@ -83,8 +85,16 @@ def cpu0_steal() -> tuple[int, int]:
     return 0, 0
 
 
-def serve_requests(base: str, model: str, count: int) -> None:
-    """Single streamed chat requests, one after the other (concurrency 1)."""
+def serve_requests(base: str, model: str, count: int, concurrency: int = 1) -> None:
+    """Streamed chat requests, ``count`` per client, ``concurrency`` clients (closed loop)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(concurrency) as pool:
+        for future in [pool.submit(one_client, base, model, count) for _ in range(concurrency)]:
+            future.result()
+
+
+def one_client(base: str, model: str, count: int) -> None:
     import httpx
 
     body = {
@@ -124,7 +134,7 @@ def spread(values: list[float]) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--requests", type=int, default=6, help="served per round")
+    parser.add_argument("--requests", type=int, default=8, help="served per round and level")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ["OMP_NUM_THREADS"] = THREADS
@@ -197,7 +207,7 @@ def main() -> None:
         header = (
             f"{'round':>5}  {'source':<16}{'profile s':>10}"
             + "".join(f"{name + ' ms':>15}" for name in REFERENCE)
-            + f"{'steal %':>9}{'served/fit':>12}"
+            + f"{'steal %':>9}{'served/fit c=1':>16}{'c=4':>6}"
         )
         print(header)
         print("-" * len(header))
@@ -215,18 +225,21 @@ def main() -> None:
                     "fitted_ms": fitted_ms(fits[name]),
                     "steal": (steal1 - steal0) / (total1 - total0) if total1 > total0 else 0.0,
                 })  # fmt: skip
-            logged = len(step_log.read_text().splitlines()) if step_log.exists() else 0
-            with pinned(clients):
-                serve_requests(base, model, args.requests)
-            served = [json.loads(line) for line in step_log.read_text().splitlines()[logged:]]
-            served_s = sum(s["seconds"] for s in served)
-            for row in rows[-len(order) :]:
-                row["served_over_fit"] = served_s / predicted_s(fits[row["source"]], served)
+            for concurrency in (1, 4):
+                logged = len(step_log.read_text().splitlines()) if step_log.exists() else 0
+                with pinned(clients):
+                    serve_requests(base, model, max(1, args.requests // concurrency), concurrency)
+                served = [json.loads(line) for line in step_log.read_text().splitlines()[logged:]]
+                served_s = sum(s["seconds"] for s in served)
+                for row in rows[-len(order) :]:
+                    ratio = served_s / predicted_s(fits[row["source"]], served)
+                    row[f"served_over_fit_c{concurrency}"] = ratio
             for row in sorted(rows[-len(order) :], key=lambda r: r["source"]):
                 print(
                     f"{row['round']:>5}  {row['source']:<16}{row['seconds']:>10.3f}"
                     + "".join(f"{row['fitted_ms'][name]:>15.2f}" for name in REFERENCE)
-                    + f"{100 * row['steal']:>9.1f}{row['served_over_fit']:>12.2f}"
+                    + f"{100 * row['steal']:>9.1f}{row['served_over_fit_c1']:>16.2f}"
+                    + f"{row['served_over_fit_c4']:>6.2f}"
                 )
 
     print("\nspread = max / min - 1 of the profile's total step time (the same work each time)")
@@ -241,11 +254,16 @@ def main() -> None:
         f"{statistics.median(between):.1%}, largest {max(between):.1%}"
     )
     for name, values in by_source.items():
-        served = [r["served_over_fit"] for r in rows if r["source"] == name]
+        served = {
+            c: [r[f"served_over_fit_c{c}"] for r in rows if r["source"] == name] for c in (1, 4)
+        }
         print(
             f"{name} over the rounds: {spread(values):.1%} (median {statistics.median(values):.3f}"
-            f" s); served steps / its fit: {min(served):.2f}-{max(served):.2f}, median "
-            f"{statistics.median(served):.2f}"
+            " s); served steps / its fit: "
+            + ", ".join(
+                f"c={c} {min(v):.2f}-{max(v):.2f} (median {statistics.median(v):.2f})"
+                for c, v in served.items()
+            )
         )
     medians = {name: statistics.median(values) for name, values in by_source.items()}
     print(
