@@ -10,9 +10,11 @@ against guidellm on that server, in one run on this machine.
    times are fitted to it (``cost_model.simulate.fit_step_timings``): the profile before the
    level alone (a prediction), and before and after pooled (which halves the effect of the
    machine's speed drifting during the level).
-3. Once, unloaded single requests give the server's HTTP overhead, which the ideal simulated
-   server does not have: per request (parsing, tokenization, the first chunk) and per streamed
-   token (a JSON chunk per token). Both are added to the simulation as measured constants
+3. Right before each level, four unloaded single requests give the server's HTTP overhead,
+   which the ideal simulated server does not have: per request (parsing, tokenization, the first
+   chunk) and per streamed token (a JSON chunk per token), beyond the engine steps the server
+   logged while serving them (so that the machine's speed at that moment is not taken for
+   overhead). Both are added to the simulation as measured constants
    (``ServerConfig.request_overhead_s``, the fit's per-sequence term), and printed.
 4. At each level (concurrency 1, 2, B, then a Poisson rate of half the saturated throughput):
    our client (``measure``, chat, streaming) and, if installed, guidellm, taking turns at going
@@ -412,15 +414,18 @@ def main() -> None:
                     rows = [{**r, "load": label} for r in rows]
                     measured += [r for r in rows[warmup:] if r.get("ok")]
                     fits["log"] = fit_step_timings(our_steps, model)
-                    overheads: list[float] = []
+                    # The server's HTTP overhead: what the calibration requests took beyond the
+                    # engine steps the server logged while serving them. Measured beyond the
+                    # profile instead, it would also hold how much slower or faster the
+                    # machine ran during the calibration than during the profile (printed).
+                    beyond_profile = calibrate_overheads(
+                        fits["before"], server, model, calibration_rows
+                    )
+                    per_request, per_token = calibrate_overheads(
+                        calibration_log_fit, server, model, calibration_rows
+                    )
+                    overheads = [1e3 * x for x in (*beyond_profile, per_request, per_token)]
                     for name, fit in fits.items():
-                        # The log's fit pays the overhead beyond the steps logged while the
-                        # calibration requests were served; the profiles', beyond themselves.
-                        reference = calibration_log_fit if name == "log" else fit
-                        per_request, per_token = calibrate_overheads(
-                            reference, server, model, calibration_rows
-                        )
-                        overheads += [per_request * 1e3, per_token * 1e3]
                         simulated[name] += simulate_level(
                             replace(fit, per_sequence_s=fit.per_sequence_s + per_token),
                             replace(server, request_overhead_s=per_request),
@@ -442,8 +447,8 @@ def main() -> None:
     )
     print(
         "server overhead from unloaded single requests right before each level, ms per "
-        "request / per streamed token, beyond: the profile before; before + after; the logged "
-        "steps:"
+        "request / per streamed token, beyond: the profile before (not used: it holds the "
+        "machine's drift too); the engine steps logged while serving them (used):"
     )
     for label, values in calibrations:
         pairs = [f"{values[i]:.2f} / {values[i + 1]:.2f}" for i in range(0, len(values), 2)]
