@@ -4,22 +4,28 @@ against guidellm on that server, in one run on this machine.
 1. Serve a small Llama-shaped model (random weights, one torch thread) with ``serve-model
    --max-batch B`` (continuous batching, chunked prefill), pinned to CPU 0 where the machine
    has more than one; the clients and the profiler's bookkeeping run on the other CPUs.
-2. Before each load level, profile the serving engine's own step function in this process, on
-   the server's CPU, while the server is idle (``local_runner.batching.profile_steps``: batch
-   1..B, prompt chunks and decode steps, no HTTP), and fit step times to it
-   (``cost_model.simulate.fit_step_timings``). Profiling right before each level keeps the
-   profile and the served run under the same load of a shared machine.
-3. Once, unloaded single requests give the server's HTTP overhead, which the ideal simulated
-   server does not have: per request (parsing, tokenization, the first chunk) and per streamed
-   token (a JSON chunk per token). Both are added to the simulation as measured constants
+2. Right before and right after each load level, the server profiles its own engine while idle
+   (``POST /v1/engine/profile``: ``local_runner.batching.profile_steps`` on the served model and
+   cache, in the server's process: batch 1..B, prompt chunks and decode steps, no HTTP), and step
+   times are fitted to it (``cost_model.simulate.fit_step_timings``): the profile before the
+   level alone (a prediction), and before and after pooled (which halves the effect of the
+   machine's speed drifting during the level).
+3. Right before each level, four unloaded single requests give the server's HTTP overhead,
+   which the ideal simulated server does not have: per request (parsing, tokenization, the first
+   chunk) and per streamed token (a JSON chunk per token), beyond the engine steps the server
+   logged while serving them (so that the machine's speed at that moment is not taken for
+   overhead). Both are added to the simulation as measured constants
    (``ServerConfig.request_overhead_s``, the fit's per-sequence term), and printed.
 4. At each level (concurrency 1, 2, B, then a Poisson rate of half the saturated throughput):
    our client (``measure``, chat, streaming) and, if installed, guidellm, taking turns at going
    first, the first requests of each left out as warm-up. Simulate the same level (the rate
    level replays our measured arrival times).
 5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
-   client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), and
-   the load average at start and end.
+   client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), each
+   beside the server's own times of the same requests (``serve-model --request-log``: received,
+   first and last token handed to the connection), with the time from a request's end to the
+   next request the server receives (closed loop: how fast a client re-submits), and the load
+   average at start and end.
 
 guidellm runs from its own virtual environment (see benchmarks/client_vs_guidellm.py for the
 install); give its executable with --guidellm or GUIDELLM; without it that table is skipped.
@@ -76,21 +82,21 @@ THREADS = "1"  # the profiler and the server see the same CPU with the same thre
 Level = tuple[str, int | None, float | None]  # (label, concurrency, rate)
 
 
-def profile_engine(
-    generator: Any, max_batch: int, token_budget: int, warmup: bool, quick: bool
-) -> list:
-    """The serving engine's steps at batch 1..max_batch (see the module docstring)."""
-    from local_runner.batching import profile_steps
+def profile_engine(base: str, max_batch: int, warmup: bool, quick: bool) -> list[dict]:
+    """The served engine's own steps at batch 1..max_batch, timed by the idle server in its own
+    process (``POST /v1/engine/profile``; see the module docstring)."""
+    import httpx
 
     batches = sorted({1, 2, max_batch} | {b for b in (4, 8) if b <= max_batch})
-    return profile_steps(
-        generator,
-        batch_sizes=[1, max_batch] if quick else batches,
-        prompt_tokens=[PROMPT] if quick else [16, PROMPT],
-        output_tokens=OUTPUT,
-        token_budget=token_budget,
-        warmup=warmup,
-    )
+    body = {
+        "batch_sizes": [1, max_batch] if quick else batches,
+        "prompt_tokens": [PROMPT] if quick else [16, PROMPT],
+        "output_tokens": OUTPUT,
+        "warmup": warmup,
+    }
+    response = httpx.post(f"{base}/v1/engine/profile", json=body, timeout=600)
+    response.raise_for_status()
+    return response.json()["steps"]
 
 
 def simulate_level(
@@ -176,14 +182,73 @@ def median_by_level(results: list[dict]) -> list[dict]:
     for level in merged.values():
         runs = level.pop("runs")
         for client in ("ours", "guidellm"):
-            level[client] = {k: median([r[client][k] for r in runs]) for k in runs[0][client]}
-        level["server_steps_ratio"] = median([r["server_steps_ratio"] for r in runs])
+            if client in runs[0]:
+                level[client] = {k: median([r[client][k] for r in runs]) for k in runs[0][client]}
+        if "server_steps_ratio" in runs[0]:
+            level["server_steps_ratio"] = median([r["server_steps_ratio"] for r in runs])
     return list(merged.values())
 
 
-def read_step_log(path: Path) -> list[dict]:
+def read_jsonl(path: Path) -> list[dict]:
+    """A server log's whole lines so far (a step log, a request log)."""
     lines = path.read_text().splitlines() if path.exists() else []
     return [json.loads(line) for line in lines if line.endswith("}")]
+
+
+def server_truth(records: list[dict], warmup: int, concurrency: int | None) -> dict:
+    """The server's own view of one client's requests at a level (``--request-log``), the
+    first ``warmup`` by arrival left out: p50 TTFT (received to first token handed to the
+    connection) and p50 ITL ((last - first token) / (tokens - 1)); and, in a closed loop of
+    ``concurrency`` clients, p50 of the time from a request's end to the next arrival (the k-th
+    arrival after the first ``concurrency`` answers the k-th end)."""
+    # Streamed requests only: `measure` first sends a few single-token probes, not streamed.
+    records = sorted(
+        (r for r in records if r.get("ok") and r.get("stream")), key=lambda r: r["received_at_s"]
+    )
+    kept = records[warmup:]
+    ttft = [r["first_token_at_s"] - r["received_at_s"] for r in kept if "first_token_at_s" in r]
+    itl = [
+        (r["last_token_at_s"] - r["first_token_at_s"]) / (r["num_output_tokens"] - 1)
+        for r in kept
+        if r["num_output_tokens"] > 1
+    ]
+    gaps: list[float] = []
+    if concurrency is not None:
+        arrivals = [r["received_at_s"] for r in records]
+        ends = sorted(r["finished_at_s"] for r in records)
+        gaps = [a - e for a, e in zip(arrivals[concurrency:], ends, strict=False)]
+        gaps = gaps[max(0, warmup - concurrency) :]
+    return {
+        "truth_ttft_s": statistics.median(ttft) if ttft else None,
+        "truth_itl_s": statistics.median(itl) if itl else None,
+        "gap_s": statistics.median(gaps) if gaps else None,
+    }
+
+
+def print_truth_table(results: list[dict]) -> None:
+    """Each client's p50 TTFT and ITL beside the server's own times of the same requests."""
+
+    def ms(value: float | None) -> str:
+        return "-" if value is None else f"{value * 1e3:.2f}"
+
+    def ratio(value: float | None, truth: float | None) -> str:
+        return "-" if not value or not truth else f"{value / truth:.3f}"
+
+    print(
+        "load | client | TTFT ms | server TTFT ms | client/server | ITL ms | server ITL ms | "
+        "client/server | server: end to next request ms"
+    )
+    for row in results:
+        for client in ("ours", "guidellm"):
+            figures = row.get(client)
+            if not figures:
+                continue
+            print(" | ".join((
+                row["load"], client, ms(figures["ttft_s"]), ms(figures["truth_ttft_s"]),
+                ratio(figures["ttft_s"], figures["truth_ttft_s"]), ms(figures["itl_s"]),
+                ms(figures["truth_itl_s"]), ratio(figures["itl_s"], figures["truth_itl_s"]),
+                ms(figures["gap_s"]),
+            )))  # fmt: skip
 
 
 def step_drift(fit: Any, steps: list[dict]) -> tuple[float, int]:
@@ -216,23 +281,18 @@ def main() -> None:
         args.requests, args.warmup = 4, 2
     started = time.perf_counter()
     print(f"load average at start: {load_average()}")
-    os.environ["OMP_NUM_THREADS"] = THREADS
-
-    import torch
 
     from cost_model.simulate import ServerConfig, fit_step_timings
     from idealized_runtime.processes import free_port, running_server
     from idealized_runtime.timing.summary import summarize
-    from local_runner.generate import Generator
-    from local_runner.hf_config import resolve_architecture
 
-    torch.set_num_threads(int(THREADS))
     guidellm = find_guidellm(args.guidellm)
     if guidellm is None:
         print("guidellm: not found (--guidellm PATH or GUIDELLM), its comparison is skipped")
     clients = client_cpus()
     server_cpus = SERVER_CPUS if clients else None
-    print(f"server and profile on CPUs {sorted(server_cpus or os.sched_getaffinity(0))}, "
+    print(f"server (and its engine profiles) on CPUs "
+          f"{sorted(server_cpus or os.sched_getaffinity(0))}, "
           f"clients on {sorted(clients or os.sched_getaffinity(0))}")  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="simulator-vs-served-") as tmp:
@@ -242,29 +302,28 @@ def main() -> None:
         config_path.write_text(json.dumps(CONFIG))
         tokenizer_dir = make_tokenizer(folder / "tokenizer")
         extra = chat_prompt_overhead(tokenizer_dir)
-        arch = resolve_architecture(str(config_path))
-        model = arch.name
-        # The server's own model: same weights seed, cache size and dtype.
-        generator = Generator(arch, max_batch_size=args.max_batch, seed=0)
+        model = "llama-25m"
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         step_log = folder / "served-steps.jsonl"
-        drift: list[tuple[str, float, int]] = []  # (level, served / profiled step time, steps)
+        request_log = folder / "served-requests.jsonl"
+        # (level, served / profiled step time: profile before, after, both; steps)
+        drift: list[tuple[str, float, float, float, int]] = []
         command = [
             sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", str(config_path),
             "--port", str(port), "--max-batch", str(args.max_batch),
             "--token-budget", str(args.token_budget),
             "--tokenizer", str(tokenizer_dir / "tokenizer.json"), "--step-log", str(step_log),
+            "--request-log", str(request_log),
         ]  # fmt: skip
         server = ServerConfig(max_batch=args.max_batch, token_budget=args.token_budget)
         levels: list[Level] = [
             (f"concurrency={c}", c, None) for c in sorted({1, 2, args.max_batch})
         ]
         measured: list[dict] = []
-        simulated: list[dict] = []
-        simulated_on_log: list[dict] = []
-        # (level, per request, per token beyond the profile, the same beyond the logged steps)
-        calibrations: list[tuple[str, float, float, float, float]] = []
+        simulated: dict[str, list[dict]] = {"before": [], "both": [], "log": []}
+        # (level, ms per request / per token beyond: the profile before, both, the logged steps)
+        calibrations: list[tuple[str, list[float]]] = []
         versus: list[dict] = []
         with contextlib.ExitStack() as stack:
             with pinned(server_cpus):
@@ -274,92 +333,105 @@ def main() -> None:
                         timeout_s=120, log_path=folder / "serve.log",
                     )
                 )  # fmt: skip
+            model = httpx_model(base)
 
-            def profiled_fit(warmup: bool) -> Any:
-                with pinned(server_cpus):
-                    steps = profile_engine(
-                        generator, args.max_batch, args.token_budget, warmup, args.quick
-                    )
-                return fit_step_timings(steps, model)
+            def profiled(warmup: bool = False) -> list[dict]:
+                return profile_engine(base, args.max_batch, warmup, args.quick)
 
-            def calibrate(
-                label: str, fit: Any, repetition: int
-            ) -> tuple[float, float, float, float]:
-                """Unloaded single requests right before a level: the server's overhead per
-                request and per streamed token beyond the profiled engine, and beyond the
-                server's own logged steps (which already hold what streaming took from them)."""
-                logged = len(read_step_log(step_log))
+            def calibrate(label: str, repetition: int) -> tuple[list[dict], Any]:
+                """Unloaded single requests right before a level: their rows, and the fit of
+                the server's logged steps while it served them (which already hold what
+                streaming took from the engine)."""
+                logged = len(read_jsonl(step_log))
                 with pinned(clients):
                     _, rows = ours_level(
                         base, model, tokenizer_dir, concurrency=1, requests=CALIBRATION,
                         warmup=1, prompt_tokens=PROMPT, output_tokens=OUTPUT, work=folder,
                         tag=f"calibration-{label.replace('=', '')}-{repetition}",
                     )  # fmt: skip
-                rows = rows[1:]
-                log_fit = fit_step_timings(read_step_log(step_log)[logged:], model)
-                overheads = (
-                    *calibrate_overheads(fit, server, model, rows),
-                    *calibrate_overheads(log_fit, server, model, rows),
-                )
-                calibrations.append((label, *overheads))
-                return overheads
+                return rows[1:], fit_step_timings(read_jsonl(step_log)[logged:], model)
 
-            profiled_fit(warmup=True)  # a first pass that warms the engine up
+            profiled(warmup=True)  # a first pass that warms the engine up
             for repetition in range(args.repeats):
                 number = 0
                 while number < len(levels):
                     level = levels[number]
                     label, concurrency, rate = level
                     print(f"{label} ...", file=sys.stderr, flush=True)
-                    fit = profiled_fit(warmup=False)
-                    per_request, per_token, per_request_log, per_token_log = calibrate(
-                        label, fit, repetition
-                    )
-                    served_fit = replace(fit, per_sequence_s=fit.per_sequence_s + per_token)
+                    before = profiled()
+                    calibration_rows, calibration_log_fit = calibrate(label, repetition)
                     warmup = max(args.warmup, concurrency or 1)
                     shape = {
                         "concurrency": concurrency, "rate": rate, "requests": args.requests,
                         "warmup": warmup, "output_tokens": OUTPUT, "work": folder,
                         "tag": f"{label.replace('=', '')}-{repetition}",
                     }  # fmt: skip
+                    results: dict[str, Any] = {}
+                    steps: dict[str, list[dict]] = {}
                     with pinned(clients):
-                        results: dict[str, Any] = {}
                         first = (number + repetition) % 2 == 0
                         order = ("ours", "guidellm") if first else ("guidellm", "ours")
                         for client in order:
+                            if client == "guidellm" and guidellm is None:
+                                continue
+                            logged = len(read_jsonl(step_log))
+                            received = len(read_jsonl(request_log))
                             if client == "ours":
-                                logged = len(read_step_log(step_log))
                                 results["ours"], rows = ours_level(
                                     base, model, tokenizer_dir, prompt_tokens=PROMPT, **shape
                                 )
-                                our_steps = read_step_log(step_log)[logged:]
-                            elif guidellm is not None:
-                                before = len(read_step_log(step_log))
+                            else:
                                 results["guidellm"] = guidellm_level(
                                     guidellm, base, tokenizer_dir, prompt_tokens=PROMPT - extra,
                                     **shape,
                                 )  # fmt: skip
-                                their_steps = read_step_log(step_log)[before:]
+                            steps[client] = read_jsonl(step_log)[logged:]
+                            results[client].update(
+                                server_truth(
+                                    read_jsonl(request_log)[received:], warmup, concurrency
+                                )
+                            )
+                    after = profiled()
+                    fits = {
+                        "before": fit_step_timings(before, model),
+                        "both": fit_step_timings(before + after, model),
+                    }
+                    our_steps = steps["ours"]
+                    row = {"load": label, **results}
                     if "guidellm" in results:
                         # How fast the server's engine ran during each client's run (its steps over
                         # the same fit): a latency ratio the server's speed explains is drift.
-                        speed = step_drift(fit, our_steps)[0] / step_drift(fit, their_steps)[0]
-                        versus.append({"load": label, **results, "server_steps_ratio": speed})
-                    drift.append((label, *step_drift(fit, our_steps)))
+                        row["server_steps_ratio"] = (
+                            step_drift(fits["both"], our_steps)[0]
+                            / step_drift(fits["both"], steps["guidellm"])[0]
+                        )
+                    versus.append(row)
+                    drift.append((
+                        label, step_drift(fits["before"], our_steps)[0],
+                        step_drift(fit_step_timings(after, model), our_steps)[0],
+                        *step_drift(fits["both"], our_steps),
+                    ))  # fmt: skip
                     rows = [{**r, "load": label} for r in rows]
                     measured += [r for r in rows[warmup:] if r.get("ok")]
-                    simulated += simulate_level(
-                        served_fit, replace(server, request_overhead_s=per_request), model, level,
-                        rows, args.requests, warmup,
-                    )  # fmt: skip
-                    log_fit = fit_step_timings(our_steps, model)
-                    log_fit = replace(
-                        log_fit, per_sequence_s=log_fit.per_sequence_s + per_token_log
+                    fits["log"] = fit_step_timings(our_steps, model)
+                    # The server's HTTP overhead: what the calibration requests took beyond the
+                    # engine steps the server logged while serving them. Measured beyond the
+                    # profile instead, it would also hold how much slower or faster the
+                    # machine ran during the calibration than during the profile (printed).
+                    beyond_profile = calibrate_overheads(
+                        fits["before"], server, model, calibration_rows
                     )
-                    simulated_on_log += simulate_level(
-                        log_fit, replace(server, request_overhead_s=per_request_log), model, level,
-                        rows, args.requests, warmup,
-                    )  # fmt: skip
+                    per_request, per_token = calibrate_overheads(
+                        calibration_log_fit, server, model, calibration_rows
+                    )
+                    overheads = [1e3 * x for x in (*beyond_profile, per_request, per_token)]
+                    for name, fit in fits.items():
+                        simulated[name] += simulate_level(
+                            replace(fit, per_sequence_s=fit.per_sequence_s + per_token),
+                            replace(server, request_overhead_s=per_request),
+                            model, level, rows, args.requests, warmup,
+                        )  # fmt: skip
+                    calibrations.append((label, overheads))
                     if number == len(levels) - 1 and rate is None:
                         # A Poisson rate at half of the saturated throughput.
                         saturated = {s.load: s for s in summarize(measured)}[label]
@@ -375,32 +447,57 @@ def main() -> None:
     )
     print(
         "server overhead from unloaded single requests right before each level, ms per "
-        "request / per streamed token, beyond the profiled engine; beyond the logged steps:"
+        "request / per streamed token, beyond: the profile before (not used: it holds the "
+        "machine's drift too); the engine steps logged while serving them (used):"
     )
-    for label, *values in calibrations:
-        ms = [f"{value * 1e3:.2f}" for value in values]
-        print(f"  {label}: {ms[0]} / {ms[1]}; {ms[2]} / {ms[3]}")
-    print_simulator_table(measured, simulated, levels)
+    for label, values in calibrations:
+        pairs = [f"{values[i]:.2f} / {values[i + 1]:.2f}" for i in range(0, len(values), 2)]
+        print(f"  {label}: {'; '.join(pairs)}")
     print(
-        "engine steps in the server (serve-model --step-log) / the profile's fit for the same "
-        "work: " + ", ".join(f"{label} {ratio:.2f} ({n} steps)" for label, ratio, n in drift)
+        "engine steps in the server (serve-model --step-log) / the fit of the server's own "
+        "engine profile for the same work, profile before the level, after it, both: "
+        + ", ".join(
+            f"{label} {b:.2f} {a:.2f} {both:.2f} ({n} steps)" for label, b, a, both, n in drift
+        )
     )
+    print("\nSimulated on the server's engine profile taken right before each level (a prediction)")
+    print_simulator_table(measured, simulated["before"], levels)
+    print(
+        "\nSimulated on the server's engine profiles right before and right after each level, "
+        "pooled (the machine's drift during the level halved)"
+    )
+    print_simulator_table(measured, simulated["both"], levels)
     print(
         "\nSimulated on the server's own engine steps of the level (serve-model --step-log fit "
         "+ the overhead beyond them) vs measured: the scheduler and the overheads alone"
     )
-    print_simulator_table(measured, simulated_on_log, levels)
-    if versus:
+    print_simulator_table(measured, simulated["log"], levels)
+    merged = median_by_level(versus)
+    if guidellm is not None:
         print(
             "\nOur client vs guidellm on the same server and levels (ITL as guidellm: per "
             "request (last - first token) / (tokens - 1); ratio = ours / guidellm; target: "
             "TTFT and ITL within 5%, CPU no higher)"
         )
-        print_table(median_by_level(versus))
+        print_table(merged)
     else:
         print("\nguidellm at the same levels: skipped (not found)")
+    print(
+        "\nEach client against the server's own times of the same requests (serve-model "
+        "--request-log: received, first and last token handed to the connection; medians over "
+        "the passes); the server's TTFT leaves out the network and HTTP parsing, so a client's "
+        "ratio is above 1 by what those take"
+    )
+    print_truth_table(merged)
     print(f"\nload average at end: {load_average()}")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
+
+
+def httpx_model(base: str) -> str:
+    """The served model's name (``GET /v1/models``)."""
+    import httpx
+
+    return httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
 
 
 if __name__ == "__main__":

@@ -288,8 +288,9 @@ def fit_step_timings(timings: Iterable[Any], model: str = "model") -> FittedStep
 
 
 def read_step_fit(path: str | Path) -> FittedStepTime:
-    """A step-time fit: the JSON ``FittedStepTime.to_dict`` writes, or a profile CSV or a
-    server's step log (JSONL, ``serve-model --step-log``), fitted on the spot."""
+    """A step-time fit: the JSON ``FittedStepTime.to_dict`` writes, or a profile CSV, a
+    server's step log (JSONL, ``serve-model --step-log``) or a served engine's profile (the
+    JSON of serve-model's ``POST /v1/engine/profile``), fitted on the spot."""
     path = Path(path)
     try:
         text = path.read_text()
@@ -307,6 +308,11 @@ def read_step_fit(path: str | Path) -> FittedStepTime:
         data = json.loads(text)
     except json.JSONDecodeError as error:
         raise InputError(f"{path}: not JSON ({error.msg}, line {error.lineno})") from None
+    if isinstance(data, dict) and data.get("object") == "engine.profile":
+        # A served engine's own profile (serve-model's POST /v1/engine/profile), fitted here.
+        if not isinstance(data.get("steps"), list):
+            raise InputError(f"{path}: an engine profile without a list of steps")
+        return fit_step_timings(data["steps"], str(data.get("model") or "model"))
     if not isinstance(data, dict) or data.get("kind") != STEP_FIT_KIND:
         raise InputError(
             f"{path}: not a step-time fit (give a profile CSV with a batch grid, or the JSON "

@@ -142,6 +142,13 @@ class BatchEngine:
             self._thread = threading.Thread(target=self._loop, name="batch-engine", daemon=True)
             self._thread.start()
 
+    @property
+    def idle(self) -> bool:
+        """No request waiting or running: the engine will not touch the model until the next
+        ``submit``."""
+        with self._lock:
+            return not self._waiting and not self._running
+
     def stop(self) -> None:
         with self._lock:
             self._stopping = True

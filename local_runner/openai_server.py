@@ -2,7 +2,9 @@
 
 Endpoints: ``POST /v1/completions`` and ``POST /v1/chat/completions`` (non-streaming, and
 streaming as server-sent events ending with ``data: [DONE]``; ``usage`` always filled, in the
-last chunk when streaming), ``GET /v1/models``, ``GET /health``.
+last chunk when streaming), ``GET /v1/models``, ``GET /health``; with continuous batching also
+``POST /v1/engine/profile`` (not an OpenAI endpoint): times the serving engine's own steps while
+the server is idle and returns them as JSON, which ``simulate --fit`` reads.
 
 Prompts are text, tokenized one token per UTF-8 byte (``ByteTokenizer``: a client can write a
 prompt of exactly n tokens as n ASCII letters) or by a ``tokenizer.json``; or token ids (the
@@ -15,6 +17,10 @@ runs in one worker thread so the event loop keeps streaming): concurrent request
 the contention a denoised fit has to see through. With a larger ``max_batch_size`` requests are
 served by continuous batching (``local_runner.batching``): they join the running batch between
 decode steps, prompts are prefilled in chunks within a per-step token budget.
+
+The server can log, one JSON line each, every engine step (``step_log``: its work and seconds)
+and every request (``request_log``: when it was received, when its first and last token were
+sent, on the server's wall clock): the server-side truth a timing client is compared with.
 """
 
 from __future__ import annotations
@@ -86,6 +92,19 @@ class CompletionRequest(BaseModel):
     n: StrictInt = 1
 
 
+class ProfileRequest(BaseModel):
+    """``POST /v1/engine/profile``: what to time (``local_runner.batching.profile_steps``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    batch_sizes: list[StrictInt] | None = Field(default=None, min_length=1, max_length=16)
+    prompt_tokens: list[StrictInt] = Field(default=[16, 64], min_length=1, max_length=16)
+    output_tokens: StrictInt = Field(default=16, ge=1, le=4096)
+    repeats: StrictInt = Field(default=1, ge=1, le=20)
+    warmup: bool = True
+    seed: StrictInt = 0
+
+
 class TextTokenizer:
     """Text to ids (and ids back to text pieces) for the served model."""
 
@@ -131,6 +150,7 @@ class ModelService:
         generator_factory: Callable[..., Any] | None = None,
         token_budget: int | None = None,
         step_log: str | None = None,
+        request_log: str | None = None,
     ) -> None:
         if generator_factory is None:
             from local_runner.generate import Generator as generator_factory
@@ -145,14 +165,20 @@ class ModelService:
         # One thread: the model is used by one request at a time anyway.
         self._executor = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="generate")
         self.engine = None
+        self.max_batch_size = max_batch_size
+        self.token_budget = token_budget
+        # Requests using the model now, and the profile running (requests wait for its end).
+        self._in_flight = 0
+        self._profiling: asyncio.Event | None = None
+        self.log_request = _json_line_logger(request_log) if request_log else None
         if max_batch_size > 1:
             from local_runner.batching import DEFAULT_TOKEN_BUDGET, BatchEngine
 
-            self.engine = BatchEngine(
-                self.generator, token_budget=token_budget or DEFAULT_TOKEN_BUDGET
-            )
+            self.token_budget = token_budget or DEFAULT_TOKEN_BUDGET
+            self.engine = BatchEngine(self.generator, token_budget=self.token_budget)
             if step_log is not None:
-                self.engine.on_step = _step_logger(step_log)
+                log_step = _json_line_logger(step_log)
+                self.engine.on_step = lambda step: log_step(step.to_dict())
 
     def prompt_ids(self, request: CompletionRequest) -> list[int]:
         prompt = request.prompt
@@ -193,7 +219,74 @@ class ModelService:
 
     async def tokens(self, prompt: list[int], length: int) -> AsyncIterator[int]:
         """Generated token ids as they are produced; waits its turn for the model (or for a
-        slot in the running batch)."""
+        slot in the running batch, or for the end of an engine profile)."""
+        while self._profiling is not None:
+            await self._profiling.wait()
+        self._in_flight += 1
+        try:
+            async for token in self._tokens(prompt, length):
+                yield token
+        finally:
+            self._in_flight -= 1
+
+    async def profile(self, settings: ProfileRequest) -> dict[str, Any]:
+        """Time the serving engine's own steps (``profile_steps`` on this server's model and
+        cache, no HTTP) while no request is in flight; requests that arrive meanwhile wait."""
+        if self.engine is None:
+            raise ApiError(
+                400,
+                "engine profiling needs continuous batching (serve-model --max-batch 2 or more)",
+            )
+        batches = settings.batch_sizes or sorted(
+            {1, 2, self.max_batch_size} | {b for b in (4, 8) if b <= self.max_batch_size}
+        )
+        if not all(1 <= b <= self.max_batch_size for b in batches):
+            raise ApiError(
+                400, f"batch_sizes: each must be 1 to {self.max_batch_size}", param="batch_sizes"
+            )
+        longest = max(settings.prompt_tokens) + settings.output_tokens - 1
+        if min(settings.prompt_tokens) < 1 or longest > self.max_seq_len:
+            raise ApiError(
+                400,
+                f"prompt_tokens: each must be at least 1, and with output_tokens within the "
+                f"context of {self.max_seq_len} tokens",
+                param="prompt_tokens",
+            )
+        if self._profiling is not None or self._in_flight or not self.engine.idle:
+            raise ApiError(
+                409, "the engine is busy (requests in flight or a profile running); profile it "
+                "when the server is idle", "conflict",
+            )  # fmt: skip
+        from local_runner.batching import profile_steps
+
+        def run() -> list[Any]:
+            return profile_steps(
+                self.generator, batch_sizes=batches, prompt_tokens=settings.prompt_tokens,
+                output_tokens=settings.output_tokens, token_budget=self.token_budget,
+                repeats=settings.repeats, warmup=settings.warmup, seed=settings.seed,
+            )  # fmt: skip
+
+        self._profiling = done = asyncio.Event()
+        started = time.time()
+        try:
+            steps = await asyncio.get_running_loop().run_in_executor(self._executor, run)
+        finally:
+            self._profiling = None
+            done.set()
+        return {
+            "object": "engine.profile",
+            "model": self.arch.name,
+            "max_batch": self.max_batch_size,
+            "token_budget": self.token_budget,
+            "batch_sizes": batches,
+            "prompt_tokens": settings.prompt_tokens,
+            "output_tokens": settings.output_tokens,
+            "started_at_s": round(started, 6),
+            "seconds": round(time.time() - started, 6),
+            "steps": [step.to_dict() for step in steps],
+        }
+
+    async def _tokens(self, prompt: list[int], length: int) -> AsyncIterator[int]:
         if self.engine is not None:
             async for token in self._batched_tokens(prompt, length):
                 yield token
@@ -256,12 +349,12 @@ class ModelService:
             sequence.cancel()  # a no-op once it is done; frees the slot if the client left
 
 
-def _step_logger(path: str) -> Callable[[Any], None]:
-    """Appends each engine step as a JSON line (written whole, flushed at once)."""
+def _json_line_logger(path: str) -> Callable[[dict[str, Any]], None]:
+    """Appends each record as a JSON line (written whole, flushed at once)."""
     handle = open(path, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 (the server's life)
 
-    def log(step: Any) -> None:
-        handle.write(json.dumps(step.to_dict(), separators=(",", ":")) + "\n")
+    def log(record: dict[str, Any]) -> None:
+        handle.write(json.dumps(record, separators=(",", ":")) + "\n")
 
     return log
 
@@ -334,6 +427,7 @@ def create_app(service: ModelService) -> FastAPI:
         }
 
     async def complete(request: Request, chat: bool) -> Any:
+        received = time.time()
         parsed = await parse(request)
         if chat and not parsed.messages:
             raise ApiError(400, "messages must not be empty", param="messages")
@@ -348,8 +442,33 @@ def create_app(service: ModelService) -> FastAPI:
             "system_fingerprint": service.fingerprint,
         }
         decode = service.tokenizer.decode_token
+        # The request's times on the server's clock (seconds since the epoch): received, first
+        # and last token handed to the connection (produced, when not streaming), finished.
+        times: dict[str, Any] = {"received_at_s": received}
+
+        def log_request(sent: int, ok: bool) -> None:
+            if service.log_request is not None:
+                service.log_request({
+                    "id": ident, "endpoint": "chat" if chat else "completions",
+                    "stream": parsed.stream, "num_prompt_tokens": len(prompt),
+                    "num_output_tokens": sent, "ok": ok,
+                    **{key: round(value, 6) for key, value in times.items()},
+                    "finished_at_s": round(time.time(), 6),
+                })  # fmt: skip
+
+        def token_sent(count: int) -> None:
+            now = time.time()
+            if count == 1:
+                times["first_token_at_s"] = now
+            times["last_token_at_s"] = now
+
         if not parsed.stream:
-            text = "".join([decode(t) async for t in service.tokens(prompt, length)])
+            pieces = []
+            async for token in service.tokens(prompt, length):
+                pieces.append(decode(token))
+                token_sent(len(pieces))
+            log_request(len(pieces), ok=True)
+            text = "".join(pieces)
             choice: dict[str, Any] = {"index": 0, "finish_reason": "length", "logprobs": None}
             if chat:
                 choice["message"] = {"role": "assistant", "content": text}
@@ -379,12 +498,22 @@ def create_app(service: ModelService) -> FastAPI:
             return f"data: {json.dumps(body, separators=(',', ':'))}\n\n"
 
         async def events() -> AsyncIterator[str]:
-            if chat:
-                yield chunk(None, role=True)  # as OpenAI: a role-only first chunk
-            async for token in service.tokens(prompt, length):
-                yield chunk(decode(token))
-            yield chunk("" if not chat else None, finish="length")
-            yield "data: [DONE]\n\n"
+            sent, ok = 0, False
+            try:
+                if chat:
+                    yield chunk(None, role=True)  # as OpenAI: a role-only first chunk
+                async for token in service.tokens(prompt, length):
+                    piece = chunk(decode(token))
+                    # The chunk goes to the connection now (after the yield, this generator
+                    # resumes only when the event loop next gets to it).
+                    sent += 1
+                    token_sent(sent)
+                    yield piece
+                yield chunk("" if not chat else None, finish="length")
+                yield "data: [DONE]\n\n"
+                ok = True
+            finally:
+                log_request(sent, ok)
 
         return StreamingResponse(events(), media_type="text/event-stream")
 
@@ -395,6 +524,17 @@ def create_app(service: ModelService) -> FastAPI:
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request) -> Any:
         return await complete(request, chat=True)
+
+    @app.post("/v1/engine/profile")
+    async def engine_profile(request: Request) -> dict[str, Any]:
+        body = await request.body()
+        try:
+            settings = ProfileRequest.model_validate_json(body or b"{}")
+        except ValidationError as error:
+            if error.errors()[0]["type"] == "json_invalid":
+                raise ApiError(400, "request body is not valid JSON") from None
+            raise _validation_error(error) from None
+        return await service.profile(settings)
 
     return app
 
@@ -411,6 +551,7 @@ def serve(
     seed: int = 0,
     token_budget: int | None = None,
     step_log: str | None = None,
+    request_log: str | None = None,
 ) -> None:
     """Build the model and serve it until interrupted."""
     import uvicorn
@@ -424,6 +565,7 @@ def serve(
         tokenizer=tokenizer,
         token_budget=token_budget,
         step_log=step_log,
+        request_log=request_log,
     )
     batching = f", continuous batching of up to {max_batch_size}" if max_batch_size > 1 else ""
     print(

@@ -182,6 +182,12 @@ def serve_model_command(
         "--step-log",
         help="append each batched step (its work and seconds) to this JSONL (for simulate --fit)",
     ),
+    request_log: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--request-log",
+        help="append each request's server-side times (received, first and last token sent) "
+        "to this JSONL",
+    ),
 ) -> None:
     """Serve the local runner (random weights) behind an OpenAI-compatible /v1/completions."""
     from idealized_runtime.core.architectures import load_architecture
@@ -199,6 +205,8 @@ def serve_model_command(
         fail("--step-log needs continuous batching (--max-batch 2 or more)")
     if step_log is not None and not step_log.parent.is_dir():
         fail(f"--step-log {step_log}: no such folder")
+    if request_log is not None and not request_log.parent.is_dir():
+        fail(f"--request-log {request_log}: no such folder")
     architecture = load_architecture(arch)
     _check_can_listen(host, port)  # before building the model, which can take minutes
     if device == "cuda":
@@ -217,6 +225,7 @@ def serve_model_command(
         seed=seed,
         token_budget=token_budget,
         step_log=str(step_log) if step_log is not None else None,
+        request_log=str(request_log) if request_log is not None else None,
     )
 
 

@@ -38,7 +38,7 @@ def simulate_command(
         None,
         "--fit",
         help="step times from a profile CSV with a batch grid, a serve-model --step-log JSONL, "
-        "or a step-time fit",
+        "a serve-model engine profile JSON (POST /v1/engine/profile), or a step-time fit",
     ),
     save_fit: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--save-fit", help="write the step-time fit of --fit CSV to this JSON"

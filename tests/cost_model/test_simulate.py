@@ -263,3 +263,23 @@ def test_a_step_log_that_is_not_json_lines_is_one_readable_error(tmp_path: Path)
     log.write_text('{"decode_contexts": [1], "chunks": [], "seconds": 0.1}\n{"decode_con\n')
     with pytest.raises(InputError, match="not JSON lines"):
         read_step_fit(log)
+
+
+def test_an_engine_profile_json_is_fitted_on_reading(tmp_path: Path) -> None:
+    """serve-model's POST /v1/engine/profile answer, saved, is a --fit input."""
+    truth = FittedStepTime("served", 2e-3, 1e-4, 1e-7, 5e-4)
+    shapes = [([], [(16, 0)]), ([], [(64, 0)] * 2), ([20], []), ([80] * 3, []), ([40], [(30, 0)])]
+    steps = [
+        {"decode_contexts": d, "chunks": c, "seconds": float(truth.seconds(StepWork.of(d, c))[0])}
+        for d, c in shapes
+    ]
+    profile = tmp_path / "engine-profile.json"
+    profile.write_text(json.dumps({"object": "engine.profile", "model": "served", "steps": steps}))
+    fit = read_step_fit(profile)
+    assert fit.model == "served"
+    assert fit.seconds(StepWork.of([50, 60], []))[0] == pytest.approx(
+        truth.seconds(StepWork.of([50, 60], []))[0], rel=1e-6
+    )
+    profile.write_text(json.dumps({"object": "engine.profile", "model": "served"}))
+    with pytest.raises(InputError, match="without a list of steps"):
+        read_step_fit(profile)
