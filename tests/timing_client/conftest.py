@@ -33,6 +33,25 @@ def fake_server(tmp_path: Path, *options: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
 
 
+@contextlib.contextmanager
+def batched_serve_model(folder: Path, *options: str) -> Iterator[str]:
+    """`serve-model` of tiny-llama with continuous batching (4 sequences, 16 tokens a step)
+    and ``options``; yields its base URL."""
+    port = free_port()
+    command = cli_command(
+        "serve-model", "--arch", "tiny-llama", "--port", str(port),
+        "--max-batch", "4", "--token-budget", "16", *options,
+    )  # fmt: skip
+    with running_server(
+        command,
+        f"http://127.0.0.1:{port}/health",
+        env=ENV,
+        timeout_s=90,
+        log_path=folder / "serve-model.log",
+    ):
+        yield f"http://127.0.0.1:{port}/v1"
+
+
 @pytest.fixture
 def start_fake(tmp_path: Path) -> Iterator[Callable[..., str]]:
     with contextlib.ExitStack() as stack:

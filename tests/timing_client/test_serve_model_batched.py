@@ -13,8 +13,8 @@ import httpx
 import pytest
 
 from cost_model.simulate import read_step_fit
-from tests.servers import cli_command, free_port, running_server
-from tests.timing_client.conftest import ENV
+from tests.servers import cli_command
+from tests.timing_client.conftest import ENV, batched_serve_model
 
 CLIENTS = 8
 
@@ -26,16 +26,9 @@ def step_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, step_log: Path) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve-model.log"
-    command = cli_command(
-        "serve-model", "--arch", "tiny-llama", "--port", str(port),
-        "--max-batch", "4", "--token-budget", "16", "--step-log", str(step_log),
-    )  # fmt: skip
-    with running_server(
-        command, f"http://127.0.0.1:{port}/health", env=ENV, timeout_s=90, log_path=log
-    ):
-        yield f"http://127.0.0.1:{port}/v1"
+    folder = tmp_path_factory.mktemp("serve")
+    with batched_serve_model(folder, "--step-log", str(step_log)) as base_url:
+        yield base_url
 
 
 def _prompt(i: int) -> list[int]:

@@ -16,8 +16,8 @@ import pytest
 from cost_model.simulate import fit_step_timings, read_step_fit
 from idealized_runtime.core.architectures import load_architecture
 from local_runner.openai_server import ApiError, ModelService, ProfileRequest
-from tests.servers import cli_command, free_port, running_server
-from tests.timing_client.conftest import ENV, run_cli
+from tests.servers import cli_command
+from tests.timing_client.conftest import batched_serve_model, run_cli
 
 SMALL_PROFILE = {"batch_sizes": [1, 2, 4], "prompt_tokens": [4, 12], "output_tokens": 4}
 
@@ -29,16 +29,9 @@ def request_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory, request_log: Path) -> Iterator[str]:
-    port = free_port()
-    log = tmp_path_factory.mktemp("serve") / "serve-model.log"
-    command = cli_command(
-        "serve-model", "--arch", "tiny-llama", "--port", str(port),
-        "--max-batch", "4", "--token-budget", "16", "--request-log", str(request_log),
-    )  # fmt: skip
-    with running_server(
-        command, f"http://127.0.0.1:{port}/health", env=ENV, timeout_s=90, log_path=log
-    ):
-        yield f"http://127.0.0.1:{port}/v1"
+    folder = tmp_path_factory.mktemp("serve")
+    with batched_serve_model(folder, "--request-log", str(request_log)) as base_url:
+        yield base_url
 
 
 def test_the_engine_profile_times_the_served_engine_for_simulate_fit(
