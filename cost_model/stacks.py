@@ -523,6 +523,29 @@ def error_summary(errors: Sequence[float] | np.ndarray, kinds: Sequence[str]) ->
     return summary
 
 
+@lru_cache(maxsize=16)
+def pooled_fit(targets: tuple[Target, ...]) -> Efficiency:
+    """``fit_stack`` of other stacks' figures, fitted once however many held-out groups lean
+    on it."""
+    return fit_stack(targets)
+
+
+def _held_out_priors(
+    train: Sequence[Target], fallback: Sequence[Target]
+) -> tuple[Efficiency | None, Efficiency | None]:
+    """(prior, tp_prior) of a held-out calibration on ``train``: the pooled calibration of
+    ``fallback`` (the other stacks' figures) as the whole prior when ``train`` is too thin to
+    pin the parameters (fewer than ``MIN_OWN_ROWS``), or for the all-reduce parameters alone
+    when ``train`` is all on one GPU (the group held the stack's only multi-GPU figures)."""
+    if not fallback:
+        return None, None
+    if len(train) < MIN_OWN_ROWS:
+        return pooled_fit(tuple(fallback)), None
+    if all(t.tp == 1 for t in train):
+        return None, pooled_fit(tuple(fallback))
+    return None, None
+
+
 def held_out_errors(
     targets: Sequence[Target],
     key: Callable[[Target], str],
@@ -536,17 +559,10 @@ def held_out_errors(
     calibration of ``fallback`` (the other stacks' rows) instead of the typical values, or by
     that calibration itself when nothing is left; with no fallback, NaN."""
     errors = np.full(len(targets), np.nan)
-    pooled: Efficiency | None = None
     for group in sorted({key(t) for t in targets}):
         held = [i for i, t in enumerate(targets) if key(t) == group]
         train = [t for t in targets if key(t) != group]
-        prior = tp_prior = None
-        if len(train) < MIN_OWN_ROWS and fallback:
-            pooled = pooled or fit_stack(fallback)
-            prior = pooled
-        elif fallback and train and all(t.tp == 1 for t in train):
-            pooled = pooled or fit_stack(fallback)
-            tp_prior = pooled  # the group held the stack's only multi-GPU figures
+        prior, tp_prior = _held_out_priors(train, fallback)
         if not train and prior is None:
             continue
         efficiency = fit_stack(train, prior=prior, tp_prior=tp_prior) if train else prior
@@ -571,9 +587,7 @@ def quantized_held_out_errors(
         held = [i for i in quantized if key is None or key(targets[i]) == group]
         train = [t for t in targets if key is None or key(t) != group]
         dense = [t for t in train if not t.quantized]
-        prior = fit_stack(fallback) if len(dense) < MIN_OWN_ROWS and fallback else None
-        single_gpu = fallback and prior is None and all(t.tp == 1 for t in dense)
-        tp_prior = fit_stack(fallback) if single_gpu else None
+        prior, tp_prior = _held_out_priors(dense, fallback)
         if not dense and prior is None:
             continue
         base = fit_stack(dense, prior=prior, tp_prior=tp_prior) if dense else prior
@@ -704,7 +718,7 @@ def calibrate_stack(
 ) -> StackCalibration:
     """Fit a stack on ``targets`` and record its in-sample (and held-out) errors."""
     single_gpu = all(t.tp == 1 for t in targets)
-    tp_prior = fit_stack(fallback) if single_gpu and fallback else None
+    tp_prior = pooled_fit(tuple(fallback)) if single_gpu and fallback else None
     efficiency = fit_stack(targets, tp_prior=tp_prior)
     kinds = [t.kind for t in targets]
     in_sample = relative_errors(targets, efficiency)
