@@ -36,7 +36,14 @@ from pathlib import Path
 from typing import Any
 
 from client_vs_guidellm import SERVER_CPUS, client_cpus, pinned
-from simulator_vs_served import CONFIG, OUTPUT, PROMPT, THREADS
+from simulator_vs_served import (
+    CONFIG,
+    OUTPUT,
+    PROMPT,
+    THREADS,
+    post_engine_profile,
+    served_model_name,
+)
 
 MAX_BATCH, TOKEN_BUDGET = 4, 256
 PROFILE = {"batch_sizes": [1, 2, 4], "prompt_tokens": [16, 64], "output_tokens": OUTPUT}
@@ -142,8 +149,6 @@ def main() -> None:
         worker(args.worker)
         return
 
-    import httpx
-
     from cost_model.simulate import fit_step_timings
     from idealized_runtime.processes import free_port, running_server
 
@@ -178,14 +183,11 @@ def main() -> None:
             )  # fmt: skip
         stack.callback(process_b.wait, 30)
         stack.callback(process_b.stdin.close)  # type: ignore[union-attr]
-        model = httpx.get(f"{base}/v1/models", timeout=30).json()["data"][0]["id"]
+        model = served_model_name(base)
         generator = build_generator(config_path)
 
         def profile_server(warmup: bool = False) -> list[dict]:
-            body = {**PROFILE, "warmup": warmup}
-            response = httpx.post(f"{base}/v1/engine/profile", json=body, timeout=600)
-            response.raise_for_status()
-            return response.json()["steps"]
+            return post_engine_profile(base, {**PROFILE, "warmup": warmup})
 
         def profile_b() -> list[dict]:
             process_b.stdin.write("profile\n")  # type: ignore[union-attr]

@@ -82,21 +82,27 @@ THREADS = "1"  # the profiler and the server see the same CPU with the same thre
 Level = tuple[str, int | None, float | None]  # (label, concurrency, rate)
 
 
-def profile_engine(base: str, max_batch: int, warmup: bool, quick: bool) -> list[dict]:
-    """The served engine's own steps at batch 1..max_batch, timed by the idle server in its own
-    process (``POST /v1/engine/profile``; see the module docstring)."""
+def post_engine_profile(base: str, settings: dict[str, Any]) -> list[dict]:
+    """The served engine's own steps, timed by the idle server in its own process
+    (``POST /v1/engine/profile`` with ``settings``)."""
     import httpx
 
-    batches = sorted({1, 2, max_batch} | {b for b in (4, 8) if b <= max_batch})
-    body = {
-        "batch_sizes": [1, max_batch] if quick else batches,
+    response = httpx.post(f"{base}/v1/engine/profile", json=settings, timeout=600)
+    response.raise_for_status()
+    return response.json()["steps"]
+
+
+def profile_engine(base: str, max_batch: int, warmup: bool, quick: bool) -> list[dict]:
+    """The served engine's steps at batch 1..max_batch (see the module docstring); the server's
+    default batch sizes (1, 2, 4, 8 up to max_batch, and max_batch) unless ``quick``."""
+    settings: dict[str, Any] = {
         "prompt_tokens": [PROMPT] if quick else [16, PROMPT],
         "output_tokens": OUTPUT,
         "warmup": warmup,
     }
-    response = httpx.post(f"{base}/v1/engine/profile", json=body, timeout=600)
-    response.raise_for_status()
-    return response.json()["steps"]
+    if quick:
+        settings["batch_sizes"] = [1, max_batch]
+    return post_engine_profile(base, settings)
 
 
 def simulate_level(
@@ -302,7 +308,6 @@ def main() -> None:
         config_path.write_text(json.dumps(CONFIG))
         tokenizer_dir = make_tokenizer(folder / "tokenizer")
         extra = chat_prompt_overhead(tokenizer_dir)
-        model = "llama-25m"
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         step_log = folder / "served-steps.jsonl"
@@ -333,7 +338,7 @@ def main() -> None:
                         timeout_s=120, log_path=folder / "serve.log",
                     )
                 )  # fmt: skip
-            model = httpx_model(base)
+            model = served_model_name(base)
 
             def profiled(warmup: bool = False) -> list[dict]:
                 return profile_engine(base, args.max_batch, warmup, args.quick)
@@ -493,7 +498,7 @@ def main() -> None:
     print(f"wall time: {time.perf_counter() - started:.0f} s")
 
 
-def httpx_model(base: str) -> str:
+def served_model_name(base: str) -> str:
     """The served model's name (``GET /v1/models``)."""
     import httpx
 
