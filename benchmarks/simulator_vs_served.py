@@ -363,6 +363,7 @@ def main() -> None:
         request_log = folder / "served-requests.jsonl"
         # (level, served / profiled step time: profile before, after, both; steps)
         drift: list[tuple[str, float, float, float, int]] = []
+        within: list[tuple[str, list[float]]] = []  # (level, served / fit by quarter)
         command = [
             sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", str(config_path),
             "--port", str(port), "--max-batch", str(args.max_batch),
@@ -468,6 +469,13 @@ def main() -> None:
                     rows = [{**r, "load": label} for r in rows]
                     measured += [r for r in rows[warmup:] if r.get("ok")]
                     fits["log"] = fit_step_timings(our_steps, model)
+                    # The machine's speed during the level: its steps over the fit of all of
+                    # them, by quarter of the level (the one fit cannot follow this).
+                    quarter = -(-len(our_steps) // 4)
+                    within.append((label, [
+                        step_drift(fits["log"], our_steps[i : i + quarter])[0]
+                        for i in range(0, len(our_steps), quarter)
+                    ]))  # fmt: skip
                     # The server's HTTP overhead: what the calibration requests took beyond the
                     # engine steps the server logged while serving them. Measured beyond the
                     # profile instead, it would also hold how much slower or faster the
@@ -518,6 +526,11 @@ def main() -> None:
         + ", ".join(
             f"{label} {b:.2f} {a:.2f} {both:.2f} ({n} steps)" for label, b, a, both, n in drift
         )
+    )
+    print(
+        "the engine's speed within each level: its logged steps / the fit of all of the "
+        "level's steps, by quarter of the level (what one step-time fit averages over): "
+        + ", ".join(f"{label} {' '.join(f'{x:.2f}' for x in q)}" for label, q in within)
     )
     print("\nSimulated on the server's engine profile taken right before each level (a prediction)")
     print_simulator_table(measured, simulated["before"], levels)
