@@ -17,9 +17,12 @@ against guidellm on that server, in one run on this machine.
    overhead). Both are added to the simulation as measured constants
    (``ServerConfig.request_overhead_s``, the fit's per-sequence term), and printed.
 4. At each level (concurrency 1, 2, B, then a Poisson rate of half the saturated throughput):
-   our client (``measure``, chat, streaming) and, if installed, guidellm, taking turns at going
-   first, the first requests of each left out as warm-up. Simulate the same level (the rate
-   level replays our measured arrival times).
+   our client (``measure``, chat, streaming) and, if installed, guidellm (reading our client's
+   very prompts, so that the server counts the same prompt tokens for both: printed), taking
+   turns at going first, the first requests of each left out as warm-up. Simulate the same
+   level: the rate level replays our measured arrival times, a closed loop our client's
+   measured re-submit gaps (the server's request log: each request's end to the next request
+   received) as the simulated clients' think times.
 5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
    client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), each
    beside the server's own times of the same requests (``serve-model --request-log``: received,
