@@ -4,14 +4,15 @@ One local server (the runner's tiny-llama with random weights, one torch thread,
 with the clients on the other CPUs; a BPE tokenizer trained here and saved with
 save_pretrained, so both clients count the same tokens) is measured at each concurrency level by
 `idealized-runtime measure` (chat endpoint, streaming) and by `guidellm run --profile
-kind=concurrent` (one worker process), which take turns at going first, with the same prompt
-length as the server counts it (guidellm is asked for the chat template's few tokens less) and
-the same output length. Each sends warm-up + N requests; the first (by start time) are left out
-of both. Like with like: TTFT from the request going out to the first chunk with text, and ITL as
-guidellm defines it, per request (last - first token) / (output tokens - 1), from each client's
-own per-request records. Printed per level: p50 TTFT and p50 ITL of both with their ratio
-(target: within 5%), and each client's CPU seconds per request (user + system of the client
-process and its children, start-up included; target: ours no higher).
+kind=concurrent` (one worker process), which take turns at going first, with the same prompts
+(guidellm reads, as a JSON-lines dataset, the very texts our client writes, each of which the
+server counts as the same number of tokens) and the same output length. Each sends warm-up + N
+requests; the first (by start time) are left out of both. Like with like: TTFT from the request
+going out to the first chunk with text, and ITL as guidellm defines it, per request (last -
+first token) / (output tokens - 1), from each client's own per-request records. Printed per
+level: p50 TTFT and p50 ITL of both with their ratio (target: within 5%), and each client's CPU
+seconds per request (user + system of the client process and its children, start-up included;
+target: ours no higher).
 
 guidellm lives in its own virtual environment (it brings its own dependencies); pin torch to the
 CPU build already installed so that pip does not fetch another one:
@@ -134,17 +135,21 @@ def guidellm_level(
     rate: float | None = None, requests: int, warmup: int, prompt_tokens: int,
     output_tokens: int, work: Path, tag: str,
 ) -> dict[str, float | None]:  # fmt: skip
-    """guidellm at one level: ``warmup + requests`` requests; the statistics are guidellm's own
-    per-request metrics (TTFT, ITL = (last - first token) / (tokens - 1)) of the last
-    ``requests`` of them by start time, their medians."""
+    """guidellm at one level: ``warmup + requests`` requests, our client's prompts of
+    ``prompt_tokens`` as the server counts them (``write_prompts``); the statistics are
+    guidellm's own per-request metrics (TTFT, ITL = (last - first token) / (tokens - 1)) of
+    the last ``requests`` of them by start time, their medians."""
     out = work / f"guidellm-{tag}.json"
+    data = write_prompts(
+        tokenizer_dir, prompt_tokens, output_tokens, requests + warmup,
+        work / f"guidellm-prompts-{tag}.jsonl",
+    )  # fmt: skip
     command = [
         guidellm, "run",
         "--backend", f"kind=openai_http,target={base_url}",
         "--profile", _profile_args(concurrency, rate),
         "--constraint", f"kind=max_requests,count={requests + warmup}",
-        "--data", f"kind=synthetic_text,prompt_tokens={prompt_tokens},"
-        f"output_tokens={output_tokens}",
+        "--data", f"kind=json_file,path={data}",
         "--tokenizer", f"kind=huggingface_auto,model={tokenizer_dir}",
         "--output", f"kind=json,path={out}",
         "--disable-console-interactive",
@@ -211,14 +216,44 @@ def find_guidellm(path: str | None = None) -> str | None:
     return found if found and Path(found).exists() else None
 
 
-def chat_prompt_overhead(tokenizer_dir: Path) -> int:
-    """Tokens serve-model adds to a chat prompt (it reads "user: TEXT\\n"), so that guidellm,
-    which counts only TEXT, can be asked for the same prompt length as our client."""
+def served_chat_tokens(tokenizer_dir: Path, text: str) -> int:
+    """Prompt tokens serve-model counts for a one-message chat request of ``text`` (it reads
+    the messages as "user: TEXT\\n")."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
-    text = "bed gan kor mus"
-    return len(tokenizer.encode(f"user: {text}\n").ids) - len(tokenizer.encode(text).ids)
+    return len(tokenizer.encode(f"user: {text}\n").ids)
+
+
+def write_prompts(
+    tokenizer_dir: Path, prompt_tokens: int, output_tokens: int, count: int, path: Path
+) -> Path:
+    """The prompts our client sends (``measure --tokenizer``: the same words, the same
+    variants, and the offset its probe learns from the server's chat framing) as a guidellm
+    JSON-lines dataset of ``count`` rows ({"prompt", "output_tokens_count"}), each checked to
+    be ``prompt_tokens`` tokens as the server counts it: both clients send the same prefill."""
+    from idealized_runtime.timing.prompts import (
+        OFFSET_PROBE_TOKENS,
+        PromptBuilder,
+        PromptRecipe,
+        exact_text,
+        load_tokenizer,
+        one_token_pieces,
+    )
+
+    tokenizer = load_tokenizer(str(tokenizer_dir / "tokenizer.json"))
+    probe = exact_text(tokenizer, one_token_pieces(tokenizer), OFFSET_PROBE_TOKENS, variant=-1)
+    offset = served_chat_tokens(tokenizer_dir, probe) - OFFSET_PROBE_TOKENS
+    builder = PromptBuilder(PromptRecipe("tokenizer", offset), tokenizer)
+    rows = []
+    for variant in range(count):
+        text = builder.text(prompt_tokens, variant)
+        served = served_chat_tokens(tokenizer_dir, text)
+        if served != prompt_tokens:
+            raise RuntimeError(f"prompt {variant}: the server would count {served} tokens")
+        rows.append({"prompt": text, "output_tokens_count": output_tokens})
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
 
 
 def compare(
@@ -233,7 +268,6 @@ def compare(
     if not guidellm:
         raise SystemExit("guidellm not found: set GUIDELLM to its executable (see the docstring)")
     work = work or Path(tempfile.mkdtemp(prefix="client-vs-guidellm-"))
-    extra = chat_prompt_overhead(tokenizer_dir)
     results = []
     for number, level in enumerate(levels):
         shape = {
@@ -243,7 +277,7 @@ def compare(
 
         theirs = functools.partial(
             guidellm_level, guidellm, base_url, tokenizer_dir,
-            prompt_tokens=prompt_tokens - extra, **shape,
+            prompt_tokens=prompt_tokens, **shape,
         )  # fmt: skip
         ours = functools.partial(
             ours_level, base_url, model, tokenizer_dir, prompt_tokens=prompt_tokens, **shape

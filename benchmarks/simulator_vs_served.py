@@ -17,9 +17,12 @@ against guidellm on that server, in one run on this machine.
    overhead). Both are added to the simulation as measured constants
    (``ServerConfig.request_overhead_s``, the fit's per-sequence term), and printed.
 4. At each level (concurrency 1, 2, B, then a Poisson rate of half the saturated throughput):
-   our client (``measure``, chat, streaming) and, if installed, guidellm, taking turns at going
-   first, the first requests of each left out as warm-up. Simulate the same level (the rate
-   level replays our measured arrival times).
+   our client (``measure``, chat, streaming) and, if installed, guidellm (reading our client's
+   very prompts, so that the server counts the same prompt tokens for both: printed), taking
+   turns at going first, the first requests of each left out as warm-up. Simulate the same
+   level: the rate level replays our measured arrival times, a closed loop our client's
+   measured re-submit gaps (the server's request log: each request's end to the next request
+   received) as the simulated clients' think times.
 5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
    client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), each
    beside the server's own times of the same requests (``serve-model --request-log``: received,
@@ -50,7 +53,6 @@ from typing import Any
 
 from client_vs_guidellm import (
     SERVER_CPUS,
-    chat_prompt_overhead,
     client_cpus,
     find_guidellm,
     guidellm_level,
@@ -107,10 +109,11 @@ def profile_engine(base: str, max_batch: int, warmup: bool, quick: bool) -> list
 
 def simulate_level(
     fit: Any, config: Any, model: str, level: Level, rows: list[dict], requests: int,
-    warmup: int,
+    warmup: int, think_time_s: float | list[float] = 0.0,
 ) -> list[dict]:  # fmt: skip
     """The level on the simulated server, warm-up included and then left out as measured; a
-    rate level replays the measured arrival times (the same Poisson draw, not another one).
+    rate level replays the measured arrival times (the same Poisson draw, not another one), a
+    closed loop the client's measured re-submit gaps (``think_time_s``).
     ``rows``: the measured rows, warm-up included, by start time."""
     from cost_model.simulate import RequestShape, simulate
 
@@ -122,7 +125,10 @@ def simulate_level(
         simulated = simulate(shapes, fit, config, model=model, load=label)
     else:
         shapes = [RequestShape(prompt, OUTPUT)] * (requests + warmup)
-        simulated = simulate(shapes, fit, config, concurrency=concurrency, model=model, load=label)
+        simulated = simulate(
+            shapes, fit, config, concurrency=concurrency, model=model, load=label,
+            think_time_s=think_time_s or 0.0,
+        )  # fmt: skip
     # One run per level and pass, as measure's run_id: a level's throughput is over its runs.
     kept = sorted(simulated, key=lambda r: r["started_at_s"])[warmup:]
     run = rows[0].get("run_id", "") if rows else ""
@@ -189,7 +195,16 @@ def median_by_level(results: list[dict]) -> list[dict]:
         runs = level.pop("runs")
         for client in ("ours", "guidellm"):
             if client in runs[0]:
-                level[client] = {k: median([r[client][k] for r in runs]) for k in runs[0][client]}
+                figures = runs[0][client]
+                level[client] = {
+                    k: median([r[client][k] for r in runs])
+                    for k, v in figures.items()
+                    if v is None or isinstance(v, (int, float))
+                }
+                # The prompt lengths the server counted for this client, over all passes.
+                level[client]["server_prompt_tokens"] = sorted(
+                    {n for r in runs for n in r[client].get("server_prompt_tokens", [])}
+                )
         if "server_steps_ratio" in runs[0]:
             level["server_steps_ratio"] = median([r["server_steps_ratio"] for r in runs])
     return list(merged.values())
@@ -204,9 +219,11 @@ def read_jsonl(path: Path) -> list[dict]:
 def server_truth(records: list[dict], warmup: int, concurrency: int | None) -> dict:
     """The server's own view of one client's requests at a level (``--request-log``), the
     first ``warmup`` by arrival left out: p50 TTFT (received to first token handed to the
-    connection) and p50 ITL ((last - first token) / (tokens - 1)); and, in a closed loop of
-    ``concurrency`` clients, p50 of the time from a request's end to the next arrival (the k-th
-    arrival after the first ``concurrency`` answers the k-th end)."""
+    connection), p50 ITL ((last - first token) / (tokens - 1)) and the prompt tokens it
+    counted; and, in a closed loop of ``concurrency`` clients, the time from a request's end to
+    the next arrival (the k-th arrival after the first ``concurrency`` answers the k-th end):
+    its p50, and all of them in order, warm-up included (``resubmit_gaps_s``, the client's
+    think time that the simulation of the level replays)."""
     # Streamed requests only: `measure` first sends a few single-token probes, not streamed.
     records = sorted(
         (r for r in records if r.get("ok") and r.get("stream")), key=lambda r: r["received_at_s"]
@@ -218,16 +235,18 @@ def server_truth(records: list[dict], warmup: int, concurrency: int | None) -> d
         for r in kept
         if r["num_output_tokens"] > 1
     ]
-    gaps: list[float] = []
+    every_gap: list[float] = []
     if concurrency is not None:
         arrivals = [r["received_at_s"] for r in records]
         ends = sorted(r["finished_at_s"] for r in records)
-        gaps = [a - e for a, e in zip(arrivals[concurrency:], ends, strict=False)]
-        gaps = gaps[max(0, warmup - concurrency) :]
+        every_gap = [max(0.0, a - e) for a, e in zip(arrivals[concurrency:], ends, strict=False)]
+    gaps = every_gap[max(0, warmup - (concurrency or 0)) :]
     return {
         "truth_ttft_s": statistics.median(ttft) if ttft else None,
         "truth_itl_s": statistics.median(itl) if itl else None,
         "gap_s": statistics.median(gaps) if gaps else None,
+        "server_prompt_tokens": sorted({r["num_prompt_tokens"] for r in kept}),
+        "resubmit_gaps_s": every_gap,
     }
 
 
@@ -242,7 +261,7 @@ def print_truth_table(results: list[dict]) -> None:
 
     print(
         "load | client | TTFT ms | server TTFT ms | client/server | ITL ms | server ITL ms | "
-        "client/server | server: end to next request ms"
+        "client/server | server: end to next request ms | server: prompt tokens"
     )
     for row in results:
         for client in ("ours", "guidellm"):
@@ -254,7 +273,33 @@ def print_truth_table(results: list[dict]) -> None:
                 ratio(figures["ttft_s"], figures["truth_ttft_s"]), ms(figures["itl_s"]),
                 ms(figures["truth_itl_s"]), ratio(figures["itl_s"], figures["truth_itl_s"]),
                 ms(figures["gap_s"]),
+                "/".join(map(str, figures.get("server_prompt_tokens") or [])) or "-",
             )))  # fmt: skip
+    counted = {
+        client: {n for row in results for n in (row.get(client) or {}).get(
+            "server_prompt_tokens", [])}
+        for client in ("ours", "guidellm")
+    }  # fmt: skip
+    if counted["guidellm"]:
+        same = counted["ours"] == counted["guidellm"] and len(counted["ours"]) == 1
+        print(
+            f"prompt tokens as the server counted them, ours {sorted(counted['ours'])}, guidellm "
+            f"{sorted(counted['guidellm'])}: {'the same prefill' if same else 'DIFFERENT'}"
+        )
+
+
+def keep_level(
+    folder: Path, name: str, rows: list[dict], steps: list[dict], simulated: list[dict],
+    served: list[dict], results: dict,
+) -> None:  # fmt: skip
+    """A level's measured rows, the server's steps and request log of them and their
+    simulation (on the fit of those steps), for a look request by request (``--keep``)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    kinds = (("measured", rows), ("steps", steps), ("served", served), ("simulated", simulated))
+    for kind, records in kinds:
+        with (folder / f"{name}-{kind}.jsonl").open("w") as handle:
+            handle.writelines(json.dumps(r, default=str) + "\n" for r in records)
+    (folder / f"{name}-clients.json").write_text(json.dumps(results, default=str))
 
 
 def step_drift(fit: Any, steps: list[dict]) -> tuple[float, int]:
@@ -282,6 +327,14 @@ def main() -> None:
     parser.add_argument("--guidellm", default=None, help="guidellm executable (or $GUIDELLM)")
     parser.add_argument("--repeats", type=int, default=1, help="passes over the levels")
     parser.add_argument("--quick", action="store_true", help="a smoke run: few requests")
+    parser.add_argument(
+        "--no-think-time", dest="think_time", action="store_false",
+        help="simulate closed loops without the client's measured re-submit gaps",
+    )  # fmt: skip
+    parser.add_argument(
+        "--keep", type=Path, default=None,
+        help="folder to keep each level's measured rows, served steps and simulated rows in",
+    )  # fmt: skip
     args = parser.parse_args()
     if args.quick:
         args.requests, args.warmup = 4, 2
@@ -307,13 +360,13 @@ def main() -> None:
         config_path = folder / "llama-25m" / "config.json"
         config_path.write_text(json.dumps(CONFIG))
         tokenizer_dir = make_tokenizer(folder / "tokenizer")
-        extra = chat_prompt_overhead(tokenizer_dir)
         port = free_port()
         base = f"http://127.0.0.1:{port}"
         step_log = folder / "served-steps.jsonl"
         request_log = folder / "served-requests.jsonl"
         # (level, served / profiled step time: profile before, after, both; steps)
         drift: list[tuple[str, float, float, float, int]] = []
+        within: list[tuple[str, list[float]]] = []  # (level, served / fit by quarter)
         command = [
             sys.executable, "-m", "idealized_runtime", "serve-model", "--arch", str(config_path),
             "--port", str(port), "--max-batch", str(args.max_batch),
@@ -373,6 +426,7 @@ def main() -> None:
                     }  # fmt: skip
                     results: dict[str, Any] = {}
                     steps: dict[str, list[dict]] = {}
+                    served: dict[str, list[dict]] = {}
                     with pinned(clients):
                         first = (number + repetition) % 2 == 0
                         order = ("ours", "guidellm") if first else ("guidellm", "ours")
@@ -387,14 +441,13 @@ def main() -> None:
                                 )
                             else:
                                 results["guidellm"] = guidellm_level(
-                                    guidellm, base, tokenizer_dir, prompt_tokens=PROMPT - extra,
+                                    guidellm, base, tokenizer_dir, prompt_tokens=PROMPT,
                                     **shape,
                                 )  # fmt: skip
                             steps[client] = read_jsonl(step_log)[logged:]
+                            served[client] = read_jsonl(request_log)[received:]
                             results[client].update(
-                                server_truth(
-                                    read_jsonl(request_log)[received:], warmup, concurrency
-                                )
+                                server_truth(served[client], warmup, concurrency)
                             )
                     after = profiled()
                     fits = {
@@ -419,6 +472,13 @@ def main() -> None:
                     rows = [{**r, "load": label} for r in rows]
                     measured += [r for r in rows[warmup:] if r.get("ok")]
                     fits["log"] = fit_step_timings(our_steps, model)
+                    # The machine's speed during the level: its steps over the fit of all of
+                    # them, by quarter of the level (the one fit cannot follow this).
+                    quarter = -(-len(our_steps) // 4)
+                    within.append((label, [
+                        step_drift(fits["log"], our_steps[i : i + quarter])[0]
+                        for i in range(0, len(our_steps), quarter)
+                    ]))  # fmt: skip
                     # The server's HTTP overhead: what the calibration requests took beyond the
                     # engine steps the server logged while serving them. Measured beyond the
                     # profile instead, it would also hold how much slower or faster the
@@ -430,12 +490,17 @@ def main() -> None:
                         calibration_log_fit, server, model, calibration_rows
                     )
                     overheads = [1e3 * x for x in (*beyond_profile, per_request, per_token)]
+                    gaps = results["ours"]["resubmit_gaps_s"] if args.think_time else 0.0
                     for name, fit in fits.items():
                         simulated[name] += simulate_level(
                             replace(fit, per_sequence_s=fit.per_sequence_s + per_token),
                             replace(server, request_overhead_s=per_request),
-                            model, level, rows, args.requests, warmup,
+                            model, level, rows, args.requests, warmup, gaps,
                         )  # fmt: skip
+                    if args.keep:
+                        keep_level(args.keep, f"{label}-{repetition}", rows, our_steps,
+                                   simulated["log"][-args.requests:], served["ours"],
+                                   results)  # fmt: skip
                     calibrations.append((label, overheads))
                     if number == len(levels) - 1 and rate is None:
                         # A Poisson rate at half of the saturated throughput.
@@ -464,6 +529,11 @@ def main() -> None:
         + ", ".join(
             f"{label} {b:.2f} {a:.2f} {both:.2f} ({n} steps)" for label, b, a, both, n in drift
         )
+    )
+    print(
+        "the engine's speed within each level: its logged steps / the fit of all of the "
+        "level's steps, by quarter of the level (what one step-time fit averages over): "
+        + ", ".join(f"{label} {' '.join(f'{x:.2f}' for x in q)}" for label, q in within)
     )
     print("\nSimulated on the server's engine profile taken right before each level (a prediction)")
     print_simulator_table(measured, simulated["before"], levels)

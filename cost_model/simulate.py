@@ -14,7 +14,8 @@ or ``FittedStepTime`` (a linear model of step time in the step's tokens and atte
 fitted to profiled batched runs, ``fit_step_time``).
 
 Load: open-loop arrival times (Poisson at a rate, or a trace's timestamps), or closed-loop
-clients (``concurrency``: each client sends its next request when the previous one ends).
+clients (``concurrency``: each client sends its next request ``think_time_s`` after the previous
+one ends; a real client's re-submit time, one value or the measured sequence replayed).
 
 Rows have the shape of ``measure``'s raw rows (model, load, num_prompt_tokens, num_output_tokens,
 ok, runtime_s, ttft_s, inter_token_latencies_s, started_at_s, finished_at_s, ...), so the same
@@ -46,9 +47,9 @@ from cost_model.roofline import (
 )
 from cost_model.serving import DEFAULT_RESERVE_FRACTION, GB, memory_per_gpu
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
 from idealized_runtime.core.types import Architecture, Dtype, Hardware, Precision
 
-DEFAULT_TOKEN_BUDGET = 256
 STEP_FIT_KIND = "step_time_fit"
 
 
@@ -474,14 +475,21 @@ def simulate(
     model: str = "model",
     load: str = "simulated",
     stop_after_s: float | None = None,
+    think_time_s: float | Sequence[float] = 0.0,
 ) -> list[dict[str, Any]]:
     """Serve ``shapes`` (with arrival times, or closed loop with ``concurrency`` clients) and
     return one row per request served, in request order (see the module docstring). Closed
-    loop: clients send no new request after ``stop_after_s``."""
+    loop: clients send no new request after ``stop_after_s``; a client sends its next request
+    ``think_time_s`` after its previous one ended (the client's own time to read the answer
+    and send again): one value for every request, or one per re-submission in order (the k-th
+    request sent after an end waits the k-th, cycled), e.g. a real client's measured gaps."""
     if concurrency is not None and concurrency < 1:
         raise InputError(f"--concurrency must be >= 1, got {concurrency}")
     if concurrency is None and any(s.arrival_s is None for s in shapes):
         raise InputError("open-loop requests need arrival times")
+    thinks = think_times(think_time_s)
+    if concurrency is None and any(thinks):
+        raise InputError("--think-time applies to closed-loop clients (--concurrency) only")
     capacity = config.kv_capacity_tokens
     rows: list[dict[str, Any] | None] = [None] * len(shapes)
     # Heap of (when the scheduler sees it, request index, arrival time).
@@ -509,7 +517,8 @@ def simulate(
         rows[request.index] = _row(request, model, load, ok, error, now)
         more = stop_after_s is None or now < stop_after_s
         if concurrency is not None and next_closed < len(shapes) and more:
-            heapq.heappush(arrivals, (now + delay, next_closed, now))
+            sent = now + thinks[(next_closed - concurrency) % len(thinks)]
+            heapq.heappush(arrivals, (sent + delay, next_closed, sent))
             next_closed += 1
 
     while arrivals or waiting or running:
@@ -534,15 +543,10 @@ def simulate(
 
         decoding = [r for r in running if r.decoding]
         contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
-        budget = config.token_budget - len(decoding)
-        chunks: list[tuple[_Request, int]] = []
-        for request in running:
-            if budget <= 0:
-                break
-            if not request.decoding:
-                n = min(budget, request.shape.num_prompt_tokens - request.prefilled)
-                chunks.append((request, n))
-                budget -= n
+        prefilling = [r for r in running if not r.decoding]
+        left = [r.shape.num_prompt_tokens - r.prefilled for r in prefilling]
+        sizes = prompt_chunks(len(decoding), left, config.token_budget)  # the engine's rule
+        chunks = list(zip(prefilling, sizes, strict=False))
         if chunks:
             work = StepWork.of(contexts, [(n, r.prefilled) for r, n in chunks])
             now += float(step_time.seconds(work)[0])
@@ -572,6 +576,18 @@ def simulate(
             reserved -= request.need
             finish(request, True)
     return [row for row in rows if row is not None]
+
+
+def think_times(think_time_s: float | Sequence[float]) -> list[float]:
+    """The closed loop's think times as a non-empty list; InputError unless each is a finite
+    number of seconds >= 0."""
+    values = [think_time_s] if isinstance(think_time_s, (int, float)) else list(think_time_s)
+    if not values:
+        raise InputError("--think-time needs at least one value")
+    for value in values:
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0):
+            raise InputError(f"--think-time must be >= 0 seconds, got {value}")
+    return [float(value) for value in values]
 
 
 def _row(

@@ -25,11 +25,10 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
 from local_runner.generate import Generator
 from local_runner.model import Attention, Block, Transformer, apply_rotary
 from local_runner.parallel import all_gather_last_dim, all_reduce, vocab_parallel_embedding
-
-DEFAULT_TOKEN_BUDGET = 256
 
 
 @dataclass
@@ -186,22 +185,19 @@ class BatchEngine:
                 self._running.append(sequence)
             running = list(self._running)
         # Decode tokens first (each running request gets its next token every step), then
-        # prompt chunks within what is left of the budget.
+        # prompt chunks within what is left of the budget (the rule the simulator models).
         segments = [
             Segment(s, [s.generated[-1]], len(s.prompt) + len(s.generated) - 1)
             for s in running
             if s.decoding
         ]
-        budget = self.token_budget - len(segments)
-        for sequence in running:
-            if budget <= 0:
-                break
-            if sequence.decoding:
-                continue
+        prefilling = [s for s in running if not s.decoding]
+        left = [len(s.prompt) - s.prefilled for s in prefilling]
+        for sequence, size in zip(
+            prefilling, prompt_chunks(len(segments), left, self.token_budget), strict=False
+        ):
             start = sequence.prefilled
-            chunk = sequence.prompt[start : start + budget]
-            segments.append(Segment(sequence, chunk, start))
-            budget -= len(chunk)
+            segments.append(Segment(sequence, sequence.prompt[start : start + size], start))
         return segments
 
     def _finish(self, sequence: Sequence) -> None:

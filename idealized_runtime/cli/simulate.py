@@ -48,6 +48,11 @@ def simulate_command(
     ),
     rate: list[str] = typer.Option([], "--rate", help="Poisson arrivals per second (list)"),
     concurrency: list[str] = typer.Option([], "--concurrency", help="closed-loop clients (list)"),
+    think_time: float = typer.Option(
+        0.0,
+        "--think-time",
+        help="closed loop: seconds from a request's end to its client's next request",
+    ),
     prompt_tokens: Optional[int] = typer.Option(None, "--prompt-tokens", min=1),  # noqa: UP045
     output_tokens: Optional[int] = typer.Option(None, "--output-tokens", min=1),  # noqa: UP045
     grid: Optional[str] = typer.Option(  # noqa: UP045
@@ -119,6 +124,7 @@ def simulate_command(
                 model=model,
                 load=label,
                 stop_after_s=stop_after,
+                think_time_s=think_time,
             )
             for row in level_rows:
                 row["run_id"] = f"simulated-seed{seed}"

@@ -5,6 +5,7 @@ deterministic for a seed)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -143,6 +144,118 @@ def test_every_request_once_and_throughput_capped(
 @given(shapes=shape_lists, seed=st.integers(0, 1000), rate=st.floats(0.5, 500))
 def test_deterministic_for_a_seed(shapes: list[tuple[int, int]], seed: int, rate: float) -> None:
     assert _sweep(rate, shapes, seed) == _sweep(rate, shapes, seed)
+
+
+def test_closed_loop_think_time_by_hand() -> None:
+    # Two clients, one-second steps, each request 1 prompt + 2 output tokens. The first two
+    # end at 2 s; their clients think 0.5 s and 1.0 s (the measured gaps, in order): the third
+    # request comes at 2.5 s and is prefilled at once (2.5 -> 3.5 s), the fourth comes at 3 s,
+    # during that step, and waits for its end: first token at 4.5 s, second at 5.5 s. The
+    # gaps cycle: the fifth request comes 0.5 s after the third's end (4.5 s), during the
+    # fourth's last step, so it too waits half a step; the sixth comes 1.0 s after the
+    # fourth's end (5.5 s), at 6.5 s, as a step begins, and joins it.
+    rows = simulate(
+        [RequestShape(1, 2)] * 6, ONE_SECOND_STEPS, concurrency=2, think_time_s=[0.5, 1.0]
+    )
+    assert [r["started_at_s"] for r in rows] == [0.0, 0.0, 2.5, 3.0, 5.0, 6.5]
+    assert [r["ttft_s"] for r in rows] == [1.0, 1.0, 1.0, 1.5, 1.5, 1.0]
+    assert [r["runtime_s"] for r in rows] == [2.0, 2.0, 2.0, 2.5, 2.5, 2.0]
+    # One value: every client waits that long; 0 is the client that sends at once.
+    same = simulate([RequestShape(1, 2)] * 4, ONE_SECOND_STEPS, concurrency=2, think_time_s=0.5)
+    assert [r["started_at_s"] for r in same] == [0.0, 0.0, 2.5, 2.5]
+    assert simulate([RequestShape(1, 2)] * 4, ONE_SECOND_STEPS, concurrency=2) == simulate(
+        [RequestShape(1, 2)] * 4, ONE_SECOND_STEPS, concurrency=2, think_time_s=0.0
+    )
+
+
+def test_think_time_comes_before_the_request_overhead() -> None:
+    config = ServerConfig(request_overhead_s=0.25)
+    (first, second) = simulate(
+        [RequestShape(1, 2)] * 2, ONE_SECOND_STEPS, config, concurrency=1, think_time_s=0.5
+    )
+    # The client sends at the end + 0.5 s; the server sees it 0.25 s later: TTFT 1.25 s.
+    assert second["started_at_s"] == first["finished_at_s"] + 0.5
+    assert second["ttft_s"] == first["ttft_s"] == 1.25
+
+
+@pytest.mark.parametrize(
+    ("think", "message"),
+    [
+        (-0.1, "--think-time must be >= 0 seconds, got -0.1"),
+        (float("nan"), "--think-time must be >= 0 seconds"),
+        (float("inf"), "--think-time must be >= 0 seconds"),
+        ([0.1, -1.0], "got -1.0"),
+        ([], "at least one value"),
+    ],
+)
+def test_bad_think_time_is_an_input_error(think: float | list[float], message: str) -> None:
+    with pytest.raises(InputError, match=re.escape(message)):
+        simulate([RequestShape(1, 2)] * 2, ONE_SECOND_STEPS, concurrency=1, think_time_s=think)
+
+
+def test_think_time_is_for_closed_loops_only() -> None:
+    with pytest.raises(InputError, match="closed-loop"):
+        simulate([RequestShape(1, 2, 0.0)], ONE_SECOND_STEPS, think_time_s=1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    shapes=shape_lists,
+    concurrency=st.integers(1, 6),
+    thinks=st.lists(st.floats(0, 2), min_size=1, max_size=5),
+)
+def test_closed_loop_with_think_time_properties(
+    shapes: list[tuple[int, int]], concurrency: int, thinks: list[float]
+) -> None:
+    requests = [RequestShape(p, o) for p, o in shapes]
+    config = ServerConfig(max_batch=8, token_budget=128)
+    rows = simulate(requests, ROOFLINE, config, concurrency=concurrency, think_time_s=thinks)
+    # Every request once, with its exact tokens.
+    assert sorted(r["request_index"] for r in rows) == list(range(len(shapes)))
+    for row, (p, o) in zip(rows, shapes, strict=True):
+        assert row["ok"] and row["num_prompt_tokens"] == p and row["num_output_tokens"] == o
+        assert 0 < row["ttft_s"] <= row["runtime_s"]
+    # The k-th request sent after an end leaves the k-th think time after the k-th end.
+    ends = sorted(r["finished_at_s"] for r in rows)
+    for k, row in enumerate(rows[concurrency:]):
+        assert row["started_at_s"] == pytest.approx(ends[k] + thinks[k % len(thinks)])
+    # Throughput stays capped by the hardware model's batch throughput.
+    span = max(r["finished_at_s"] for r in rows) - min(r["started_at_s"] for r in rows)
+    cap = decode_throughput(
+        ARCH, HARDWARE, context_tokens=min(p for p, _ in shapes), batch_sizes=[8], tp=1
+    )[0].tokens_per_s
+    assert sum(o for _, o in shapes) / span <= cap * (1 + 1e-9)
+    # One client: the server idles while it thinks, so each request's latency is the one it
+    # has without think time, and the run is longer by exactly the think times.
+    if concurrency == 1:
+        alone = simulate(requests, ROOFLINE, config, concurrency=1)
+        for row, base in zip(rows, alone, strict=True):
+            assert row["runtime_s"] == pytest.approx(base["runtime_s"])
+            assert row["ttft_s"] == pytest.approx(base["ttft_s"])
+        waited = sum(thinks[k % len(thinks)] for k in range(len(shapes) - 1))
+        assert rows[-1]["finished_at_s"] == pytest.approx(alone[-1]["finished_at_s"] + waited)
+
+
+@settings(max_examples=20, deadline=None)
+@given(
+    shape=st.tuples(st.integers(1, 600), st.integers(1, 40)),
+    count=st.integers(2, 16),
+    think=st.floats(0, 1),
+    clients=st.lists(st.integers(1, 8), min_size=2, max_size=2),
+)
+def test_latency_non_decreasing_in_concurrency_with_think_time(
+    shape: tuple[int, int], count: int, think: float, clients: list[int]
+) -> None:
+    few, many = sorted(clients)
+    requests = [RequestShape(*shape)] * count
+    config = ServerConfig(max_batch=8, token_budget=128)
+    light, heavy = (
+        simulate(requests, ROOFLINE, config, concurrency=c, think_time_s=think) for c in (few, many)
+    )
+    longest_step = ROOFLINE.seconds(StepWork.of([640] * 8, [(128, 640)]))[0]
+    for key in ("runtime_s", "ttft_s"):
+        heavy_mean, light_mean = (np.mean([r[key] for r in rows]) for rows in (heavy, light))
+        assert heavy_mean >= light_mean - longest_step
 
 
 def test_fit_step_time_recovers_known_coefficients(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -79,6 +80,9 @@ def test_workload_and_profiled_fit(tmp_path: Path) -> None:
         (["--rate", "2", "--arch", "no-such-model"], "no-such-model"),
         (["--workload", "missing.csv"], "cannot read workload"),
         (["--concurrency", "2.5"], "--concurrency takes comma-separated positive integers"),
+        (["--concurrency", "2", "--think-time", "-0.5"], "--think-time must be >= 0 seconds"),
+        (["--concurrency", "2", "--think-time", "nan"], "--think-time must be >= 0 seconds"),
+        (["--rate", "2", "--think-time", "1"], "--think-time applies to closed-loop clients"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -91,6 +95,19 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     assert result.returncode == 2
     assert result.stderr.count("\n") == 1 and message in result.stderr, result.stderr
     assert not out.exists()
+
+
+def test_think_time_spaces_a_closed_loop_clients_requests(tmp_path: Path) -> None:
+    out = tmp_path / "sim.jsonl"
+    result = _run(
+        "simulate", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "--concurrency", "1",
+        "--think-time", "0.25", "--prompt-tokens", "64", "--output-tokens", "4",
+        "--requests", "3", "-o", str(out),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = _rows(out)
+    for before, after in itertools.pairwise(rows):
+        assert after["started_at_s"] == pytest.approx(before["finished_at_s"] + 0.25)
 
 
 def test_bad_trace_row_is_one_line(tmp_path: Path) -> None:

@@ -107,6 +107,45 @@ def test_every_request_gets_exactly_its_tokens(
     assert sorted(done) == list(range(len(shapes)))
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    shapes=st.lists(st.tuples(st.integers(1, 12), st.integers(1, 6)), min_size=1, max_size=6),
+    max_batch=st.integers(1, 4),
+    budget=st.integers(1, 16),
+    staggered=st.booleans(),
+)
+def test_the_simulator_schedules_every_step_as_the_engine(
+    shapes: list[tuple[int, int]], max_batch: int, budget: int, staggered: bool
+) -> None:
+    # The serving simulator with one-second steps gives each token the number of the step
+    # that produced it; the engine's steps must produce the same tokens in the same steps,
+    # with requests all submitted at once or one joining before each step.
+    from cost_model.simulate import FittedStepTime, RequestShape, ServerConfig, simulate
+
+    arch = get_architecture("tiny-llama")
+    engine = BatchEngine(
+        Generator(arch, max_batch_size=max_batch, max_seq_len=32, seed=1), token_budget=budget
+    )
+    prompts = _prompts(arch.vocab_size, [p for p, _ in shapes])
+    steps_of: list[list[int]] = [[] for _ in shapes]
+    for i, (prompt, (_, length)) in enumerate(zip(prompts, shapes, strict=True)):
+        engine.submit(prompt, length, lambda _, i=i: steps_of[i].append(engine.steps))
+        if staggered:
+            engine.step()
+    while engine.step():
+        pass
+    unit = FittedStepTime("unit", intercept_s=1.0, per_token_s=0.0, per_attended_s=0.0)
+    requests = [
+        RequestShape(p, o, float(i) if staggered else 0.0) for i, (p, o) in enumerate(shapes)
+    ]
+    rows = simulate(requests, unit, ServerConfig(max_batch=max_batch, token_budget=budget))
+    for row, steps in zip(rows, steps_of, strict=True):
+        first = row["started_at_s"] + row["ttft_s"]
+        simulated = [first, *(first + sum(row["inter_token_latencies_s"][:k]) for k in
+                              range(1, len(row["inter_token_latencies_s"]) + 1))]  # fmt: skip
+        assert [round(t) for t in simulated] == steps
+
+
 def test_cancelled_request_frees_its_slot() -> None:
     arch = get_architecture("tiny-llama")
     engine = BatchEngine(Generator(arch, max_batch_size=1, max_seq_len=32, seed=1))
