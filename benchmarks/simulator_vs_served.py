@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import statistics
@@ -179,6 +180,31 @@ def print_simulator_table(measured: list[dict], simulated: list[dict], levels: l
                 f"{ratio:>7.2f}"
             )
     print(f"largest deviation: {worst:.0%} (target: within 20% below saturation)")
+
+
+def print_repeatability(by_pass: dict[str, list[list[dict]]], levels: list[Level]) -> None:
+    from idealized_runtime.timing.summary import summarize
+
+    header = f"{'load':<18}{'metric':<16}{'pass / pass: min':>18}{'max':>7}"
+    print(header)
+    print("-" * len(header))
+    widest = 0.0
+    for label, *_ in levels:
+        passes = [summarize(rows)[0] for rows in by_pass.get(label, []) if rows]
+        metrics = {
+            "TTFT p50 ms": [p.ttft_s.p50 for p in passes],
+            "TTFT p90 ms": [p.ttft_s.p90 for p in passes],
+            "TPOT p50 ms": [p.tpot_s.p50 for p in passes],
+            "TPOT p90 ms": [p.tpot_s.p90 for p in passes],
+            "output tok/s": [p.output_tokens_per_s for p in passes],
+        }
+        for name, values in metrics.items():
+            ratios = [a / b for a, b in itertools.permutations(values, 2) if a and b]
+            if not ratios:
+                continue
+            widest = max(widest, max(abs(r - 1.0) for r in ratios))
+            print(f"{label:<18}{name:<16}{min(ratios):>18.2f}{max(ratios):>7.2f}")
+    print(f"largest pass-to-pass deviation: {widest:.0%}")
 
 
 def median_by_level(results: list[dict]) -> list[dict]:
@@ -379,6 +405,7 @@ def main() -> None:
             (f"concurrency={c}", c, None) for c in sorted({1, 2, args.max_batch})
         ]
         measured: list[dict] = []
+        by_pass: dict[str, list[list[dict]]] = {}  # level -> each pass's measured rows
         simulated: dict[str, list[dict]] = {"before": [], "both": [], "log": []}
         # (level, ms per request / per token beyond: the profile before, both, the logged steps)
         calibrations: list[tuple[str, list[float]]] = []
@@ -471,6 +498,7 @@ def main() -> None:
                     ))  # fmt: skip
                     rows = [{**r, "load": label} for r in rows]
                     measured += [r for r in rows[warmup:] if r.get("ok")]
+                    by_pass.setdefault(label, []).append([r for r in rows[warmup:] if r.get("ok")])
                     fits["log"] = fit_step_timings(our_steps, model)
                     # The machine's speed during the level: its steps over the fit of all of
                     # them, by quarter of the level (the one fit cannot follow this).
@@ -547,6 +575,13 @@ def main() -> None:
         "+ the overhead beyond them) vs measured: the scheduler and the overheads alone"
     )
     print_simulator_table(measured, simulated["log"], levels)
+    if args.repeats > 1:
+        print(
+            "\nThe machine's repeatability: each pass of a level measured against another pass of "
+            "the same level (measured / measured, every ordered pair of passes), the same "
+            "figures; a prediction made before a level cannot be closer than this"
+        )
+        print_repeatability(by_pass, levels)
     merged = median_by_level(versus)
     if guidellm is not None:
         print(
