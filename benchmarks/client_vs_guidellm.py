@@ -216,12 +216,9 @@ def find_guidellm(path: str | None = None) -> str | None:
     return found if found and Path(found).exists() else None
 
 
-def served_chat_tokens(tokenizer_dir: Path, text: str) -> int:
+def served_chat_tokens(tokenizer: Any, text: str) -> int:
     """Prompt tokens serve-model counts for a one-message chat request of ``text`` (it reads
-    the messages as "user: TEXT\\n")."""
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
+    the messages as "user: TEXT\\n"), with its ``tokenizers.Tokenizer``."""
     return len(tokenizer.encode(f"user: {text}\n").ids)
 
 
@@ -232,6 +229,8 @@ def write_prompts(
     variants, and the offset its probe learns from the server's chat framing) as a guidellm
     JSON-lines dataset of ``count`` rows ({"prompt", "output_tokens_count"}), each checked to
     be ``prompt_tokens`` tokens as the server counts it: both clients send the same prefill."""
+    from tokenizers import Tokenizer
+
     from idealized_runtime.timing.prompts import (
         OFFSET_PROBE_TOKENS,
         PromptBuilder,
@@ -242,13 +241,14 @@ def write_prompts(
     )
 
     tokenizer = load_tokenizer(str(tokenizer_dir / "tokenizer.json"))
+    served_tokenizer = Tokenizer.from_file(str(tokenizer_dir / "tokenizer.json"))
     probe = exact_text(tokenizer, one_token_pieces(tokenizer), OFFSET_PROBE_TOKENS, variant=-1)
-    offset = served_chat_tokens(tokenizer_dir, probe) - OFFSET_PROBE_TOKENS
+    offset = served_chat_tokens(served_tokenizer, probe) - OFFSET_PROBE_TOKENS
     builder = PromptBuilder(PromptRecipe("tokenizer", offset), tokenizer)
     rows = []
     for variant in range(count):
         text = builder.text(prompt_tokens, variant)
-        served = served_chat_tokens(tokenizer_dir, text)
+        served = served_chat_tokens(served_tokenizer, text)
         if served != prompt_tokens:
             raise RuntimeError(f"prompt {variant}: the server would count {served} tokens")
         rows.append({"prompt": text, "output_tokens_count": output_tokens})

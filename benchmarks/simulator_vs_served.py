@@ -497,8 +497,9 @@ def main() -> None:
                         *step_drift(fits["both"], our_steps),
                     ))  # fmt: skip
                     rows = [{**r, "load": label} for r in rows]
-                    measured += [r for r in rows[warmup:] if r.get("ok")]
-                    by_pass.setdefault(label, []).append([r for r in rows[warmup:] if r.get("ok")])
+                    kept = [r for r in rows[warmup:] if r.get("ok")]
+                    measured += kept
+                    by_pass.setdefault(label, []).append(kept)
                     fits["log"] = fit_step_timings(our_steps, model)
                     # The machine's speed during the level: its steps over the fit of all of
                     # them, by quarter of the level (the one fit cannot follow this).
