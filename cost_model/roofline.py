@@ -50,6 +50,7 @@ Counting conventions (deliberately explicit, tested against hand arithmetic):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from functools import lru_cache
 
@@ -104,6 +105,10 @@ class Efficiency:
     # decode) overlap them only partly.
     compute_memory_serialization: float = 0.0
     gemm_half_tokens: float = 0.0
+    # Engines of the FasterTransformer line (TurboMind up to v0.1.0a1) prefill a prompt without
+    # its last token and feed that token to the first decode step, so the first output token
+    # costs a pass over p - 1 tokens plus one decode step, not one pass over p tokens.
+    last_prompt_token_in_decode: bool = False
 
     def __post_init__(self) -> None:
         for name in ("compute", "bandwidth", "interconnect"):
@@ -126,16 +131,20 @@ class Efficiency:
                 f"{self.compute_memory_serialization}"
             )
 
-    def to_dict(self) -> dict[str, float]:
+    def to_dict(self) -> dict[str, float | bool]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, values: dict[str, float]) -> Efficiency:
+    def from_dict(cls, values: Mapping[str, float | bool]) -> Efficiency:
         known = {f.name for f in fields(cls)}
         unknown = set(values) - known
         if unknown:
             raise InputError(f"unknown efficiency factors: {', '.join(sorted(unknown))}")
-        return cls(**{k: float(v) for k, v in values.items()})
+        flags = {f.name for f in fields(cls) if f.type in (bool, "bool")}
+        for name in flags & set(values):
+            if not isinstance(values[name], bool):
+                raise InputError(f"efficiency {name} must be true or false")
+        return cls(**{k: v if k in flags else float(v) for k, v in values.items()})
 
 
 IDEAL = Efficiency()
@@ -657,6 +666,58 @@ def _soft_max(a: Array, b: Array, k: float) -> Array:
     return np.where(top > 0, safe * ((a / safe) ** k + (b / safe) ** k) ** (1.0 / k), 0.0)
 
 
+@dataclass(frozen=True)
+class PromptCosts:
+    """The work that yields a request's first output token: one pass over the whole prompt
+    (``whole``) or, for engines that hold the last prompt token back (``split``), a pass over
+    the others (``head``; none where the prompt is one token) and a decode step at context
+    p - 1 (``tail``)."""
+
+    whole: PhaseCosts
+    split: tuple[PhaseCosts, PhaseCosts, NDArray[np.bool_]] | None = None
+
+
+def prompt_costs(
+    arch: Architecture,
+    num_prompt_tokens: ArrayLike,
+    *,
+    batch: int = 1,
+    dtype: Dtype = "bfloat16",
+    tp: int = 1,
+    precision: Precision | None = None,
+    split: bool = False,
+) -> PromptCosts:
+    """Per-GPU work of the first output token of prompts of ``num_prompt_tokens`` tokens; with
+    ``split`` also the held-back last token's way (``Efficiency.last_prompt_token_in_decode``)."""
+    p = np.asarray(num_prompt_tokens, dtype=np.float64)
+    kwargs = {"batch": batch, "dtype": dtype, "tp": tp, "precision": precision}
+    whole = forward_costs(arch, p, 0.0, **kwargs)
+    if not split:
+        return PromptCosts(whole)
+    head = forward_costs(arch, np.maximum(p - 1.0, 1.0), 0.0, **kwargs)
+    tail = forward_costs(arch, np.ones_like(p), p - 1.0, **kwargs)
+    return PromptCosts(whole, (head, tail, p > 1.0))
+
+
+def prompt_time(
+    costs: PromptCosts,
+    hardware: Hardware,
+    *,
+    num_layers: int,
+    tp: int = 1,
+    efficiency: Efficiency = IDEAL,
+) -> Array:
+    """Seconds until the first output token, the way ``efficiency``'s engine runs the prompt."""
+    timing = {"num_layers": num_layers, "tp": tp, "efficiency": efficiency}
+    if not efficiency.last_prompt_token_in_decode:
+        return pass_time(costs.whole, hardware, **timing).total_s
+    if costs.split is None:
+        raise ValueError("prompt_costs(..., split=True) is needed for this efficiency")
+    head, tail, has_head = costs.split
+    head_s = pass_time(head, hardware, **timing).total_s
+    return np.where(has_head, head_s, 0.0) + pass_time(tail, hardware, **timing).total_s
+
+
 def predict_alpha(
     arch: Architecture,
     hardware: Hardware,
@@ -668,14 +729,13 @@ def predict_alpha(
     efficiency: Efficiency = IDEAL,
     precision: Precision | None = None,
 ) -> Array:
-    """alpha(p): the prompt pass, which also yields the first output token."""
-    costs = forward_costs(
-        arch, num_prompt_tokens, 0.0, batch=batch, dtype=dtype, tp=tp, precision=precision
+    """alpha(p): the prompt's processing up to and including the first output token."""
+    split = efficiency.last_prompt_token_in_decode
+    costs = prompt_costs(
+        arch, num_prompt_tokens, batch=batch, dtype=dtype, tp=tp, precision=precision, split=split
     )
     hardware = compute_hardware(hardware, precision)
-    return pass_time(
-        costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency
-    ).total_s
+    return prompt_time(costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency)
 
 
 def decode_step_time(

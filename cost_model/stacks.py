@@ -26,7 +26,7 @@ kernels). Errors are shipped per weight format from bytes and FLOPs alone
 
 Honest errors: besides the in-sample error, every stack ships its leave-one-source-out error
 (calibrated without a source's rows, predicting them) and its leave-one-model-out error. A
-stack whose rows come from one source is held out against the other modern stacks' pooled
+stack whose rows come from one source is held out against the other modern stacks' averaged
 calibration.
 
 Regenerate ``data/stacks/*.json`` with ``python -m cost_model.stacks``.
@@ -49,10 +49,13 @@ from cost_model.roofline import (
     IDEAL,
     Efficiency,
     PhaseCosts,
+    PromptCosts,
     compute_hardware,
     forward_costs,
     pass_time,
     predict_alpha,
+    prompt_costs,
+    prompt_time,
 )
 from cost_model.serving import Estimate, estimate_from_architecture, min_gpus
 from idealized_runtime.core.catalog import data_path, get_hardware
@@ -84,6 +87,12 @@ FAMILY_DESCRIPTIONS: dict[str, str] = {
 }
 # 16-bit weights; every other format the precision parser knows is a quantized row.
 DENSE_WEIGHTS = ("bf16", "fp16")
+# Engine versions that prefill a prompt without its last token and feed that token to the first
+# decode step (TurboMind up to v0.1.0a1: ``LlamaBatch::ContextDecode`` "skips the last input
+# token", processed "with decoder later"; from v0.1.0a2 one unified pass yields the first token).
+# Their first-token latency is a pass over p - 1 tokens plus a decode step, twice the decode
+# step for a short prompt (``Efficiency.last_prompt_token_in_decode``).
+LAST_PROMPT_TOKEN_IN_DECODE: dict[str, tuple[str, ...]] = {"lmdeploy": ("v0.1.0a0", "v0.1.0a1")}
 # Metrics a row can be predicted for: per-sequence and static-batch figures whose batch is known.
 PREDICTABLE = (
     "decode_tokens_per_s",
@@ -128,6 +137,12 @@ FORMAT_FACTORS: dict[str, tuple[float, float]] = {
     "gemm_half_tokens": (0.05, 20.0),
 }
 FORMAT_PRIOR_WEIGHT = 0.1  # per factor, on log(factor)
+# Kernel factors are fitted with a robust loss (soft L1: quadratic up to this log error, then
+# linear): a format's figures span engine releases, and a few of them were measured with kernels
+# their release called experimental (TensorRT-LLM 0.8's fp8 GQA) or conflict with the same
+# workload published elsewhere; three factors describing the format's typical kernels should
+# not bend toward those.
+FORMAT_LOSS_SCALE = 0.1
 # A figure that no engine can reach under its stated settings: the ideal roofline (100% of peak
 # FLOP/s and HBM bandwidth, no overhead) already takes at least this fraction of its published
 # time, while measured HBM copy bandwidth stays near 90% of the datasheet peak. Such a figure was
@@ -155,6 +170,7 @@ class Target:
     weights: str = "bf16"
     kv_cache: str | None = None
     activations: str | None = None
+    last_prompt_token_in_decode: bool = False  # the engine's way to the first token
 
     @property
     def precision(self) -> Precision:
@@ -215,9 +231,17 @@ def targets_from_rows(rows: Iterable, *, quantized: bool = True) -> list[Target]
                 weights=row.weights,
                 kv_cache=row.kv_cache,
                 activations=row.activations,
+                last_prompt_token_in_decode=holds_last_prompt_token(row.engine, row.engine_version),
             )
         )
     return targets
+
+
+def holds_last_prompt_token(engine: str, version: str | None) -> bool:
+    """Whether ``engine`` at ``version`` runs the last prompt token in the first decode step
+    (``LAST_PROMPT_TOKEN_IN_DECODE``)."""
+    versions = LAST_PROMPT_TOKEN_IN_DECODE.get(engine, ())
+    return bool(version) and str(version).split()[0] in versions
 
 
 def _fits_in_memory(
@@ -329,7 +353,7 @@ class _TargetWork:
 
     hardware: Hardware
     num_layers: int
-    prompt: PhaseCosts
+    prompt: PromptCosts
     decode: PhaseCosts | None  # one pass per chunk of decode steps, at the chunk's mean context
     decode_steps: np.ndarray | None  # steps in each chunk
 
@@ -340,7 +364,7 @@ def _target_work(target: Target) -> _TargetWork:
     hardware = compute_hardware(get_hardware(target.gpu), target.precision)
     kwargs = {"batch": target.batch, "tp": target.tp, "precision": target.precision}
     p = float(target.prompt_tokens)
-    prompt = forward_costs(arch, p, 0.0, **kwargs)
+    prompt = prompt_costs(arch, p, split=target.last_prompt_token_in_decode, **kwargs)
     if target.metric == "ttft_s":
         return _TargetWork(hardware, arch.num_layers, prompt, None, None)
     # The decode steps in DECODE_CHUNKS chunks at their mean contexts, as predict_runtime sums.
@@ -353,10 +377,14 @@ def _target_work(target: Target) -> _TargetWork:
 
 def predict_target(target: Target, efficiency: Efficiency) -> float:
     """The figure ``target`` publishes, predicted by the time model with ``efficiency``
-    (``roofline.predict_alpha`` / ``predict_runtime`` on the target's row, counted once)."""
+    (``roofline.predict_alpha`` / ``predict_runtime`` on the target's row, counted once). The
+    first token comes the way the target's engine produces it, whatever ``efficiency`` says."""
     work = _target_work(target)
+    split = target.last_prompt_token_in_decode
+    if efficiency.last_prompt_token_in_decode != split:
+        efficiency = replace(efficiency, last_prompt_token_in_decode=split)
     timing = {"num_layers": work.num_layers, "tp": target.tp, "efficiency": efficiency}
-    alpha = float(pass_time(work.prompt, work.hardware, **timing).total_s)
+    alpha = float(prompt_time(work.prompt, work.hardware, **timing))
     if target.metric == "ttft_s":
         return alpha
     assert work.decode is not None and work.decode_steps is not None
@@ -490,7 +518,13 @@ def fit_format_factors(targets: Sequence[Target], efficiency: Efficiency) -> dic
         fit = [np.log(predict_target(t, eff) / t.value) for t in targets]
         return np.concatenate([fit, FORMAT_PRIOR_WEIGHT * x])
 
-    result = least_squares(residuals, np.zeros(len(names)), bounds=(lower, upper))
+    result = least_squares(
+        residuals,
+        np.zeros(len(names)),
+        bounds=(lower, upper),
+        loss="soft_l1",
+        f_scale=FORMAT_LOSS_SCALE,
+    )
     return {n: float(v) for n, v in zip(names, np.exp(result.x), strict=True)}
 
 
@@ -529,15 +563,20 @@ def error_summary(errors: Sequence[float] | np.ndarray, kinds: Sequence[str]) ->
 
 @lru_cache(maxsize=16)
 def pooled_fit(targets: tuple[Target, ...]) -> Efficiency:
-    """``fit_stack`` of other stacks' figures, fitted once however many held-out groups lean
-    on it."""
-    return fit_stack(targets)
+    """The other stacks' calibration a thin held-out group leans on: each engine family among
+    ``targets`` calibrated on its own figures, their parameters averaged, so that every engine
+    counts once (one fit over all their rows lets the engine that publishes the most figures
+    set the typical all-reduce and overhead costs for the others). Fitted once however many
+    held-out groups lean on it."""
+    families = sorted({t.family for t in targets})
+    fits = [fit_stack([t for t in targets if t.family == family]) for family in families]
+    return _efficiency(np.array([np.mean([getattr(f, name) for f in fits]) for name in FITTED]))
 
 
 def _held_out_priors(
     train: Sequence[Target], fallback: Sequence[Target]
 ) -> tuple[Efficiency | None, Efficiency | None]:
-    """(prior, tp_prior) of a held-out calibration on ``train``: the pooled calibration of
+    """(prior, tp_prior) of a held-out calibration on ``train``: the averaged calibration of
     ``fallback`` (the other stacks' figures) as the whole prior when ``train`` is too thin to
     pin the parameters (fewer than ``MIN_OWN_ROWS``), or for the all-reduce parameters alone
     when ``train`` is all on one GPU (the group held the stack's only multi-GPU figures)."""
@@ -723,7 +762,10 @@ def calibrate_stack(
     """Fit a stack on ``targets`` and record its in-sample (and held-out) errors."""
     single_gpu = all(t.tp == 1 for t in targets)
     tp_prior = pooled_fit(tuple(fallback)) if single_gpu and fallback else None
-    efficiency = fit_stack(targets, tp_prior=tp_prior)
+    efficiency = replace(
+        fit_stack(targets, tp_prior=tp_prior),
+        last_prompt_token_in_decode=all(t.last_prompt_token_in_decode for t in targets),
+    )
     kinds = [t.kind for t in targets]
     in_sample = relative_errors(targets, efficiency)
     errors: dict = {"in_sample": error_summary(in_sample, kinds)}
@@ -748,7 +790,7 @@ def calibrate_stack(
                 errors[f"{split}_unmarked"] = error_summary(values[keep], kept_kinds)
         if len({t.source_id for t in targets}) == 1:
             errors["held_out_note"] = (
-                "one source: held out by source means predicted by the other stacks' pooled "
+                "one source: held out by source means predicted by the other stacks' averaged "
                 "calibration"
             )
         predicted = [t.value * (1 + e) for t, e in zip(targets, by_source, strict=True)]

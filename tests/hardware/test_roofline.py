@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from cost_model.calibration import shipped_calibration
 from cost_model.roofline import (
     IDEAL,
     Efficiency,
+    decode_step_time,
     expected_experts_touched,
     forward_costs,
     pass_time,
@@ -138,7 +141,9 @@ def test_fitted_cost_model_matches_roofline() -> None:
 
 
 CALIBRATED = shipped_calibration().efficiency
-EFFICIENCIES = st.sampled_from([IDEAL, CALIBRATED])
+# An engine that runs the last prompt token in the first decode step (TurboMind v0.1).
+HELD_BACK = replace(CALIBRATED, last_prompt_token_in_decode=True)
+EFFICIENCIES = st.sampled_from([IDEAL, CALIBRATED, HELD_BACK])
 ARCHS = st.sampled_from(["llama-3.1-8b", "mixtral-8x7b", "megatron-gptj-6b", "qwen2.5-7b"])
 HARDWARE = st.sampled_from(["a100-80gb", "h100-sxm", "l4", "mi300x"])
 
@@ -258,3 +263,33 @@ def test_yalm_ffn_is_the_unaligned_gemm() -> None:
     assert float(costs.unaligned_flops) == pytest.approx(mlp)
     # At tp 1 the whole width (27308 x 2 = 54616 bytes) is off alignment too.
     assert float(forward_costs(yalm, 1024.0, dtype="float16", tp=1).unaligned_flops) > 0
+
+
+def test_held_back_last_prompt_token_costs_a_shorter_pass_and_a_decode_step() -> None:
+    arch, hw = get_architecture("llama-2-7b"), get_hardware("a100-80gb")
+    eff = replace(CALIBRATED, compute_memory_serialization=0.5, gemm_half_tokens=32.0)
+    held = replace(eff, last_prompt_token_in_decode=True)
+    prompts = np.array([1.0, 2.0, 128.0, 2048.0])
+    layers = {"num_layers": arch.num_layers, "efficiency": eff}
+    head = pass_time(forward_costs(arch, prompts - 1, 0.0), hw, **layers).total_s
+    step = decode_step_time(arch, hw, prompts - 1, efficiency=eff).total_s
+    expected = np.where(prompts > 1, head, 0.0) + step
+    np.testing.assert_allclose(predict_alpha(arch, hw, prompts, efficiency=held), expected)
+    # A one-token prompt is one pass either way; longer ones pay a whole extra pass.
+    whole = predict_alpha(arch, hw, prompts, efficiency=eff)
+    assert predict_alpha(arch, hw, 1, efficiency=held) == pytest.approx(whole[0])
+    assert np.all(predict_alpha(arch, hw, prompts[1:], efficiency=held) > whole[1:])
+    # The decode steps after the first token are the same steps.
+    o = 64
+    np.testing.assert_allclose(
+        predict_runtime(arch, hw, prompts, o, efficiency=held)
+        - predict_alpha(arch, hw, prompts, efficiency=held),
+        predict_runtime(arch, hw, prompts, o, efficiency=eff) - whole,
+    )
+
+
+def test_efficiency_round_trips_its_flag_and_refuses_a_non_boolean() -> None:
+    assert Efficiency.from_dict(HELD_BACK.to_dict()) == HELD_BACK
+    assert Efficiency.from_dict({"compute": 0.5}).last_prompt_token_in_decode is False
+    with pytest.raises(InputError, match="last_prompt_token_in_decode must be true or false"):
+        Efficiency.from_dict({"last_prompt_token_in_decode": "yes"})
