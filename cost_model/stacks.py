@@ -80,7 +80,7 @@ ENGINE_FAMILIES: dict[str, str] = {
 }
 FAMILY_DESCRIPTIONS: dict[str, str] = {
     "pytorch-compiled": "PyTorch with torch.compile and CUDA graphs (gpt-fast, torchao), batch 1",
-    "lmdeploy": "LMDeploy TurboMind engine, static batches",
+    "lmdeploy": "LMDeploy TurboMind v0.1, static batches, last prompt token in the 1st decode step",
     "tensorrt-llm": "TensorRT-LLM engines with in-flight batching",
     "vllm": "vLLM with CUDA graphs",
     "sglang": "SGLang with CUDA graphs",
