@@ -88,8 +88,8 @@ FAMILY_DESCRIPTIONS: dict[str, str] = {
 # 16-bit weights; every other format the precision parser knows is a quantized row.
 DENSE_WEIGHTS = ("bf16", "fp16")
 # Engine versions that prefill a prompt without its last token and feed that token to the first
-# decode step (TurboMind up to v0.1.0a1: ``LlamaBatch::ContextDecode`` "skips the last input
-# token", processed "with decoder later"; from v0.1.0a2 one unified pass yields the first token).
+# decode step (TurboMind up to v0.1.0a1: ``LlamaBatch::ContextDecode`` "skip last input token
+# (will process with decoder later)"; from v0.1.0a2 one unified pass yields the first token).
 # Their first-token latency is a pass over p - 1 tokens plus a decode step, twice the decode
 # step for a short prompt (``Efficiency.last_prompt_token_in_decode``).
 LAST_PROMPT_TOKEN_IN_DECODE: dict[str, tuple[str, ...]] = {"lmdeploy": ("v0.1.0a0", "v0.1.0a1")}
