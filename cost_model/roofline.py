@@ -668,13 +668,15 @@ def _soft_max(a: Array, b: Array, k: float) -> Array:
 
 @dataclass(frozen=True)
 class PromptCosts:
-    """The work that yields a request's first output token: one pass over the whole prompt
-    (``whole``) or, for engines that hold the last prompt token back (``split``), a pass over
-    the others (``head``; none where the prompt is one token) and a decode step at context
-    p - 1 (``tail``)."""
+    """The work that yields a request's first output token, counted the way an engine runs
+    the prompt: one pass over it (``first``), or, for engines that hold the last prompt token
+    back (``Efficiency.last_prompt_token_in_decode``), a pass over the others (``first``, run
+    only where ``runs_first``: not for a one-token prompt) and a decode step at context p - 1
+    (``tail``)."""
 
-    whole: PhaseCosts
-    split: tuple[PhaseCosts, PhaseCosts, NDArray[np.bool_]] | None = None
+    first: PhaseCosts
+    runs_first: NDArray[np.bool_]
+    tail: PhaseCosts | None = None
 
 
 def prompt_costs(
@@ -685,18 +687,16 @@ def prompt_costs(
     dtype: Dtype = "bfloat16",
     tp: int = 1,
     precision: Precision | None = None,
-    split: bool = False,
+    last_token_in_decode: bool = False,
 ) -> PromptCosts:
-    """Per-GPU work of the first output token of prompts of ``num_prompt_tokens`` tokens; with
-    ``split`` also the held-back last token's way (``Efficiency.last_prompt_token_in_decode``)."""
+    """Per-GPU work of the first output token of prompts of ``num_prompt_tokens`` tokens."""
     p = np.asarray(num_prompt_tokens, dtype=np.float64)
     kwargs = {"batch": batch, "dtype": dtype, "tp": tp, "precision": precision}
-    whole = forward_costs(arch, p, 0.0, **kwargs)
-    if not split:
-        return PromptCosts(whole)
+    if not last_token_in_decode:
+        return PromptCosts(forward_costs(arch, p, 0.0, **kwargs), np.ones(p.shape, dtype=bool))
     head = forward_costs(arch, np.maximum(p - 1.0, 1.0), 0.0, **kwargs)
     tail = forward_costs(arch, np.ones_like(p), p - 1.0, **kwargs)
-    return PromptCosts(whole, (head, tail, p > 1.0))
+    return PromptCosts(head, p > 1.0, tail)
 
 
 def prompt_time(
@@ -707,15 +707,12 @@ def prompt_time(
     tp: int = 1,
     efficiency: Efficiency = IDEAL,
 ) -> Array:
-    """Seconds until the first output token, the way ``efficiency``'s engine runs the prompt."""
+    """Seconds until the first output token: the passes ``costs`` counts, at ``efficiency``."""
     timing = {"num_layers": num_layers, "tp": tp, "efficiency": efficiency}
-    if not efficiency.last_prompt_token_in_decode:
-        return pass_time(costs.whole, hardware, **timing).total_s
-    if costs.split is None:
-        raise ValueError("prompt_costs(..., split=True) is needed for this efficiency")
-    head, tail, has_head = costs.split
-    head_s = pass_time(head, hardware, **timing).total_s
-    return np.where(has_head, head_s, 0.0) + pass_time(tail, hardware, **timing).total_s
+    seconds = np.where(costs.runs_first, pass_time(costs.first, hardware, **timing).total_s, 0.0)
+    if costs.tail is not None:
+        seconds = seconds + pass_time(costs.tail, hardware, **timing).total_s
+    return seconds
 
 
 def predict_alpha(
@@ -730,9 +727,14 @@ def predict_alpha(
     precision: Precision | None = None,
 ) -> Array:
     """alpha(p): the prompt's processing up to and including the first output token."""
-    split = efficiency.last_prompt_token_in_decode
     costs = prompt_costs(
-        arch, num_prompt_tokens, batch=batch, dtype=dtype, tp=tp, precision=precision, split=split
+        arch,
+        num_prompt_tokens,
+        batch=batch,
+        dtype=dtype,
+        tp=tp,
+        precision=precision,
+        last_token_in_decode=efficiency.last_prompt_token_in_decode,
     )
     hardware = compute_hardware(hardware, precision)
     return prompt_time(costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency)

@@ -241,7 +241,7 @@ def holds_last_prompt_token(engine: str, version: str | None) -> bool:
     """Whether ``engine`` at ``version`` runs the last prompt token in the first decode step
     (``LAST_PROMPT_TOKEN_IN_DECODE``)."""
     versions = LAST_PROMPT_TOKEN_IN_DECODE.get(engine, ())
-    return bool(version) and str(version).split()[0] in versions
+    return bool(version) and version.split()[0] in versions
 
 
 def _fits_in_memory(
@@ -364,7 +364,9 @@ def _target_work(target: Target) -> _TargetWork:
     hardware = compute_hardware(get_hardware(target.gpu), target.precision)
     kwargs = {"batch": target.batch, "tp": target.tp, "precision": target.precision}
     p = float(target.prompt_tokens)
-    prompt = prompt_costs(arch, p, split=target.last_prompt_token_in_decode, **kwargs)
+    prompt = prompt_costs(
+        arch, p, last_token_in_decode=target.last_prompt_token_in_decode, **kwargs
+    )
     if target.metric == "ttft_s":
         return _TargetWork(hardware, arch.num_layers, prompt, None, None)
     # The decode steps in DECODE_CHUNKS chunks at their mean contexts, as predict_runtime sums.
@@ -378,11 +380,9 @@ def _target_work(target: Target) -> _TargetWork:
 def predict_target(target: Target, efficiency: Efficiency) -> float:
     """The figure ``target`` publishes, predicted by the time model with ``efficiency``
     (``roofline.predict_alpha`` / ``predict_runtime`` on the target's row, counted once). The
-    first token comes the way the target's engine produces it, whatever ``efficiency`` says."""
+    first token comes the way the target's engine produces it (its work is counted that way),
+    whatever ``efficiency`` says."""
     work = _target_work(target)
-    split = target.last_prompt_token_in_decode
-    if efficiency.last_prompt_token_in_decode != split:
-        efficiency = replace(efficiency, last_prompt_token_in_decode=split)
     timing = {"num_layers": work.num_layers, "tp": target.tp, "efficiency": efficiency}
     alpha = float(prompt_time(work.prompt, work.hardware, **timing))
     if target.metric == "ttft_s":

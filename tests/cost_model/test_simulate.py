@@ -108,12 +108,13 @@ def _assert_mean_latency_not_lower(heavier: list[dict], lighter: list[dict]) -> 
         assert heavy_mean >= light_mean - longest_step
 
 
-shape_lists = st.lists(st.tuples(st.integers(1, 600), st.integers(1, 40)), min_size=1, max_size=24)
+request_shapes = st.tuples(st.integers(1, 600), st.integers(1, 40))  # (prompt, output) tokens
+shape_lists = st.lists(request_shapes, min_size=1, max_size=24)
 
 
 @settings(max_examples=25, deadline=None)
 @given(
-    shape=st.tuples(st.integers(1, 600), st.integers(1, 40)),
+    shape=request_shapes,
     count=st.integers(1, 24),
     seed=st.integers(0, 1000),
     rates=st.lists(st.floats(0.5, 2000), min_size=2, max_size=2),
@@ -243,7 +244,7 @@ def test_closed_loop_with_think_time_properties(
 
 @settings(max_examples=20, deadline=None)
 @given(
-    shape=st.tuples(st.integers(1, 600), st.integers(1, 40)),
+    shape=request_shapes,
     count=st.integers(2, 16),
     think=st.floats(0, 1),
     clients=st.lists(st.integers(1, 8), min_size=2, max_size=2),
