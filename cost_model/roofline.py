@@ -96,7 +96,9 @@ class Efficiency:
     bandwidth: float = 1.0  # fraction of peak memory bandwidth reached
     interconnect: float = 1.0  # fraction of the per-GPU interconnect bandwidth reached
     layer_overhead_s: float = 0.0  # host time per layer per forward pass (launches, dispatch)
-    allreduce_latency_s: float = 0.0  # fixed latency of one all-reduce (tp > 1 only)
+    # Latency of one all-reduce (tp > 1 only); with ``ring_allreduce``, of each of its tp - 1
+    # ring steps instead.
+    allreduce_latency_s: float = 0.0
     fixed_overhead_s: float = 0.0  # per forward pass (embedding, sampling, synchronisation)
     attention_score_passes: float = 0.0  # times an unfused stack moves the score matrix
     host_overlap: float = 1.0  # k in (gpu^k + host^k)^(1/k): 1 adds, large k overlaps
@@ -109,6 +111,11 @@ class Efficiency:
     # its last token and feed that token to the first decode step, so the first output token
     # costs a pass over p - 1 tokens plus one decode step, not one pass over p tokens.
     last_prompt_token_in_decode: bool = False
+    # Stacks that all-reduce through NCCL's ring (gpt-fast, TurboMind v0.1) pay the latency once
+    # per step around the ring, tp - 1 times: reduce-scatter and all-gather each pass every
+    # GPU's chunk on to its neighbour. False: one latency whatever tp, as for one-shot kernels
+    # that read every peer's buffer directly over NVLink (TensorRT-LLM's custom all-reduce).
+    ring_allreduce: bool = False
 
     def __post_init__(self) -> None:
         for name in ("compute", "bandwidth", "interconnect"):
@@ -640,7 +647,8 @@ def pass_time(
     if tp > 1:
         ring = 2.0 * (tp - 1) / tp * costs.allreduce_bytes
         per_allreduce = ring / (hardware.interconnect_gbps * 1e9 * eff.interconnect)
-        communication = costs.num_allreduces * (per_allreduce + eff.allreduce_latency_s)
+        latency = eff.allreduce_latency_s * ((tp - 1) if eff.ring_allreduce else 1)
+        communication = costs.num_allreduces * (per_allreduce + latency)
     else:
         communication = np.zeros_like(compute)
     if eff.compute_memory_serialization > 0:

@@ -65,7 +65,9 @@ from idealized_runtime.core.types import Architecture, Hardware, Precision, pars
 
 STACKS_DIR = "stacks"
 HELM_STACK = "helm-megatron-2022"
-# The estimate default for ``--arch``: the modern stack whose held-out errors are best.
+# The estimate default for ``--arch``: the modern stack best calibrated for a batch-1 request on
+# today's GPUs (batch-1 figures from four sources on A100 and H100, TP 1-8, four weight formats;
+# held-out errors within the targets). LMDeploy's are lower but come from one source on one GPU.
 DEFAULT_STACK = "pytorch-compiled"
 ALIASES: dict[str, str] = {"a100-megatron-2022": HELM_STACK}
 
@@ -93,6 +95,12 @@ DENSE_WEIGHTS = ("bf16", "fp16")
 # Their first-token latency is a pass over p - 1 tokens plus a decode step, twice the decode
 # step for a short prompt (``Efficiency.last_prompt_token_in_decode``).
 LAST_PROMPT_TOKEN_IN_DECODE: dict[str, tuple[str, ...]] = {"lmdeploy": ("v0.1.0a0", "v0.1.0a1")}
+# Engines whose tensor-parallel all-reduce is NCCL's ring, whose latency grows with the number
+# of GPUs (``Efficiency.ring_allreduce``): gpt-fast's tp.py (``funcol.all_reduce`` on an NCCL
+# process group) and TurboMind v0.1 (``ftNcclAllReduceSum`` after attention and the MLP; its
+# custom all-reduce off by default). TensorRT-LLM's latency-optimized custom all-reduce, on by
+# default on NVLink GPUs, and vLLM's and SGLang's (derived from it) take one step whatever tp.
+RING_ALLREDUCE_ENGINES: tuple[str, ...] = ("gpt-fast", "torchao", "lmdeploy")
 # Metrics a row can be predicted for: per-sequence and static-batch figures whose batch is known.
 PREDICTABLE = (
     "decode_tokens_per_s",
@@ -171,6 +179,7 @@ class Target:
     kv_cache: str | None = None
     activations: str | None = None
     last_prompt_token_in_decode: bool = False  # the engine's way to the first token
+    ring_allreduce: bool = False  # the engine's all-reduce (``RING_ALLREDUCE_ENGINES``)
 
     @property
     def precision(self) -> Precision:
@@ -232,6 +241,7 @@ def targets_from_rows(rows: Iterable, *, quantized: bool = True) -> list[Target]
                 kv_cache=row.kv_cache,
                 activations=row.activations,
                 last_prompt_token_in_decode=holds_last_prompt_token(row.engine, row.engine_version),
+                ring_allreduce=row.engine in RING_ALLREDUCE_ENGINES,
             )
         )
     return targets
@@ -380,9 +390,11 @@ def _target_work(target: Target) -> _TargetWork:
 def predict_target(target: Target, efficiency: Efficiency) -> float:
     """The figure ``target`` publishes, predicted by the time model with ``efficiency``
     (``roofline.predict_alpha`` / ``predict_runtime`` on the target's row, counted once). The
-    first token comes the way the target's engine produces it (its work is counted that way),
-    whatever ``efficiency`` says."""
+    first token and the all-reduces come the way the target's engine runs them (its work is
+    counted that way, its all-reduce timed that way), whatever ``efficiency`` says."""
     work = _target_work(target)
+    if target.tp > 1 and efficiency.ring_allreduce != target.ring_allreduce:
+        efficiency = _with_ring_allreduce(efficiency, target.ring_allreduce)
     timing = {"num_layers": work.num_layers, "tp": target.tp, "efficiency": efficiency}
     alpha = float(prompt_time(work.prompt, work.hardware, **timing))
     if target.metric == "ttft_s":
@@ -401,6 +413,11 @@ def predict_target(target: Target, efficiency: Efficiency) -> float:
     if target.metric == "output_throughput_tokens_per_s_per_gpu":
         return throughput / target.tp
     return throughput
+
+
+@lru_cache(maxsize=256)
+def _with_ring_allreduce(efficiency: Efficiency, ring: bool) -> Efficiency:
+    return replace(efficiency, ring_allreduce=ring)
 
 
 @lru_cache(maxsize=4096)
@@ -765,6 +782,7 @@ def calibrate_stack(
     efficiency = replace(
         fit_stack(targets, tp_prior=tp_prior),
         last_prompt_token_in_decode=all(t.last_prompt_token_in_decode for t in targets),
+        ring_allreduce=all(t.ring_allreduce for t in targets),
     )
     kinds = [t.kind for t in targets]
     in_sample = relative_errors(targets, efficiency)

@@ -288,8 +288,31 @@ def test_held_back_last_prompt_token_costs_a_shorter_pass_and_a_decode_step() ->
     )
 
 
-def test_efficiency_round_trips_its_flag_and_refuses_a_non_boolean() -> None:
-    assert Efficiency.from_dict(HELD_BACK.to_dict()) == HELD_BACK
-    assert Efficiency.from_dict({"compute": 0.5}).last_prompt_token_in_decode is False
-    with pytest.raises(InputError, match="last_prompt_token_in_decode must be true or false"):
-        Efficiency.from_dict({"last_prompt_token_in_decode": "yes"})
+@pytest.mark.parametrize("flag", ["last_prompt_token_in_decode", "ring_allreduce"])
+def test_efficiency_round_trips_its_flags_and_refuses_a_non_boolean(flag: str) -> None:
+    flagged = replace(CALIBRATED, **{flag: True})
+    assert Efficiency.from_dict(flagged.to_dict()) == flagged
+    assert getattr(Efficiency.from_dict({"compute": 0.5}), flag) is False
+    with pytest.raises(InputError, match=f"{flag} must be true or false"):
+        Efficiency.from_dict({flag: "yes"})
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_ring_allreduce_pays_its_latency_once_per_ring_step(tp: int) -> None:
+    # NCCL's ring passes each chunk on tp - 1 times; a one-shot kernel reads every peer at once.
+    arch, a100 = get_architecture("llama-2-70b"), get_hardware("a100-80gb")
+    one_shot = Efficiency(interconnect=0.5, allreduce_latency_s=20e-6)
+    ring = replace(one_shot, ring_allreduce=True)
+    costs = forward_costs(arch, 1.0, 100.0, tp=tp)
+    kw = {"num_layers": arch.num_layers, "tp": tp}
+    once = pass_time(costs, a100, **kw, efficiency=one_shot)
+    around = pass_time(costs, a100, **kw, efficiency=ring)
+    extra_steps = max(tp - 2, 0)  # at tp = 2 the ring is one step: the two agree
+    assert float(around.communication_s - once.communication_s) == pytest.approx(
+        float(costs.num_allreduces) * extra_steps * 20e-6, abs=1e-15
+    )
+    assert float(around.total_s - once.total_s) == pytest.approx(
+        float(around.communication_s - once.communication_s), abs=1e-12
+    )
+    if tp == 1:
+        assert float(around.communication_s) == float(once.communication_s) == 0.0

@@ -249,11 +249,15 @@ def test_cached_counts_predict_what_the_roofline_predicts() -> None:
     from cost_model.roofline import predict_runtime
 
     efficiency = get_stack("tensorrt-llm").efficiency
-    split_checked = 0
+    split_checked = ring_checked = 0
     for target in published_targets()[::7]:
         arch, hardware = load_architecture(target.model), get_hardware(target.gpu)
-        # The first token comes the way the target's engine produces it.
-        engine = replace(efficiency, last_prompt_token_in_decode=target.last_prompt_token_in_decode)
+        # The first token and the all-reduces come the way the target's engine runs them.
+        engine = replace(
+            efficiency,
+            last_prompt_token_in_decode=target.last_prompt_token_in_decode,
+            ring_allreduce=target.ring_allreduce,
+        )
         kwargs = {"tp": target.tp, "batch": target.batch, "efficiency": engine}
         kwargs["precision"] = target.precision
         if target.metric == "ttft_s":
@@ -265,7 +269,8 @@ def test_cached_counts_predict_what_the_roofline_predicts() -> None:
             continue
         assert predict_target(target, efficiency) == pytest.approx(expected, rel=1e-12)
         split_checked += target.last_prompt_token_in_decode
-    assert split_checked > 0
+        ring_checked += target.ring_allreduce and target.tp > 1
+    assert split_checked > 0 and ring_checked > 0
 
 
 def test_compute_memory_serialization_blends_max_into_sum() -> None:
@@ -389,6 +394,45 @@ def test_single_gpu_figures_take_the_all_reduce_cost_from_the_pooled_calibration
     assert fitted.bandwidth == pytest.approx(alone.bandwidth, rel=1e-3)
     # Figures with TP > 1 fit the all-reduce parameters themselves.
     assert fit_stack(multi, tp_prior=donor) == pooled
+
+
+def test_nccl_ring_engines_pay_the_all_reduce_latency_per_ring_step() -> None:
+    rows = [
+        _row("f-gpt-fast", "llama-2-7b", 2, 168.84),
+        _row("f-lmdeploy", "llama-2-7b", 2, 168.84, engine="lmdeploy"),
+        _row("f-trtllm", "llama-2-7b", 2, 168.84, engine="tensorrt-llm"),
+    ]
+    gpt_fast, lmdeploy, trtllm = targets_from_rows(rows)
+    assert gpt_fast.ring_allreduce and lmdeploy.ring_allreduce and not trtllm.ring_allreduce
+    stacks = shipped_stacks()
+    assert stacks["lmdeploy"].efficiency.ring_allreduce
+    assert stacks["pytorch-compiled"].efficiency.ring_allreduce
+    assert not stacks["tensorrt-llm"].efficiency.ring_allreduce
+    assert not stacks[HELM_STACK].efficiency.ring_allreduce
+    # A row is timed with its engine's all-reduce whatever the efficiency says: at TP 4 a ring
+    # engine's row is slower under the same parameters than a one-shot engine's same row.
+    efficiency = replace(stacks["tensorrt-llm"].efficiency, allreduce_latency_s=30e-6)
+    ring_row = replace(gpt_fast, tp=4, row_id="f-ring")
+    one_shot_row = replace(ring_row, ring_allreduce=False, row_id="f-one-shot")
+    assert predict_target(ring_row, efficiency) < predict_target(one_shot_row, efficiency)
+    assert predict_target(ring_row, efficiency) == predict_target(
+        ring_row, replace(efficiency, ring_allreduce=True)
+    )
+
+
+def test_lmdeploy_calibration_fits_both_of_its_tensor_parallel_models() -> None:
+    # InternLM-20B at TP 2 and Llama-2-70B at TP 4 (same source, same engine version): one
+    # per-step ring latency times both, where one latency per all-reduce could not.
+    targets = [t for t in published_targets(quantized=False) if t.family == "lmdeploy"]
+    assert {(t.model, t.tp) for t in targets if t.tp > 1} == {
+        ("internlm-20b", 2),
+        ("llama-2-70b", 4),
+    }
+    efficiency = get_stack("lmdeploy").efficiency
+    for model in ("internlm-20b", "llama-2-70b"):
+        batch_one = [t for t in targets if t.model == model and t.metric == "decode_tokens_per_s"]
+        errors = np.abs(relative_errors(batch_one, efficiency))
+        assert len(batch_one) == 5 and np.median(errors) < 0.1, (model, errors)
 
 
 def test_turbomind_v01_holds_the_last_prompt_token_back() -> None:
