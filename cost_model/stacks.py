@@ -99,7 +99,7 @@ LAST_PROMPT_TOKEN_IN_DECODE: dict[str, tuple[str, ...]] = {"lmdeploy": ("v0.1.0a
 # of GPUs (``Efficiency.ring_allreduce``): gpt-fast's tp.py (``funcol.all_reduce`` on an NCCL
 # process group) and TurboMind v0.1 (``ftNcclAllReduceSum`` after attention and the MLP; its
 # custom all-reduce off by default). TensorRT-LLM's latency-optimized custom all-reduce, on by
-# default on NVLink GPUs, and vLLM's and SGLang's (derived from it) take one step whatever tp.
+# default on NVLink GPUs, and vLLM's and SGLang's one-shot kernels take one step whatever tp.
 RING_ALLREDUCE_ENGINES: tuple[str, ...] = ("gpt-fast", "torchao", "lmdeploy")
 # Metrics a row can be predicted for: per-sequence and static-batch figures whose batch is known.
 PREDICTABLE = (
