@@ -25,23 +25,25 @@ Usage: python benchmarks/client_vs_guidellm.py [--levels 1,4] [--requests 40] [-
                                                [--prompt-tokens 64] [--output-tokens 32]
 
 ``ours_level`` and ``guidellm_level`` are the core, which benchmarks/simulator_vs_served.py
-runs on its own server at its own levels.
+runs on its own server at its own levels, with ``side_by_side_level`` (both clients at once,
+each at half the level) and ``poisson_arrivals`` (one draw both clients replay).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime
 import functools
 import json
 import os
-import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -83,18 +85,29 @@ def make_tokenizer(folder: Path, vocab_size: int = 2000) -> Path:
     return folder
 
 
-def _cpu_of(command: Sequence[str], env: dict[str, str], log: Path) -> float:
-    """Run to completion; user + system CPU seconds of the process and its descendants."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+def _start(command: Sequence[str], env: dict[str, str], log: Path) -> subprocess.Popen:
+    """Start ``command`` with its output to ``log``."""
     with log.open("wb") as handle:
-        result = subprocess.run(
+        return subprocess.Popen(
             list(command), env={**os.environ, **env}, stdout=handle, stderr=subprocess.STDOUT
         )
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if result.returncode != 0:
+
+
+def _finish(process: subprocess.Popen, log: Path) -> float:
+    """Wait for ``process``; user + system CPU seconds of it and its descendants (its own
+    rusage, so that two clients running at once are counted apart)."""
+    _, status, usage = os.wait4(process.pid, 0)
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
         tail = log.read_text(errors="replace").strip().splitlines()[-3:]
-        raise RuntimeError(f"{command[0]} failed ({result.returncode}): {' | '.join(tail)}")
-    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        name = Path(str(process.args[0])).name  # type: ignore[index]
+        raise RuntimeError(f"{name} failed ({process.returncode}): {' | '.join(tail)}")
+    return usage.ru_utime + usage.ru_stime
+
+
+def _cpu_of(command: Sequence[str], env: dict[str, str], log: Path) -> float:
+    """Run to completion; user + system CPU seconds of the process and its descendants."""
+    return _finish(_start(command, env, log), log)
 
 
 def _find_median(data: Any, names: Iterable[str]) -> float | None:
@@ -124,47 +137,84 @@ def _median(values: Sequence[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def _profile_args(concurrency: int | None, rate: float | None) -> str:
+def poisson_arrivals(rate: float, count: int, seed: int) -> list[float]:
+    """``count`` arrival times (seconds, the first at 0) of a Poisson process of ``rate`` per
+    second: one draw that both clients replay, so that a rate level sends the same arrivals
+    whichever client sends them (two draws differ more than two clients do)."""
+    import numpy as np
+
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count - 1)
+    return [0.0, *np.cumsum(gaps).round(6).tolist()]
+
+
+def _profile_args(
+    concurrency: int | None, rate: float | None, arrivals: Sequence[float] | None
+) -> str:
+    if arrivals is not None:
+        # Each request at its trace time (its row's relative_timestamp), not after a gap.
+        return "kind=replay,schedule_turn=timestamp"
     if rate is not None:
         return f"kind=poisson,rate={rate}"
     return f"kind=concurrent,streams={concurrency}"
 
 
-def guidellm_level(
-    guidellm: str, base_url: str, tokenizer_dir: Path, *, concurrency: int | None = None,
-    rate: float | None = None, requests: int, warmup: int, prompt_tokens: int,
-    output_tokens: int, work: Path, tag: str,
-) -> dict[str, float | None]:  # fmt: skip
-    """guidellm at one level: ``warmup + requests`` requests, our client's prompts of
-    ``prompt_tokens`` as the server counts them (``write_prompts``); the statistics are
-    guidellm's own per-request metrics (TTFT, ITL = (last - first token) / (tokens - 1)) of
-    the last ``requests`` of them by start time, their medians."""
+def _guidellm_command(
+    guidellm: str, base_url: str, tokenizer_dir: Path, *, concurrency: int | None,
+    rate: float | None, count: int, prompt_tokens: int, output_tokens: int, work: Path,
+    tag: str, arrivals: Sequence[float] | None = None,
+) -> tuple[list[str], Path]:  # fmt: skip
+    """guidellm's command line for ``count`` requests of our client's prompts of
+    ``prompt_tokens`` as the server counts them (``write_prompts``), sent at ``arrivals`` when
+    given (a trace replay), and its JSON output."""
     out = work / f"guidellm-{tag}.json"
     data = write_prompts(
-        tokenizer_dir, prompt_tokens, output_tokens, requests + warmup,
-        work / f"guidellm-prompts-{tag}.jsonl",
+        tokenizer_dir, prompt_tokens, output_tokens, count,
+        work / f"guidellm-prompts-{tag}.jsonl", arrivals,
     )  # fmt: skip
     command = [
         guidellm, "run",
         "--backend", f"kind=openai_http,target={base_url}",
-        "--profile", _profile_args(concurrency, rate),
-        "--constraint", f"kind=max_requests,count={requests + warmup}",
+        "--profile", _profile_args(concurrency, rate, arrivals),
+        "--constraint", f"kind=max_requests,count={count}",
         "--data", f"kind=json_file,path={data}",
         "--tokenizer", f"kind=huggingface_auto,model={tokenizer_dir}",
         "--output", f"kind=json,path={out}",
         "--disable-console-interactive",
     ]  # fmt: skip
-    cpu = _cpu_of(command, GUIDELLM_ENV, work / f"guidellm-{tag}.log")
+    return command, out
+
+
+def _guidellm_requests(out: Path) -> list[dict[str, Any]]:
+    """guidellm's successful requests by start time (its own per-request records)."""
     (benchmark,) = json.loads(out.read_text())["benchmarks"]
-    done = sorted(benchmark["requests"]["successful"], key=lambda r: r["request_start_time"])
-    kept = done[warmup:]
+    return sorted(benchmark["requests"]["successful"], key=lambda r: r["request_start_time"])
+
+
+def _guidellm_stats(kept: Sequence[dict[str, Any]], cpu_s_per_request: float) -> dict:
+    """p50 TTFT and ITL (guidellm's own metrics: ITL = (last - first token) / (tokens - 1))."""
     return {
         "ttft_s": _ms_median([r.get("time_to_first_token_ms") for r in kept]),
         "itl_s": _ms_median([r.get("inter_token_latency_ms") for r in kept]),
         "prompt_tokens": _median([r["prompt_tokens"] for r in kept if r.get("prompt_tokens")]),
         "requests": len(kept),
-        "cpu_s_per_request": cpu / (requests + warmup),
+        "cpu_s_per_request": cpu_s_per_request,
     }
+
+
+def guidellm_level(
+    guidellm: str, base_url: str, tokenizer_dir: Path, *, concurrency: int | None = None,
+    rate: float | None = None, requests: int, warmup: int, prompt_tokens: int,
+    output_tokens: int, work: Path, tag: str, arrivals: Sequence[float] | None = None,
+) -> dict[str, float | None]:  # fmt: skip
+    """guidellm at one level: ``warmup + requests`` requests, our client's prompts; the
+    statistics of the last ``requests`` of them by start time, their medians."""
+    command, out = _guidellm_command(
+        guidellm, base_url, tokenizer_dir, concurrency=concurrency, rate=rate,
+        count=requests + warmup, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+        work=work, tag=tag, arrivals=arrivals,
+    )  # fmt: skip
+    cpu = _cpu_of(command, GUIDELLM_ENV, work / f"guidellm-{tag}.log")
+    return _guidellm_stats(_guidellm_requests(out)[warmup:], cpu / (requests + warmup))
 
 
 def _ms_median(values: Sequence[float | None]) -> float | None:
@@ -180,34 +230,142 @@ def request_itl(row: dict[str, Any]) -> float | None:
     return sum(gaps) / (tokens - 1) if tokens > 1 and gaps else None
 
 
-def ours_level(
-    base_url: str, model: str, tokenizer_dir: Path, *, concurrency: int | None = None,
-    rate: float | None = None, requests: int, warmup: int, prompt_tokens: int,
-    output_tokens: int, work: Path, tag: str,
-) -> tuple[dict[str, float | None], list[dict[str, Any]]]:  # fmt: skip
-    """`idealized-runtime measure` at one level (chat endpoint, streaming, as guidellm):
-    ``warmup + requests`` requests, the first ``warmup`` by start time left out. Returns the
-    statistics and all raw rows by start time (warm-up first)."""
-    grid = work / f"grid-{tag}.csv"
-    grid.write_text(f"num_prompt_tokens,num_output_tokens\n{prompt_tokens},{output_tokens}\n")
+def _ours_command(
+    base_url: str, model: str, tokenizer_dir: Path, *, concurrency: int | None,
+    rate: float | None, count: int, prompt_tokens: int, output_tokens: int, work: Path,
+    tag: str, arrivals: Sequence[float] | None = None,
+) -> tuple[list[str], Path]:  # fmt: skip
+    """`idealized-runtime measure`'s command line (chat endpoint, streaming, as guidellm) for
+    ``count`` requests (a ``--workload`` trace of ``arrivals`` when given), and its output."""
     out = work / f"ours-{tag}.jsonl"
-    load = ["--rate", str(rate)] if rate is not None else ["--concurrency", str(concurrency)]
+    if arrivals is not None:
+        if len(arrivals) != count:
+            raise ValueError(f"{len(arrivals)} arrivals for {count} requests")
+        trace = work / f"trace-{tag}.csv"
+        trace.write_text("arrival_s,num_prompt_tokens,num_output_tokens\n" + "".join(
+            f"{t},{prompt_tokens},{output_tokens}\n" for t in arrivals
+        ))  # fmt: skip
+        what = ["--workload", str(trace)]
+    else:
+        grid = work / f"grid-{tag}.csv"
+        grid.write_text(f"num_prompt_tokens,num_output_tokens\n{prompt_tokens},{output_tokens}\n")
+        load = ["--rate", str(rate)] if rate is not None else ["--concurrency", str(concurrency)]
+        what = ["--grid", str(grid), "--repeats", str(count), *load]
     command = [
         sys.executable, "-m", "idealized_runtime", "measure", "--base-url", f"{base_url}/v1",
-        "--model", model, "--endpoint", "chat", "--grid", str(grid),
-        "--repeats", str(requests + warmup), *load, "--in-order",
+        "--model", model, "--endpoint", "chat", *what, "--in-order",
         "--tokenizer", str(tokenizer_dir / "tokenizer.json"), "--no-progress", "-o", str(out),
     ]  # fmt: skip
-    cpu = _cpu_of(command, OFFLINE, work / f"ours-{tag}.log")
-    rows = sorted(read_raw_rows([out]), key=lambda r: r["started_at_s"])
-    kept = [r for r in rows[warmup:] if r.get("ok")]
+    return command, out
+
+
+def _ours_stats(kept: Sequence[dict[str, Any]], cpu_s_per_request: float) -> dict:
     return {
         "ttft_s": _median([r["ttft_s"] for r in kept if r.get("ttft_s") is not None]),
         "itl_s": _median([x for x in map(request_itl, kept) if x is not None]),
         "prompt_tokens": _median([r["num_prompt_tokens"] for r in kept]),
         "requests": len(kept),
-        "cpu_s_per_request": cpu / (requests + warmup),
-    }, rows
+        "cpu_s_per_request": cpu_s_per_request,
+    }
+
+
+def ours_level(
+    base_url: str, model: str, tokenizer_dir: Path, *, concurrency: int | None = None,
+    rate: float | None = None, requests: int, warmup: int, prompt_tokens: int,
+    output_tokens: int, work: Path, tag: str, arrivals: Sequence[float] | None = None,
+) -> tuple[dict[str, float | None], list[dict[str, Any]]]:  # fmt: skip
+    """`idealized-runtime measure` at one level: ``warmup + requests`` requests, the first
+    ``warmup`` by start time left out. Returns the statistics and all raw rows by start time
+    (warm-up first)."""
+    command, out = _ours_command(
+        base_url, model, tokenizer_dir, concurrency=concurrency, rate=rate,
+        count=requests + warmup, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+        work=work, tag=tag, arrivals=arrivals,
+    )  # fmt: skip
+    cpu = _cpu_of(command, OFFLINE, work / f"ours-{tag}.log")
+    rows = sorted(read_raw_rows([out]), key=lambda r: r["started_at_s"])
+    kept = [r for r in rows[warmup:] if r.get("ok")]
+    return _ours_stats(kept, cpu / (requests + warmup)), rows
+
+
+def _epoch(iso: str) -> float:
+    return datetime.datetime.fromisoformat(iso).timestamp()
+
+
+def side_by_side_level(
+    guidellm: str, base_url: str, model: str, tokenizer_dir: Path, *,
+    concurrency: int | None = None, rate: float | None = None, requests: int, warmup: int,
+    prompt_tokens: int, output_tokens: int, work: Path, tag: str,
+    guidellm_sending: Callable[[], bool], seed: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """Both clients at once on the same server, each at half the level (concurrency / 2
+    streams; at a rate, one Poisson draw of the whole rate dealt out in turn and replayed by
+    each as a trace), so that the server runs at the same speed for both: on a small VM the
+    machine's speed drifts from one minute to the next, and two runs one after the other can
+    differ by more than the clients do.
+
+    guidellm starts first (it takes seconds to start sending), ours once ``guidellm_sending()``
+    says the server has answered one of guidellm's requests. Each sends ``warmup + 1.5 x
+    requests`` requests; kept are those that started after both clients had sent their first
+    ``warmup`` and ended before either client's last request ended (from then on the server ran
+    below the level). Returns {"ours": stats, "guidellm": stats, "window": (start, end),
+    "arrivals": each client's trace or None}, the window in seconds since the epoch (the
+    server's request log of the same requests lies within it). CPU per request counts every
+    request sent."""
+    count = warmup + requests + requests // 2
+    shape = {
+        "concurrency": None if concurrency is None else concurrency // 2,
+        "rate": None if rate is None else rate / 2, "count": count,
+        "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "work": work,
+        "tag": f"{tag}-together",
+    }  # fmt: skip
+    ours_arrivals = theirs_arrivals = None
+    if rate is not None:
+        # One Poisson draw of the whole rate, its arrivals dealt out in turn: two halves alike.
+        arrivals = poisson_arrivals(rate, 2 * count, seed)
+        ours_arrivals = [t - arrivals[0] for t in arrivals[0::2]]
+        theirs_arrivals = [t - arrivals[1] for t in arrivals[1::2]]
+    theirs_command, theirs_out = _guidellm_command(
+        guidellm, base_url, tokenizer_dir, arrivals=theirs_arrivals, **shape
+    )
+    ours_command, ours_out = _ours_command(
+        base_url, model, tokenizer_dir, arrivals=ours_arrivals, **shape
+    )
+    theirs_log, ours_log = work / f"guidellm-{tag}-together.log", work / f"ours-{tag}-together.log"
+    theirs_process = _start(theirs_command, GUIDELLM_ENV, theirs_log)
+    deadline = time.monotonic() + 300
+    while not guidellm_sending():
+        if theirs_process.poll() is not None or time.monotonic() > deadline:
+            theirs_process.kill()
+            _finish(theirs_process, theirs_log)
+            raise RuntimeError(f"side by side at {tag}: guidellm sent no request")
+        time.sleep(0.05)
+    ours_process = _start(ours_command, OFFLINE, ours_log)
+    ours_cpu, theirs_cpu = _finish(ours_process, ours_log), _finish(theirs_process, theirs_log)
+
+    theirs = [
+        {**r, "start": r["request_start_time"], "end": r["request_end_time"]}
+        for r in _guidellm_requests(theirs_out)
+    ]  # fmt: skip
+    ours = sorted(
+        ({**r, "start": _epoch(r["started_at"]), "end": _epoch(r["finished_at"])}
+         for r in read_raw_rows([ours_out]) if r.get("ok")),
+        key=lambda r: r["start"],
+    )  # fmt: skip
+    if len(ours) <= warmup or len(theirs) <= warmup:
+        raise RuntimeError(f"side by side at {tag}: a client finished {warmup} requests or fewer")
+    start = max(ours[warmup]["start"], theirs[warmup]["start"])
+    end = min(ours[-1]["end"], theirs[-1]["end"])
+
+    def within(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [r for r in records if r["start"] >= start and r["end"] <= end]
+
+    return {
+        "ours": _ours_stats(within(ours), ours_cpu / count),
+        "guidellm": _guidellm_stats(within(theirs), theirs_cpu / count),
+        "window": (start, end),
+        "arrivals": {"ours": ours_arrivals, "guidellm": theirs_arrivals},
+    }
 
 
 def find_guidellm(path: str | None = None) -> str | None:
@@ -223,12 +381,18 @@ def served_chat_tokens(tokenizer: Any, text: str) -> int:
 
 
 def write_prompts(
-    tokenizer_dir: Path, prompt_tokens: int, output_tokens: int, count: int, path: Path
+    tokenizer_dir: Path,
+    prompt_tokens: int,
+    output_tokens: int,
+    count: int,
+    path: Path,
+    arrivals: Sequence[float] | None = None,
 ) -> Path:
     """The prompts our client sends (``measure --tokenizer``: the same words, the same
     variants, and the offset its probe learns from the server's chat framing) as a guidellm
-    JSON-lines dataset of ``count`` rows ({"prompt", "output_tokens_count"}), each checked to
-    be ``prompt_tokens`` tokens as the server counts it: both clients send the same prefill."""
+    JSON-lines dataset of ``count`` rows ({"prompt", "output_tokens_count"}, and
+    "relative_timestamp" from ``arrivals`` for a trace replay), each checked to be
+    ``prompt_tokens`` tokens as the server counts it: both clients send the same prefill."""
     from tokenizers import Tokenizer
 
     from idealized_runtime.timing.prompts import (
@@ -251,7 +415,10 @@ def write_prompts(
         served = served_chat_tokens(served_tokenizer, text)
         if served != prompt_tokens:
             raise RuntimeError(f"prompt {variant}: the server would count {served} tokens")
-        rows.append({"prompt": text, "output_tokens_count": output_tokens})
+        row: dict[str, Any] = {"prompt": text, "output_tokens_count": output_tokens}
+        if arrivals is not None:
+            row["relative_timestamp"] = arrivals[variant]
+        rows.append(row)
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return path
 

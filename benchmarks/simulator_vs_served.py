@@ -19,27 +19,34 @@ against guidellm on that server, in one run on this machine.
 4. At each level (concurrency 1, 2, B, then a Poisson rate of half the saturated throughput):
    our client (``measure``, chat, streaming) and, if installed, guidellm (reading our client's
    very prompts, so that the server counts the same prompt tokens for both: printed), taking
-   turns at going first, the first requests of each left out as warm-up. Simulate the same
-   level: the rate level replays our measured arrival times, a closed loop our client's
-   measured re-submit gaps (the server's request log: each request's end to the next request
-   received) as the simulated clients' think times.
+   turns at going first, the first requests of each left out as warm-up. The rate level is one
+   Poisson draw per pass that both clients replay as a trace (``measure --workload``, guidellm's
+   ``kind=replay``), so that both send the same arrivals. Simulate the same level: the rate
+   level replays our measured arrival times, a closed loop our client's measured re-submit gaps
+   (the server's request log: each request's end to the next request received) as the
+   simulated clients' think times. Then, at every level but concurrency 1, both clients at once,
+   each at half the level (``side_by_side_level``): the machine's speed, which drifts here from
+   one minute to the next, is then the same for both.
 5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
    client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), each
    beside the server's own times of the same requests (``serve-model --request-log``: received,
    first and last token handed to the connection), with the time from a request's end to the
-   next request the server receives (closed loop: how fast a client re-submits), and the load
-   average at start and end.
+   next request the server receives (closed loop: how fast a client re-submits), the spread of
+   its arrivals and, replaying a trace, how late each request reached the server against its
+   trace time; and the load average at start and end.
 
 guidellm runs from its own virtual environment (see benchmarks/client_vs_guidellm.py for the
 install); give its executable with --guidellm or GUIDELLM; without it that table is skipped.
 
 Usage: python benchmarks/simulator_vs_served.py [--quick] [--requests 16] [--repeats 1]
-                                                [--max-batch 4] [--guidellm PATH]
+                                                [--together-requests 48] [--max-batch 4]
+                                                [--guidellm PATH]
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import contextlib
 import itertools
 import json
@@ -60,7 +67,9 @@ from client_vs_guidellm import (
     make_tokenizer,
     ours_level,
     pinned,
+    poisson_arrivals,
     print_table,
+    side_by_side_level,
 )
 
 PROMPT, OUTPUT = 64, 16
@@ -242,14 +251,25 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in lines if line.endswith("}")]
 
 
-def server_truth(records: list[dict], warmup: int, concurrency: int | None) -> dict:
+def server_truth(
+    records: list[dict], warmup: int, concurrency: int | None,
+    trace: list[float] | None = None, steps: list[dict] | None = None,
+) -> dict:  # fmt: skip
     """The server's own view of one client's requests at a level (``--request-log``), the
     first ``warmup`` by arrival left out: p50 TTFT (received to first token handed to the
-    connection), p50 ITL ((last - first token) / (tokens - 1)) and the prompt tokens it
-    counted; and, in a closed loop of ``concurrency`` clients, the time from a request's end to
-    the next arrival (the k-th arrival after the first ``concurrency`` answers the k-th end):
-    its p50, and all of them in order, warm-up included (``resubmit_gaps_s``, the client's
-    think time that the simulation of the level replays)."""
+    connection), p50 ITL ((last - first token) / (tokens - 1)), the prompt tokens it counted
+    and the coefficient of variation of the gaps between arrivals; and, in a closed loop of
+    ``concurrency`` clients, the time from a request's end to the next arrival (the k-th
+    arrival after the first ``concurrency`` answers the k-th end): its p50, and all of them in
+    order, warm-up included (``resubmit_gaps_s``, the client's think time that the simulation
+    of the level replays). Replaying a ``trace`` (arrival times of all the client's requests):
+    how late the server received each request against the trace, p50 and p90 (``schedule_lag``:
+    received - trace time, less the smallest such difference, which is the client's start).
+    With the server's ``steps`` (its step log over the same time): p50 of how long a request
+    waited for the step in progress to end (the engine takes new requests between steps) and
+    p50 of its TTFT from the start of the step that took it (``step_wait_s``, ``from_step_s``):
+    TTFT = the two, and the first depends on when in a step a client's request happens to
+    arrive, not on how fast the server serves it."""
     # Streamed requests only: `measure` first sends a few single-token probes, not streamed.
     records = sorted(
         (r for r in records if r.get("ok") and r.get("stream")), key=lambda r: r["received_at_s"]
@@ -267,13 +287,40 @@ def server_truth(records: list[dict], warmup: int, concurrency: int | None) -> d
         ends = sorted(r["finished_at_s"] for r in records)
         every_gap = [max(0.0, a - e) for a, e in zip(arrivals[concurrency:], ends, strict=False)]
     gaps = every_gap[max(0, warmup - (concurrency or 0)) :]
+    # How bursty the client's arrivals were (Poisson: 1; a closed loop: below 1).
+    between = [b["received_at_s"] - a["received_at_s"] for a, b in itertools.pairwise(kept)]
+    mean_gap = statistics.fmean(between) if len(between) > 1 else 0.0
+    lag: list[float] = []
+    if trace is not None and len(trace) == len(records):
+        offsets = [r["received_at_s"] - t for r, t in zip(records, sorted(trace), strict=True)]
+        lag = sorted(offset - min(offsets) for offset in offsets)
+    waits, served = step_waits(kept, steps) if steps else ([], [])
     return {
+        "step_wait_s": statistics.median(waits) if waits else None,
+        "from_step_s": statistics.median(served) if served else None,
+        "lag_p50_s": statistics.median(lag) if lag else None,
+        "lag_p90_s": lag[int(0.9 * (len(lag) - 1))] if lag else None,
+        "arrival_cv": statistics.stdev(between) / mean_gap if mean_gap > 0 else None,
         "truth_ttft_s": statistics.median(ttft) if ttft else None,
         "truth_itl_s": statistics.median(itl) if itl else None,
         "gap_s": statistics.median(gaps) if gaps else None,
         "server_prompt_tokens": sorted({r["num_prompt_tokens"] for r in kept}),
         "resubmit_gaps_s": every_gap,
     }
+
+
+def step_waits(records: list[dict], steps: list[dict]) -> tuple[list[float], list[float]]:
+    """For each request (server log): the wait from its arrival to the start of the first step
+    that began after it (step start = its wall-clock end less its seconds), and its TTFT from
+    that step's start."""
+    starts = sorted(s["finished_at_s"] - s["seconds"] for s in steps if "finished_at_s" in s)
+    waits, served = [], []
+    for r in records:
+        index = bisect.bisect_left(starts, r["received_at_s"])
+        if index < len(starts) and "first_token_at_s" in r:
+            waits.append(starts[index] - r["received_at_s"])
+            served.append(r["first_token_at_s"] - starts[index])
+    return waits, served
 
 
 def print_truth_table(results: list[dict]) -> None:
@@ -287,7 +334,10 @@ def print_truth_table(results: list[dict]) -> None:
 
     print(
         "load | client | TTFT ms | server TTFT ms | client/server | ITL ms | server ITL ms | "
-        "client/server | server: end to next request ms | server: prompt tokens"
+        "client/server | server: end to next request ms | server: arrival gaps CV | "
+        "server: received after the trace time p50 / p90 ms | server: TTFT = wait for the "
+        "step in progress + from the start of the step that took it, p50 ms | "
+        "server: prompt tokens"
     )
     for row in results:
         for client in ("ours", "guidellm"):
@@ -299,6 +349,11 @@ def print_truth_table(results: list[dict]) -> None:
                 ratio(figures["ttft_s"], figures["truth_ttft_s"]), ms(figures["itl_s"]),
                 ms(figures["truth_itl_s"]), ratio(figures["itl_s"], figures["truth_itl_s"]),
                 ms(figures["gap_s"]),
+                "-" if figures.get("arrival_cv") is None else f"{figures['arrival_cv']:.2f}",
+                "-" if figures.get("lag_p50_s") is None
+                else f"{ms(figures['lag_p50_s'])} / {ms(figures['lag_p90_s'])}",
+                "-" if figures.get("step_wait_s") is None
+                else f"{ms(figures['step_wait_s'])} + {ms(figures['from_step_s'])}",
                 "/".join(map(str, figures.get("server_prompt_tokens") or [])) or "-",
             )))  # fmt: skip
     counted = {
@@ -352,6 +407,10 @@ def main() -> None:
     parser.add_argument("--token-budget", type=int, default=256)
     parser.add_argument("--guidellm", default=None, help="guidellm executable (or $GUIDELLM)")
     parser.add_argument("--repeats", type=int, default=1, help="passes over the levels")
+    parser.add_argument(
+        "--together-requests", type=int, default=48,
+        help="measured requests per client with both clients at once (each at half the level)",
+    )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a smoke run: few requests")
     parser.add_argument(
         "--no-think-time", dest="think_time", action="store_false",
@@ -363,7 +422,7 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     if args.quick:
-        args.requests, args.warmup = 4, 2
+        args.requests, args.warmup, args.together_requests = 4, 2, 8
     started = time.perf_counter()
     print(f"load average at start: {load_average()}")
 
@@ -410,6 +469,7 @@ def main() -> None:
         # (level, ms per request / per token beyond: the profile before, both, the logged steps)
         calibrations: list[tuple[str, list[float]]] = []
         versus: list[dict] = []
+        together: list[dict] = []  # both clients at once, each at half the level
         with contextlib.ExitStack() as stack:
             with pinned(server_cpus):
                 stack.enter_context(
@@ -451,6 +511,12 @@ def main() -> None:
                         "warmup": warmup, "output_tokens": OUTPUT, "work": folder,
                         "tag": f"{label.replace('=', '')}-{repetition}",
                     }  # fmt: skip
+                    if rate is not None:
+                        # One Poisson draw, replayed by both clients (a trace): the same
+                        # arrivals whichever client sends them.
+                        shape["arrivals"] = poisson_arrivals(
+                            rate, args.requests + warmup, seed=repetition
+                        )
                     results: dict[str, Any] = {}
                     steps: dict[str, list[dict]] = {}
                     served: dict[str, list[dict]] = {}
@@ -474,7 +540,13 @@ def main() -> None:
                             steps[client] = read_jsonl(step_log)[logged:]
                             served[client] = read_jsonl(request_log)[received:]
                             results[client].update(
-                                server_truth(served[client], warmup, concurrency)
+                                server_truth(
+                                    served[client],
+                                    warmup,
+                                    concurrency,
+                                    shape.get("arrivals"),
+                                    steps[client],
+                                )
                             )
                     after = profiled()
                     fits = {
@@ -491,6 +563,15 @@ def main() -> None:
                             / step_drift(fits["both"], steps["guidellm"])[0]
                         )
                     versus.append(row)
+                    if guidellm is not None and (concurrency or 2) >= 2:
+                        both_shape = {
+                            **{k: v for k, v in shape.items() if k != "arrivals"},
+                            "requests": args.together_requests, "seed": repetition,
+                        }  # fmt: skip
+                        together.append(side_by_side(
+                            guidellm, base, model, tokenizer_dir, request_log, step_log,
+                            both_shape,
+                        ))  # fmt: skip
                     drift.append((
                         label, step_drift(fits["before"], our_steps)[0],
                         step_drift(fit_step_timings(after, model), our_steps)[0],
@@ -591,6 +672,15 @@ def main() -> None:
             "TTFT and ITL within 5%, CPU no higher)"
         )
         print_table(merged)
+        both = median_by_level(together)
+        print(
+            "\nBoth clients at once on the same server, each at half the level (concurrency / 2 "
+            "streams, or rate / 2), so that the machine's speed is the same for both; requests "
+            "while both were sending, after each one's warm-up (ratio = ours / guidellm; "
+            "target: TTFT and ITL within 5%)"
+        )
+        print_table(both)
+        print_truth_table(both)
     else:
         print("\nguidellm at the same levels: skipped (not found)")
     print(
@@ -602,6 +692,48 @@ def main() -> None:
     print_truth_table(merged)
     print(f"\nload average at end: {load_average()}")
     print(f"wall time: {time.perf_counter() - started:.0f} s")
+
+
+def ours_request(record: dict) -> bool:
+    """Whether a request in the server's log came from `measure` (it names itself)."""
+    return (record.get("user_agent") or "").startswith("idealized-runtime/")
+
+
+def side_by_side(
+    guidellm: str, base: str, model: str, tokenizer_dir: Path, request_log: Path,
+    step_log: Path, shape: dict[str, Any],
+) -> dict:  # fmt: skip
+    """Both clients at once at the level of ``shape`` (``side_by_side_level``), each beside the
+    server's own times of its requests within the compared window (told apart by User-Agent:
+    `measure` names itself)."""
+    received, logged = len(read_jsonl(request_log)), len(read_jsonl(step_log))
+
+    def guidellm_sending() -> bool:
+        return any(not ours_request(r) for r in read_jsonl(request_log)[received:])
+
+    result = side_by_side_level(
+        guidellm, base, model, tokenizer_dir, prompt_tokens=PROMPT,
+        guidellm_sending=guidellm_sending, **shape,
+    )  # fmt: skip
+    start, end = result.pop("window")
+    served = [
+        r for r in read_jsonl(request_log)[received:]
+        if start <= r["received_at_s"] and r["finished_at_s"] <= end
+    ]  # fmt: skip
+    label = (
+        f"concurrency={shape['concurrency']}" if shape["rate"] is None else f"rate={shape['rate']}"
+    )
+    every = read_jsonl(request_log)[received:]
+    steps = read_jsonl(step_log)[logged:]
+    arrivals = result.pop("arrivals")
+    for client, ours in (("ours", True), ("guidellm", False)):
+        mine = [r for r in served if ours_request(r) == ours]
+        result[client].update(server_truth(mine, 0, None, steps=steps))
+        if arrivals[client] is not None:
+            sent = [r for r in every if ours_request(r) == ours]
+            lag = server_truth(sent, 0, None, arrivals[client])
+            result[client].update(lag_p50_s=lag["lag_p50_s"], lag_p90_s=lag["lag_p90_s"])
+    return {"load": label, **result}
 
 
 def served_model_name(base: str) -> str:

@@ -178,7 +178,10 @@ class ModelService:
             self.engine = BatchEngine(self.generator, token_budget=self.token_budget)
             if step_log is not None:
                 log_step = _json_line_logger(step_log)
-                self.engine.on_step = lambda step: log_step(step.to_dict())
+                # On the server's wall clock, as the request log: which step served what.
+                self.engine.on_step = lambda step: log_step(
+                    {**step.to_dict(), "finished_at_s": round(time.time(), 6)}
+                )
 
     def prompt_ids(self, request: CompletionRequest) -> list[int]:
         prompt = request.prompt
@@ -452,6 +455,7 @@ def create_app(service: ModelService) -> FastAPI:
                     "id": ident, "endpoint": "chat" if chat else "completions",
                     "stream": parsed.stream, "num_prompt_tokens": len(prompt),
                     "num_output_tokens": sent, "ok": ok,
+                    "user_agent": request.headers.get("user-agent"),
                     **{key: round(value, 6) for key, value in times.items()},
                     "finished_at_s": round(time.time(), 6),
                 })  # fmt: skip

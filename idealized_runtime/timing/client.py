@@ -739,15 +739,19 @@ async def measure(
     api_key = _api_key(config)
     done, existed = _prepare_output(output)
     jobs, already_done = _plan(config, done)
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    limit = config.concurrency if config.rate is None else config.max_in_flight
+    # Named, so that a server's access log tells our requests from other clients'.
+    headers = {"User-Agent": f"idealized-runtime/{__version__}"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    open_loop = config.rate is not None or config.workload is not None
+    # An open loop (a rate, a trace) sends at its arrival times, whatever is still in flight.
+    limit = config.max_in_flight if open_loop else config.concurrency
     pool = _ConnectionPool(limit, headers, config.timeout_s)
     counts = {"written": 0, "ok": 0, "failed": 0, "mismatch": 0, "started": 0}
     client = _Client(config, pool, api_key)
     interrupted = False
     writer: _RowWriter | None = None
     stopped: list[str] = []
-    open_loop = config.rate is not None or config.workload is not None
 
     def over_saturated() -> bool:
         finished = counts["written"]

@@ -119,6 +119,28 @@ def test_trace_replay_keeps_arrivals_and_resumes(start_fake, tmp_path: Path) -> 
     assert len(read_rows(out)) == 4
 
 
+def test_trace_replay_sends_at_arrival_times_while_earlier_requests_run(
+    start_fake, tmp_path: Path
+) -> None:
+    """An open loop: each request of ~1 s starts at its arrival 0.05 s after the previous
+    one, not when a connection frees up (one at a time they would start 1 s apart)."""
+    url = start_fake("--token-delay", "0.2")
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,num_prompt_tokens,num_output_tokens\n" + "".join(
+        f"{0.05 * i},4,5\n" for i in range(4)
+    ))  # fmt: skip
+    out = tmp_path / "raw.jsonl"
+    result = run_cli(measure_args(url, out, "--workload", str(trace), "--tokenizer", "bytes"))
+    assert result.returncode == 0, result.stderr
+    rows = sorted(read_rows(out), key=lambda row: row["repeat"])
+    assert all(row["ok"] for row in rows)
+    for index, row in enumerate(rows):
+        assert row["started_at_s"] >= 0.05 * index - 1e-6
+        # ~1 s of its own after its arrival; queued behind the others it would end at
+        # index + 1 s.
+        assert row["finished_at_s"] < 0.05 * index + 1.6
+
+
 def test_over_saturated_level_stops_and_is_not_offered_again(start_fake, tmp_path: Path) -> None:
     url = start_fake("--token-delay", "0.05")
     out = tmp_path / "raw.jsonl"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import subprocess
@@ -99,6 +100,11 @@ def test_the_step_log_records_each_batched_step_for_the_simulator(
         assert len(step["decode_contexts"]) + len(step["chunks"]) <= 4
         assert len(step["decode_contexts"]) + sum(n for n, _ in step["chunks"]) <= 16
     assert any(len(s["decode_contexts"]) > 1 for s in steps)  # requests were batched
+    # Each step ends on the server's wall clock after the previous one, and began after it.
+    ends = [s["finished_at_s"] for s in steps]
+    assert ends == sorted(ends)
+    for before, after in itertools.pairwise(steps):
+        assert after["finished_at_s"] - after["seconds"] >= before["finished_at_s"] - 1e-3
     fit = read_step_fit(step_log)  # what `simulate --fit steps.jsonl` uses
     assert fit.max_batch is not None and fit.max_batch <= 4
 

@@ -138,6 +138,27 @@ def test_the_request_log_holds_each_requests_server_side_times(
         assert record["first_token_at_s"] <= client_times["first"]
         assert record["last_token_at_s"] <= client_times["last"]
     assert records[0]["first_token_at_s"] == records[0]["last_token_at_s"]  # one token
+    assert {r["user_agent"] for r in records} == {f"python-httpx/{httpx.__version__}"}
+
+
+def test_the_request_log_tells_our_clients_requests_apart(
+    served: str, request_log: Path, tmp_path: Path
+) -> None:
+    """`measure` names itself in User-Agent, so that a server shared with other clients (a
+    load test beside ours) can tell whose request each logged one was."""
+    from idealized_runtime import __version__
+
+    before = len(request_log.read_text().splitlines()) if request_log.exists() else 0
+    grid = tmp_path / "grid.csv"
+    grid.write_text("num_prompt_tokens,num_output_tokens\n4,2\n")
+    out = tmp_path / "rows.jsonl"
+    result = run_cli(cli_command(
+        "measure", "--base-url", served, "--model", "tiny-llama", "-o", str(out),
+        "--grid", str(grid), "--repeats", "2", "--no-progress",
+    ))  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in request_log.read_text().splitlines()[before:]]
+    assert records and {r["user_agent"] for r in records} == {f"idealized-runtime/{__version__}"}
 
 
 # --- the in-flight rule, on the service itself (deterministic: the test holds the request) ---
