@@ -341,7 +341,10 @@ def side_by_side_level(
             raise RuntimeError(f"side by side at {tag}: guidellm sent no request")
         time.sleep(0.05)
     ours_process = _start(ours_command, OFFLINE, ours_log)
-    ours_cpu, theirs_cpu = _finish(ours_process, ours_log), _finish(theirs_process, theirs_log)
+    try:
+        ours_cpu = _finish(ours_process, ours_log)
+    finally:  # guidellm's requests are bounded: wait for it even when ours failed
+        theirs_cpu = _finish(theirs_process, theirs_log)
 
     theirs = [
         {**r, "start": r["request_start_time"], "end": r["request_end_time"]}

@@ -263,17 +263,13 @@ def server_truth(
     arrival after the first ``concurrency`` answers the k-th end): its p50, and all of them in
     order, warm-up included (``resubmit_gaps_s``, the client's think time that the simulation
     of the level replays). Replaying a ``trace`` (arrival times of all the client's requests):
-    how late the server received each request against the trace, p50 and p90 (``schedule_lag``:
-    received - trace time, less the smallest such difference, which is the client's start).
+    how late the server received them against it (``schedule_lag``).
     With the server's ``steps`` (its step log over the same time): p50 of how long a request
     waited for the step in progress to end (the engine takes new requests between steps) and
     p50 of its TTFT from the start of the step that took it (``step_wait_s``, ``from_step_s``):
     TTFT = the two, and the first depends on when in a step a client's request happens to
     arrive, not on how fast the server serves it."""
-    # Streamed requests only: `measure` first sends a few single-token probes, not streamed.
-    records = sorted(
-        (r for r in records if r.get("ok") and r.get("stream")), key=lambda r: r["received_at_s"]
-    )
+    records = streamed(records)
     kept = records[warmup:]
     ttft = [r["first_token_at_s"] - r["received_at_s"] for r in kept if "first_token_at_s" in r]
     itl = [
@@ -290,16 +286,11 @@ def server_truth(
     # How bursty the client's arrivals were (Poisson: 1; a closed loop: below 1).
     between = [b["received_at_s"] - a["received_at_s"] for a, b in itertools.pairwise(kept)]
     mean_gap = statistics.fmean(between) if len(between) > 1 else 0.0
-    lag: list[float] = []
-    if trace is not None and len(trace) == len(records):
-        offsets = [r["received_at_s"] - t for r, t in zip(records, sorted(trace), strict=True)]
-        lag = sorted(offset - min(offsets) for offset in offsets)
     waits, served = step_waits(kept, steps) if steps else ([], [])
     return {
         "step_wait_s": statistics.median(waits) if waits else None,
         "from_step_s": statistics.median(served) if served else None,
-        "lag_p50_s": statistics.median(lag) if lag else None,
-        "lag_p90_s": lag[int(0.9 * (len(lag) - 1))] if lag else None,
+        **schedule_lag(records, trace),
         "arrival_cv": statistics.stdev(between) / mean_gap if mean_gap > 0 else None,
         "truth_ttft_s": statistics.median(ttft) if ttft else None,
         "truth_itl_s": statistics.median(itl) if itl else None,
@@ -307,6 +298,26 @@ def server_truth(
         "server_prompt_tokens": sorted({r["num_prompt_tokens"] for r in kept}),
         "resubmit_gaps_s": every_gap,
     }
+
+
+def streamed(records: list[dict]) -> list[dict]:
+    """A client's answered streamed requests in the server's log, by arrival (`measure` first
+    sends a few single-token probes, not streamed)."""
+    return sorted(
+        (r for r in records if r.get("ok") and r.get("stream")), key=lambda r: r["received_at_s"]
+    )
+
+
+def schedule_lag(records: list[dict], trace: list[float] | None) -> dict:
+    """How late the server received a client's requests against the ``trace`` it replayed
+    (all of its requests): p50 and p90 of received - trace time, less the smallest such
+    difference (the client's start); None without a trace or when the counts differ."""
+    records = streamed(records)
+    if trace is None or len(trace) != len(records):
+        return {"lag_p50_s": None, "lag_p90_s": None}
+    offsets = [r["received_at_s"] - t for r, t in zip(records, sorted(trace), strict=True)]
+    lag = sorted(offset - min(offsets) for offset in offsets)
+    return {"lag_p50_s": statistics.median(lag), "lag_p90_s": lag[int(0.9 * (len(lag) - 1))]}
 
 
 def step_waits(records: list[dict], steps: list[dict]) -> tuple[list[float], list[float]]:
@@ -716,23 +727,18 @@ def side_by_side(
         guidellm_sending=guidellm_sending, **shape,
     )  # fmt: skip
     start, end = result.pop("window")
-    served = [
-        r for r in read_jsonl(request_log)[received:]
-        if start <= r["received_at_s"] and r["finished_at_s"] <= end
-    ]  # fmt: skip
+    arrivals = result.pop("arrivals")
+    every = read_jsonl(request_log)[received:]
+    steps = read_jsonl(step_log)[logged:]
+    for client, ours in (("ours", True), ("guidellm", False)):
+        sent = [r for r in every if ours_request(r) == ours]
+        compared = [r for r in sent if start <= r["received_at_s"] and r["finished_at_s"] <= end]
+        result[client].update(server_truth(compared, 0, None, steps=steps))
+        # Against the whole trace the client replayed, not only the compared window.
+        result[client].update(schedule_lag(sent, arrivals[client]))
     label = (
         f"concurrency={shape['concurrency']}" if shape["rate"] is None else f"rate={shape['rate']}"
     )
-    every = read_jsonl(request_log)[received:]
-    steps = read_jsonl(step_log)[logged:]
-    arrivals = result.pop("arrivals")
-    for client, ours in (("ours", True), ("guidellm", False)):
-        mine = [r for r in served if ours_request(r) == ours]
-        result[client].update(server_truth(mine, 0, None, steps=steps))
-        if arrivals[client] is not None:
-            sent = [r for r in every if ours_request(r) == ours]
-            lag = server_truth(sent, 0, None, arrivals[client])
-            result[client].update(lag_p50_s=lag["lag_p50_s"], lag_p90_s=lag["lag_p90_s"])
     return {"load": label, **result}
 
 
