@@ -190,11 +190,38 @@ def _guidellm_requests(out: Path) -> list[dict[str, Any]]:
     return sorted(benchmark["requests"]["successful"], key=lambda r: r["request_start_time"])
 
 
+def _latency_stats(ttfts: Sequence[float | None], itls: Sequence[float | None]) -> dict:
+    """p50 TTFT and ITL (seconds) of one client's requests, and the per-request values
+    (``*_values_s``), so that passes can be pooled request by request (``pooled_p50``)."""
+    ttft_values = [v for v in ttfts if v is not None]
+    itl_values = [v for v in itls if v is not None]
+    return {
+        "ttft_s": _median(ttft_values),
+        "itl_s": _median(itl_values),
+        "ttft_values_s": ttft_values,
+        "itl_values_s": itl_values,
+    }
+
+
+def pooled_p50(runs: Sequence[dict[str, Any]]) -> dict[str, float | None]:
+    """For each ``NAME_values_s`` of several runs of one client (one per pass), ``NAME_s``: the
+    p50 over all their requests taken together, steadier than the median of each run's p50
+    when a latency has two modes (a prompt prefilled alone or beside another's)."""
+    names = sorted({k for run in runs for k in run if k.endswith("_values_s")})
+    return {
+        name.removesuffix("_values_s") + "_s": _median([v for run in runs for v in run[name]])
+        for name in names
+    }
+
+
 def _guidellm_stats(kept: Sequence[dict[str, Any]], cpu_s_per_request: float) -> dict:
     """p50 TTFT and ITL (guidellm's own metrics: ITL = (last - first token) / (tokens - 1))."""
+
+    def seconds(name: str) -> list[float | None]:
+        return [None if r.get(name) is None else r[name] / 1000.0 for r in kept]
+
     return {
-        "ttft_s": _ms_median([r.get("time_to_first_token_ms") for r in kept]),
-        "itl_s": _ms_median([r.get("inter_token_latency_ms") for r in kept]),
+        **_latency_stats(seconds("time_to_first_token_ms"), seconds("inter_token_latency_ms")),
         "prompt_tokens": _median([r["prompt_tokens"] for r in kept if r.get("prompt_tokens")]),
         "requests": len(kept),
         "cpu_s_per_request": cpu_s_per_request,
@@ -215,11 +242,6 @@ def guidellm_level(
     )  # fmt: skip
     cpu = _cpu_of(command, GUIDELLM_ENV, work / f"guidellm-{tag}.log")
     return _guidellm_stats(_guidellm_requests(out)[warmup:], cpu / (requests + warmup))
-
-
-def _ms_median(values: Sequence[float | None]) -> float | None:
-    median = _median([v for v in values if v is not None])
-    return None if median is None else median / 1000.0
 
 
 def request_itl(row: dict[str, Any]) -> float | None:
@@ -261,8 +283,7 @@ def _ours_command(
 
 def _ours_stats(kept: Sequence[dict[str, Any]], cpu_s_per_request: float) -> dict:
     return {
-        "ttft_s": _median([r["ttft_s"] for r in kept if r.get("ttft_s") is not None]),
-        "itl_s": _median([x for x in map(request_itl, kept) if x is not None]),
+        **_latency_stats([r.get("ttft_s") for r in kept], [request_itl(r) for r in kept]),
         "prompt_tokens": _median([r["num_prompt_tokens"] for r in kept]),
         "requests": len(kept),
         "cpu_s_per_request": cpu_s_per_request,

@@ -4,13 +4,15 @@ against guidellm on that server, in one run on this machine.
 1. Serve a small Llama-shaped model (random weights, one torch thread) with ``serve-model
    --max-batch B`` (continuous batching, chunked prefill), pinned to CPU 0 where the machine
    has more than one; the clients and the profiler's bookkeeping run on the other CPUs.
-2. Right before and right after each load level, the server profiles its own engine while idle
+2. Right before and right after our client's run at each load level (guidellm's run is outside
+   that bracket, so that the profiles are as close in time as they can be to the requests the
+   simulation is compared with), the server profiles its own engine while idle
    (``POST /v1/engine/profile``: ``local_runner.batching.profile_steps`` on the served model and
    cache, in the server's process: batch 1..B, prompt chunks and decode steps, no HTTP), and step
    times are fitted to it (``cost_model.simulate.fit_step_timings``): the profile before the
    level alone (a prediction), and before and after pooled (which halves the effect of the
    machine's speed drifting during the level).
-3. Right before each level, four unloaded single requests give the server's HTTP overhead,
+3. Right before that, four unloaded single requests give the server's HTTP overhead,
    which the ideal simulated server does not have: per request (parsing, tokenization, the first
    chunk) and per streamed token (a JSON chunk per token), beyond the engine steps the server
    logged while serving them (so that the machine's speed at that moment is not taken for
@@ -68,6 +70,7 @@ from client_vs_guidellm import (
     ours_level,
     pinned,
     poisson_arrivals,
+    pooled_p50,
     print_table,
     side_by_side_level,
 )
@@ -217,7 +220,8 @@ def print_repeatability(by_pass: dict[str, list[list[dict]]], levels: list[Level
 
 
 def median_by_level(results: list[dict]) -> list[dict]:
-    """One row per load level: the median over the repetitions of each client's figures."""
+    """One row per load level: each client's p50 TTFT and ITL (its own and the server's) over
+    all the passes' requests together, its other figures the median over the passes."""
     merged: dict[str, dict] = {}
     for row in results:
         merged.setdefault(row["load"], {"load": row["load"], "runs": []})["runs"].append(row)
@@ -236,6 +240,8 @@ def median_by_level(results: list[dict]) -> list[dict]:
                     for k, v in figures.items()
                     if v is None or isinstance(v, (int, float))
                 }
+                level[client].update(pooled_p50([r[client] for r in runs]))
+                level[client]["requests"] = sum(r[client]["requests"] for r in runs)
                 # The prompt lengths the server counted for this client, over all passes.
                 level[client]["server_prompt_tokens"] = sorted(
                     {n for r in runs for n in r[client].get("server_prompt_tokens", [])}
@@ -294,6 +300,8 @@ def server_truth(
         "arrival_cv": statistics.stdev(between) / mean_gap if mean_gap > 0 else None,
         "truth_ttft_s": statistics.median(ttft) if ttft else None,
         "truth_itl_s": statistics.median(itl) if itl else None,
+        "truth_ttft_values_s": ttft,
+        "truth_itl_values_s": itl,
         "gap_s": statistics.median(gaps) if gaps else None,
         "server_prompt_tokens": sorted({r["num_prompt_tokens"] for r in kept}),
         "resubmit_gaps_s": every_gap,
@@ -344,11 +352,11 @@ def print_truth_table(results: list[dict]) -> None:
         return "-" if not value or not truth else f"{value / truth:.3f}"
 
     print(
-        "load | client | TTFT ms | server TTFT ms | client/server | ITL ms | server ITL ms | "
-        "client/server | server: end to next request ms | server: arrival gaps CV | "
-        "server: received after the trace time p50 / p90 ms | server: TTFT = wait for the "
-        "step in progress + from the start of the step that took it, p50 ms | "
-        "server: prompt tokens"
+        "load | client | requests | TTFT ms | server TTFT ms | client/server | ITL ms | "
+        "server ITL ms | client/server | server: end to next request ms | "
+        "server: arrival gaps CV | server: received after the trace time p50 / p90 ms | "
+        "server: TTFT = wait for the step in progress + from the start of the step that "
+        "took it, p50 ms | server: prompt tokens"
     )
     for row in results:
         for client in ("ours", "guidellm"):
@@ -356,7 +364,8 @@ def print_truth_table(results: list[dict]) -> None:
             if not figures:
                 continue
             print(" | ".join((
-                row["load"], client, ms(figures["ttft_s"]), ms(figures["truth_ttft_s"]),
+                row["load"], client, f"{figures.get('requests', 0):g}",
+                ms(figures["ttft_s"]), ms(figures["truth_ttft_s"]),
                 ratio(figures["ttft_s"], figures["truth_ttft_s"]), ms(figures["itl_s"]),
                 ms(figures["truth_itl_s"]), ratio(figures["itl_s"], figures["truth_itl_s"]),
                 ms(figures["gap_s"]),
@@ -419,7 +428,7 @@ def main() -> None:
     parser.add_argument("--guidellm", default=None, help="guidellm executable (or $GUIDELLM)")
     parser.add_argument("--repeats", type=int, default=1, help="passes over the levels")
     parser.add_argument(
-        "--together-requests", type=int, default=48,
+        "--together-requests", type=int, default=96,
         help="measured requests per client with both clients at once (each at half the level)",
     )  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="a smoke run: few requests")
@@ -514,8 +523,6 @@ def main() -> None:
                     level = levels[number]
                     label, concurrency, rate = level
                     print(f"{label} ...", file=sys.stderr, flush=True)
-                    before = profiled()
-                    calibration_rows, calibration_log_fit = calibrate(label, repetition)
                     warmup = max(args.warmup, concurrency or 1)
                     shape = {
                         "concurrency": concurrency, "rate": rate, "requests": args.requests,
@@ -540,16 +547,25 @@ def main() -> None:
                             logged = len(read_jsonl(step_log))
                             received = len(read_jsonl(request_log))
                             if client == "ours":
+                                # The profiles bracket our client's run alone (not guidellm's
+                                # too): the machine's speed drifts from one minute to the next.
+                                calibration_rows, calibration_log_fit = calibrate(label, repetition)
+                                before = profiled()
+                                logged = len(read_jsonl(step_log))
+                                received = len(read_jsonl(request_log))
                                 results["ours"], rows = ours_level(
                                     base, model, tokenizer_dir, prompt_tokens=PROMPT, **shape
                                 )
+                                after = profiled()
                             else:
                                 results["guidellm"] = guidellm_level(
                                     guidellm, base, tokenizer_dir, prompt_tokens=PROMPT,
                                     **shape,
                                 )  # fmt: skip
-                            steps[client] = read_jsonl(step_log)[logged:]
+                            # Up to the end of the client's own requests (our profile after
+                            # them adds steps, not requests).
                             served[client] = read_jsonl(request_log)[received:]
+                            steps[client] = read_jsonl(step_log)[logged:]
                             results[client].update(
                                 server_truth(
                                     served[client],
@@ -559,7 +575,6 @@ def main() -> None:
                                     steps[client],
                                 )
                             )
-                    after = profiled()
                     fits = {
                         "before": fit_step_timings(before, model),
                         "both": fit_step_timings(before + after, model),
