@@ -46,6 +46,12 @@ def measure_command(
     workload: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--workload", help="replay a trace (CSV/JSONL: arrival_s, prompt/output tokens)"
     ),
+    start_at: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--start-at",
+        help="with --workload: send the trace's first request at this time (Unix seconds or "
+        "ISO 8601 with zone), so that clients in other processes replay one schedule together",
+    ),
     stream: bool = typer.Option(True, "--stream/--no-stream", help="stream (TTFT, inter-token)"),
     tokenizer: Optional[str] = typer.Option(  # noqa: UP045
         None,
@@ -76,7 +82,7 @@ def measure_command(
     from idealized_runtime.core.load_levels import parse_load_levels
     from idealized_runtime.timing.client import MeasureConfig, measure_levels, measure_sweep
     from idealized_runtime.timing.grids import load_grid
-    from idealized_runtime.timing.load_patterns import read_workload
+    from idealized_runtime.timing.load_patterns import parse_start_time, read_workload
 
     if endpoint not in ("completions", "chat"):
         fail(f"--endpoint must be completions or chat, got {endpoint!r}")
@@ -95,6 +101,9 @@ def measure_command(
         ]
     if rate is not None:
         levels = [{"rate": r} for r in parse_load_levels(rate, "--rate", integer=False)]
+    if start_at is not None and workload is None:
+        fail("--start-at needs --workload (the trace whose schedule it places)")
+    start_at_s = parse_start_time(start_at) if start_at is not None else None
     trace = read_workload(workload) if workload is not None else None
     body: dict = {}
     if extra_body:
@@ -113,6 +122,7 @@ def measure_command(
         grid=load_grid(grid),
         repeats=repeats,
         workload=trace,
+        start_at_s=start_at_s,
         stream=stream,
         tokenizer=tokenizer,
         timeout_s=timeout,

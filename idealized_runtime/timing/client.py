@@ -104,6 +104,10 @@ class MeasureConfig(BaseModel):
     workload: list[TraceRequest] | None = Field(
         default=None, description="replay these arrivals instead of the grid (load 'trace')"
     )
+    start_at_s: float | None = Field(
+        default=None,
+        description="wall-clock time (Unix seconds) at which a trace's earliest arrival is sent",
+    )
     level_label: str | None = Field(default=None, description="load label written to rows")
     # An open-loop level (rate, trace) stops offering requests when the server is over-saturated:
     # more than stop_in_flight requests open at once (the queue is growing), or more than
@@ -674,6 +678,14 @@ class _Client:
         }
 
 
+def _trace_zero(config: MeasureConfig) -> float | None:
+    """The wall-clock time of a trace's time 0 with ``start_at_s`` (its earliest arrival then
+    goes out at ``start_at_s``, whichever of its requests a resumed run still has to send)."""
+    if config.start_at_s is None or not config.workload:
+        return None
+    return config.start_at_s - min(request.arrival_s for request in config.workload)
+
+
 def _planned(config: MeasureConfig) -> int:
     if config.workload is not None:
         return len(config.workload)
@@ -790,7 +802,10 @@ async def measure(
 
             stop = over_saturated if open_loop else None
             if config.workload is not None:
-                await run_at_arrivals(jobs, [job.arrival_s for job in jobs], run, should_stop=stop)
+                await run_at_arrivals(
+                    jobs, [job.arrival_s for job in jobs], run, should_stop=stop,
+                    zero_at_wall_s=_trace_zero(config),
+                )  # fmt: skip
             elif config.rate is not None:
                 await run_poisson(
                     jobs,

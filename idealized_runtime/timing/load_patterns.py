@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import csv
+import datetime
 import json
 import math
 import random
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -85,11 +87,17 @@ async def run_at_arrivals(
     run: Callable[[Job], Awaitable[None]],
     *,
     should_stop: Callable[[], bool] | None = None,
+    zero_at_wall_s: float | None = None,
 ) -> None:
-    """Start each job at its arrival time (seconds, counted from the earliest one given)."""
+    """Start each job at its arrival time: seconds counted from the earliest one given, or,
+    with ``zero_at_wall_s``, from that wall-clock time (``time.time()``), so that clients in
+    other processes can replay one schedule together; arrivals already past go out at once."""
     loop = asyncio.get_running_loop()
     tasks: list[asyncio.Task[None]] = []
-    origin = loop.time() - (min(arrivals_s) if arrivals_s else 0.0)
+    if zero_at_wall_s is None:
+        origin = loop.time() - (min(arrivals_s) if arrivals_s else 0.0)
+    else:  # the event loop's clock is monotonic: place the wall-clock time on it once
+        origin = loop.time() + (zero_at_wall_s - time.time())
     try:
         for job, arrival in sorted(zip(jobs, arrivals_s, strict=True), key=lambda pair: pair[1]):
             await asyncio.sleep(max(0.0, origin + arrival - loop.time()))
@@ -190,6 +198,30 @@ def _trace_request(record: dict[str, Any], path: str, row: int) -> TraceRequest:
             )
         counts.append(value)
     return TraceRequest(arrival, *counts)
+
+
+def parse_start_time(text: str) -> float:
+    """A wall-clock time as Unix seconds: Unix seconds themselves ("1795480000.5") or an ISO 8601
+    time with its zone ("2026-11-24T00:30:00Z", "2026-11-24T01:30:00+01:00")."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        return _iso_time(text)
+    if not math.isfinite(seconds) or seconds < 0:
+        raise InputError(f"--start-at must be a time after 1970, got {text!r}")
+    return seconds
+
+
+def _iso_time(text: str) -> float:
+    try:
+        moment = datetime.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise InputError(
+            f"--start-at must be Unix seconds or an ISO 8601 time, got {text!r}"
+        ) from None
+    if moment.tzinfo is None:
+        raise InputError(f"--start-at {text!r}: give the time zone (e.g. 2026-11-24T00:30Z)")
+    return moment.timestamp()
 
 
 async def _wait_all(tasks: list[asyncio.Task[None]]) -> None:

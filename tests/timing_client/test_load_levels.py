@@ -5,8 +5,10 @@ one-line errors for bad levels and trace files."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,11 @@ from idealized_runtime.timing.client import (
     sweep_rates,
 )
 from idealized_runtime.timing.grids import GridPoint
-from idealized_runtime.timing.load_patterns import read_workload
+from idealized_runtime.timing.load_patterns import (
+    parse_start_time,
+    read_workload,
+    run_at_arrivals,
+)
 from idealized_runtime.timing.summary import summarize
 from tests.timing_client.conftest import measure_args, read_rows, run_cli
 from tests.timing_client.test_measure_fake_server import _popen, _wait_for_rows, write_grid
@@ -139,6 +145,58 @@ def test_trace_replay_sends_at_arrival_times_while_earlier_requests_run(
         # ~1 s of its own after its arrival; queued behind the others it would end at
         # index + 1 s.
         assert row["finished_at_s"] < 0.05 * index + 1.6
+
+
+def test_trace_replay_starts_at_the_given_wall_clock_time(start_fake, tmp_path: Path) -> None:
+    """--start-at places the trace's time 0 on the wall clock: no request goes out before its
+    place (clients in other processes can replay one schedule together)."""
+    url = start_fake()
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,num_prompt_tokens,num_output_tokens\n0,4,2\n0.3,4,2\n")
+    out = tmp_path / "raw.jsonl"
+    start_at = time.time() + 2.0
+    iso = datetime.datetime.fromtimestamp(start_at, datetime.timezone.utc).isoformat()
+    args = ("--workload", str(trace), "--tokenizer", "bytes", "--start-at", iso)
+    result = run_cli(measure_args(url, out, *args))
+    assert result.returncode == 0, result.stderr
+    rows = sorted(read_rows(out), key=lambda row: row["repeat"])
+    assert [row["ok"] for row in rows] == [True, True]
+    for row, arrival in zip(rows, (0.0, 0.3), strict=True):
+        sent = datetime.datetime.fromisoformat(row["started_at"]).timestamp()
+        assert sent >= start_at + arrival - 1e-3
+
+
+def test_arrivals_already_past_the_wall_clock_start_go_out_at_once() -> None:
+    """A start 10 s ago: the arrivals at 0 and 5 s are due and go out at once, the one at 12 s
+    waits for its time (2 s from now)."""
+    zero = time.time() - 10.0
+    sent: dict[int, float] = {}
+
+    async def run(job: int) -> None:
+        sent[job] = time.time()
+
+    asyncio.run(run_at_arrivals([0, 1, 2], [0.0, 5.0, 12.0], run, zero_at_wall_s=zero))
+    assert sent[0] < zero + 11.5 and sent[1] < zero + 11.5
+    assert sent[2] >= zero + 12.0 - 1e-3
+
+
+def test_start_at_needs_a_trace_and_a_time_with_its_zone(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrival_s,num_prompt_tokens,num_output_tokens\n0,4,2\n")
+    out = tmp_path / "raw.jsonl"
+    cases = [
+        (("--start-at", "1795480000"), "--start-at needs --workload"),
+        (("--workload", str(trace), "--start-at", "soon"), "Unix seconds or an ISO 8601 time"),
+        (("--workload", str(trace), "--start-at", "2026-11-24T00:30:00"), "give the time zone"),
+        (("--workload", str(trace), "--start-at", "-5"), "a time after 1970"),
+    ]
+    for extra, message in cases:
+        result = run_cli(measure_args("http://127.0.0.1:9/v1", out, *extra))
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+        assert not out.exists()
+    assert parse_start_time("2026-11-24T00:30:00Z") == parse_start_time("2026-11-24T01:30+01:00")
+    assert parse_start_time("1795480000.5") == 1795480000.5
 
 
 def test_over_saturated_level_stops_and_is_not_offered_again(start_fake, tmp_path: Path) -> None:
