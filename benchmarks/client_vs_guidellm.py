@@ -160,12 +160,13 @@ def _profile_args(
 
 def _guidellm_command(
     guidellm: str, base_url: str, tokenizer_dir: Path, *, concurrency: int | None,
-    rate: float | None, count: int, prompt_tokens: int, output_tokens: int, work: Path,
-    tag: str, arrivals: Sequence[float] | None = None,
+    rate: float | None, count: int, prompt_tokens: int, output_tokens: int | Sequence[int],
+    work: Path, tag: str, arrivals: Sequence[float] | None = None,
 ) -> tuple[list[str], Path]:  # fmt: skip
     """guidellm's command line for ``count`` requests of our client's prompts of
-    ``prompt_tokens`` as the server counts them (``write_prompts``), sent at ``arrivals`` when
-    given (a trace replay), and its JSON output."""
+    ``prompt_tokens`` as the server counts them (``write_prompts``; ``output_tokens``: one
+    length, or a cycle of lengths in turn), sent at ``arrivals`` when given (a trace replay),
+    and its JSON output."""
     out = work / f"guidellm-{tag}.json"
     data = write_prompts(
         tokenizer_dir, prompt_tokens, output_tokens, count,
@@ -254,25 +255,36 @@ def request_itl(row: dict[str, Any]) -> float | None:
 
 def _ours_command(
     base_url: str, model: str, tokenizer_dir: Path, *, concurrency: int | None,
-    rate: float | None, count: int, prompt_tokens: int, output_tokens: int, work: Path,
-    tag: str, arrivals: Sequence[float] | None = None,
+    rate: float | None, count: int, prompt_tokens: int, output_tokens: int | Sequence[int],
+    work: Path, tag: str, arrivals: Sequence[float] | None = None,
+    start_at: float | None = None,
 ) -> tuple[list[str], Path]:  # fmt: skip
     """`idealized-runtime measure`'s command line (chat endpoint, streaming, as guidellm) for
-    ``count`` requests (a ``--workload`` trace of ``arrivals`` when given), and its output."""
+    ``count`` requests (a ``--workload`` trace of ``arrivals`` when given, its time 0 at
+    ``start_at`` seconds since the epoch when given), and its output."""
     out = work / f"ours-{tag}.jsonl"
+    lengths = output_lengths(output_tokens, count)
     if arrivals is not None:
         if len(arrivals) != count:
             raise ValueError(f"{len(arrivals)} arrivals for {count} requests")
         trace = work / f"trace-{tag}.csv"
         trace.write_text("arrival_s,num_prompt_tokens,num_output_tokens\n" + "".join(
-            f"{t},{prompt_tokens},{output_tokens}\n" for t in arrivals
+            f"{t},{prompt_tokens},{n}\n" for t, n in zip(arrivals, lengths, strict=True)
         ))  # fmt: skip
         what = ["--workload", str(trace)]
+        if start_at is not None:
+            what += ["--start-at", f"{start_at:.6f}"]
     else:
+        # A cycle of lengths: one grid point each, sent in turn (--in-order: repeat by repeat).
+        cycle = list(dict.fromkeys(lengths))
+        if count % len(cycle) or lengths != output_lengths(cycle, count):
+            raise ValueError(f"{count} requests do not take the lengths {cycle} in turn")
         grid = work / f"grid-{tag}.csv"
-        grid.write_text(f"num_prompt_tokens,num_output_tokens\n{prompt_tokens},{output_tokens}\n")
+        grid.write_text("num_prompt_tokens,num_output_tokens\n" + "".join(
+            f"{prompt_tokens},{n}\n" for n in cycle
+        ))  # fmt: skip
         load = ["--rate", str(rate)] if rate is not None else ["--concurrency", str(concurrency)]
-        what = ["--grid", str(grid), "--repeats", str(count), *load]
+        what = ["--grid", str(grid), "--repeats", str(count // len(cycle)), *load]
     command = [
         sys.executable, "-m", "idealized_runtime", "measure", "--base-url", f"{base_url}/v1",
         "--model", model, "--endpoint", "chat", *what, "--in-order",
@@ -317,50 +329,68 @@ def side_by_side_level(
     guidellm: str, base_url: str, model: str, tokenizer_dir: Path, *,
     concurrency: int | None = None, rate: float | None = None, requests: int, warmup: int,
     prompt_tokens: int, output_tokens: int, work: Path, tag: str,
-    guidellm_sending: Callable[[], bool], seed: int = 0,
+    guidellm_started: Callable[[], float | None], seed: int = 0, period_s: float = 1.0,
+    output_cycle: Sequence[int] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
-    """Both clients at once on the same server, each at half the level (concurrency / 2
-    streams; at a rate, one Poisson draw of the whole rate dealt out in turn and replayed by
-    each as a trace), so that the server runs at the same speed for both: on a small VM the
-    machine's speed drifts from one minute to the next, and two runs one after the other can
-    differ by more than the clients do.
+    """Both clients at once on the same server, each at half the level, so that the server runs
+    at the same speed for both: on a small VM the machine's speed drifts from one minute to the
+    next, and two runs one after the other can differ by more than the clients do.
 
-    guidellm starts first (it takes seconds to start sending), ours once ``guidellm_sending()``
-    says the server has answered one of guidellm's requests. Each sends ``warmup + 1.5 x
-    requests`` requests; kept are those that started after both clients had sent their first
-    ``warmup`` and ended before either client's last request ended (from then on the server ran
-    below the level). Returns {"ours": stats, "guidellm": stats, "window": (start, end),
-    "arrivals": each client's trace or None}, the window in seconds since the epoch (the
-    server's request log of the same requests lies within it). CPU per request counts every
-    request sent."""
+    At concurrency 1 the two take turns: each sends one request every ``period_s`` (a few
+    times an unloaded request's latency), ours half a period after guidellm's, so that every
+    request has the server to itself, as in a closed loop of one, and the two clients' requests
+    alternate through the same minutes. At a higher concurrency, each runs concurrency / 2
+    streams, each client's requests taking the lengths of ``output_cycle`` in turn when given:
+    with one length for all, the streams of a client that sends again at once end in the same
+    step and come back together, and the clients' figures then differ by how each one's streams
+    happen to fall into step. At a rate, both replay one Poisson draw of half the rate on one
+    schedule (ours with ``measure --start-at`` guidellm's first request): the requests arrive
+    in pairs, one from each client, which the server takes in the same step and decodes in the
+    same steps, so that each pair's latencies differ by the clients alone, not by which
+    requests each happened to send.
+
+    guidellm starts first (it takes seconds to start sending), ours once ``guidellm_started()``
+    gives the time (seconds since the epoch) the server received guidellm's first request. Each
+    sends ``warmup + 1.5 x requests`` requests; kept are those that started after both clients
+    had sent their first ``warmup`` and ended before either client's last request ended (from
+    then on the server ran below the level). Returns {"ours": stats, "guidellm": stats,
+    "window": (start, end), "arrivals": each client's trace or None}, the window in seconds
+    since the epoch (the server's request log of the same requests lies within it). CPU per
+    request counts every request sent."""
     count = warmup + requests + requests // 2
+    alternate = concurrency == 1
+    lengths: int | Sequence[int] = output_tokens
+    if output_cycle and concurrency is not None and not alternate:
+        lengths = output_cycle
+        count += -count % len(output_cycle)  # whole cycles
     shape = {
-        "concurrency": None if concurrency is None else concurrency // 2,
+        "concurrency": None if concurrency is None or alternate else concurrency // 2,
         "rate": None if rate is None else rate / 2, "count": count,
-        "prompt_tokens": prompt_tokens, "output_tokens": output_tokens, "work": work,
+        "prompt_tokens": prompt_tokens, "output_tokens": lengths, "work": work,
         "tag": f"{tag}-together",
     }  # fmt: skip
-    ours_arrivals = theirs_arrivals = None
-    if rate is not None:
-        # One Poisson draw of the whole rate, its arrivals dealt out in turn: two halves alike.
-        arrivals = poisson_arrivals(rate, 2 * count, seed)
-        ours_arrivals = [t - arrivals[0] for t in arrivals[0::2]]
-        theirs_arrivals = [t - arrivals[1] for t in arrivals[1::2]]
+    arrivals = None if rate is None else poisson_arrivals(rate / 2, count, seed)
+    if alternate:
+        arrivals = [round(period_s * k, 6) for k in range(count)]
     theirs_command, theirs_out = _guidellm_command(
-        guidellm, base_url, tokenizer_dir, arrivals=theirs_arrivals, **shape
-    )
-    ours_command, ours_out = _ours_command(
-        base_url, model, tokenizer_dir, arrivals=ours_arrivals, **shape
+        guidellm, base_url, tokenizer_dir, arrivals=arrivals, **shape
     )
     theirs_log, ours_log = work / f"guidellm-{tag}-together.log", work / f"ours-{tag}-together.log"
     theirs_process = _start(theirs_command, GUIDELLM_ENV, theirs_log)
     deadline = time.monotonic() + 300
-    while not guidellm_sending():
+    while (theirs_zero := guidellm_started()) is None:
         if theirs_process.poll() is not None or time.monotonic() > deadline:
             theirs_process.kill()
             _finish(theirs_process, theirs_log)
             raise RuntimeError(f"side by side at {tag}: guidellm sent no request")
         time.sleep(0.05)
+    # Replaying a trace, ours on guidellm's schedule: its trace time 0 at guidellm's first
+    # request, or half a period later taking turns (the arrivals already past go out at once,
+    # within the warm-up).
+    start_at = None if arrivals is None else theirs_zero + (period_s / 2 if alternate else 0.0)
+    ours_command, ours_out = _ours_command(
+        base_url, model, tokenizer_dir, arrivals=arrivals, start_at=start_at, **shape
+    )
     ours_process = _start(ours_command, OFFLINE, ours_log)
     try:
         ours_cpu = _finish(ours_process, ours_log)
@@ -388,7 +418,7 @@ def side_by_side_level(
         "ours": _ours_stats(within(ours), ours_cpu / count),
         "guidellm": _guidellm_stats(within(theirs), theirs_cpu / count),
         "window": (start, end),
-        "arrivals": {"ours": ours_arrivals, "guidellm": theirs_arrivals},
+        "arrivals": {"ours": arrivals, "guidellm": arrivals},
     }
 
 
@@ -404,10 +434,16 @@ def served_chat_tokens(tokenizer: Any, text: str) -> int:
     return len(tokenizer.encode(f"user: {text}\n").ids)
 
 
+def output_lengths(output_tokens: int | Sequence[int], count: int) -> list[int]:
+    """``count`` requests' output lengths: one length for all, or a cycle of lengths in turn."""
+    cycle = [output_tokens] if isinstance(output_tokens, int) else list(output_tokens)
+    return [cycle[i % len(cycle)] for i in range(count)]
+
+
 def write_prompts(
     tokenizer_dir: Path,
     prompt_tokens: int,
-    output_tokens: int,
+    output_tokens: int | Sequence[int],
     count: int,
     path: Path,
     arrivals: Sequence[float] | None = None,
@@ -434,12 +470,13 @@ def write_prompts(
     offset = served_chat_tokens(served_tokenizer, probe) - OFFSET_PROBE_TOKENS
     builder = PromptBuilder(PromptRecipe("tokenizer", offset), tokenizer)
     rows = []
+    lengths = output_lengths(output_tokens, count)
     for variant in range(count):
         text = builder.text(prompt_tokens, variant)
         served = served_chat_tokens(served_tokenizer, text)
         if served != prompt_tokens:
             raise RuntimeError(f"prompt {variant}: the server would count {served} tokens")
-        row: dict[str, Any] = {"prompt": text, "output_tokens_count": output_tokens}
+        row: dict[str, Any] = {"prompt": text, "output_tokens_count": lengths[variant]}
         if arrivals is not None:
             row["relative_timestamp"] = arrivals[variant]
         rows.append(row)

@@ -26,9 +26,16 @@ against guidellm on that server, in one run on this machine.
    ``kind=replay``), so that both send the same arrivals. Simulate the same level: the rate
    level replays our measured arrival times, a closed loop our client's measured re-submit gaps
    (the server's request log: each request's end to the next request received) as the
-   simulated clients' think times. Then, at every level but concurrency 1, both clients at once,
-   each at half the level (``side_by_side_level``): the machine's speed, which drifts here from
-   one minute to the next, is then the same for both.
+   simulated clients' think times. Then, at every level, both clients at once, each at half
+   the level (``side_by_side_level``): the machine's speed, which drifts here from one minute
+   to the next, is then the same for both. At concurrency 1 they take turns (one request each
+   every three unloaded latencies, ours half a period after guidellm's: each request alone on
+   the server); at 2 and B each runs half the streams, its requests taking 8-24 output tokens
+   in turn (mean 16; with 16 for all, a client's streams end in the same step and come back
+   together, and the clients then differ by how their streams fall into step); at the rate
+   both replay one draw of half the rate on one schedule (ours ``measure --start-at``
+   guidellm's first request), so that the requests come in pairs, one from each, which the
+   server serves in the same steps.
 5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
    client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), each
    beside the server's own times of the same requests (``serve-model --request-log``: received,
@@ -76,6 +83,9 @@ from client_vs_guidellm import (
 )
 
 PROMPT, OUTPUT = 64, 16
+# Output lengths (mean OUTPUT) that both clients' closed loops take in turn when they run at
+# once: with one length for all, a client's streams fall into step (see side_by_side_level).
+OUTPUT_CYCLE = (8, 12, 16, 20, 24)
 # A Llama-shaped model small enough for a 2-core CPU, big enough that its matmuls, not Python,
 # set the step time (~25M parameters).
 CONFIG = {
@@ -589,11 +599,19 @@ def main() -> None:
                             / step_drift(fits["both"], steps["guidellm"])[0]
                         )
                     versus.append(row)
-                    if guidellm is not None and (concurrency or 2) >= 2:
+                    if guidellm is not None:
                         both_shape = {
                             **{k: v for k, v in shape.items() if k != "arrivals"},
                             "requests": args.together_requests, "seed": repetition,
+                            "output_cycle": OUTPUT_CYCLE,
                         }  # fmt: skip
+                        if concurrency == 1:  # taking turns: each request alone on the server
+                            latency = statistics.median(
+                                r["finished_at_s"] - r["started_at_s"] for r in rows if r["ok"]
+                            )
+                            both_shape["period_s"] = round(max(0.5, 3 * latency), 3)
+                            # One request each per period (slower than a closed loop): half as many.
+                            both_shape["requests"] = max(8, args.together_requests // 2)
                         together.append(side_by_side(
                             guidellm, base, model, tokenizer_dir, request_log, step_log,
                             both_shape,
@@ -700,9 +718,12 @@ def main() -> None:
         print_table(merged)
         both = median_by_level(together)
         print(
-            "\nBoth clients at once on the same server, each at half the level (concurrency / 2 "
-            "streams, or rate / 2), so that the machine's speed is the same for both; requests "
-            "while both were sending, after each one's warm-up (ratio = ours / guidellm; "
+            "\nBoth clients at once on the same server, each at half the level (taking turns "
+            "at concurrency 1; concurrency / 2 streams, output lengths "
+            f"{'/'.join(map(str, OUTPUT_CYCLE))} in turn; or one draw of rate / 2 both replay "
+            "on one schedule: requests in pairs), "
+            "so that the machine's speed is the same for both; requests while both were "
+            "sending, after each one's warm-up, over all passes (ratio = ours / guidellm; "
             "target: TTFT and ITL within 5%)"
         )
         print_table(both)
@@ -734,12 +755,14 @@ def side_by_side(
     `measure` names itself)."""
     received, logged = len(read_jsonl(request_log)), len(read_jsonl(step_log))
 
-    def guidellm_sending() -> bool:
-        return any(not ours_request(r) for r in read_jsonl(request_log)[received:])
+    def guidellm_started() -> float | None:
+        """When the server received guidellm's first request (once it has answered it)."""
+        theirs = [r for r in streamed(read_jsonl(request_log)[received:]) if not ours_request(r)]
+        return theirs[0]["received_at_s"] if theirs else None
 
     result = side_by_side_level(
         guidellm, base, model, tokenizer_dir, prompt_tokens=PROMPT,
-        guidellm_sending=guidellm_sending, **shape,
+        guidellm_started=guidellm_started, **shape,
     )  # fmt: skip
     start, end = result.pop("window")
     arrivals = result.pop("arrivals")
