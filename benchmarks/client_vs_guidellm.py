@@ -325,6 +325,10 @@ def _epoch(iso: str) -> float:
     return datetime.datetime.fromisoformat(iso).timestamp()
 
 
+# A request of ours sent this much after its place on a shared schedule was sent late.
+LATE_S = 0.05
+
+
 def side_by_side_level(
     guidellm: str, base_url: str, model: str, tokenizer_dir: Path, *,
     concurrency: int | None = None, rate: float | None = None, requests: int, warmup: int,
@@ -409,6 +413,12 @@ def side_by_side_level(
     if len(ours) <= warmup or len(theirs) <= warmup:
         raise RuntimeError(f"side by side at {tag}: a client finished {warmup} requests or fewer")
     start = max(ours[warmup]["start"], theirs[warmup]["start"])
+    if start_at is not None and arrivals is not None:
+        # Ours starts on a schedule already under way: the arrivals it found past went out at
+        # once, together. Compared from the end of the last of those.
+        on_time = [r for r in ours if r["start"] - start_at - arrivals[r["repeat"]] < LATE_S]
+        first = on_time[0]["start"] if on_time else ours[-1]["end"]
+        start = max(start, first, *(r["end"] for r in ours if r["start"] < first))
     end = min(ours[-1]["end"], theirs[-1]["end"])
 
     def within(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
