@@ -327,13 +327,34 @@ def _epoch(iso: str) -> float:
 
 # A request of ours sent this much after its place on a shared schedule was sent late.
 LATE_S = 0.05
+# On one shared schedule, ours this far after guidellm's request in every other pair and as far
+# before it in the others: a fraction of a decode step, more than either client's jitter.
+PAIR_OFFSET_S = 0.005
+# guidellm's trace time 0 is estimated from this many of its first requests.
+ZERO_FROM_REQUESTS = 4
+
+
+def paired_arrivals(arrivals: Sequence[float], offset_s: float) -> list[float]:
+    """``arrivals`` moved ``offset_s`` later and earlier in turn (the first later), never
+    before 0 nor before the previous one, so that the trace keeps its order."""
+    moved: list[float] = []
+    for index, time_s in enumerate(arrivals):
+        shifted = time_s + (offset_s if index % 2 == 0 else -offset_s)
+        moved.append(round(max(shifted, 0.0, moved[-1] if moved else 0.0), 6))
+    return moved
+
+
+def trace_zero(received_s: Sequence[float], arrivals: Sequence[float]) -> float:
+    """A trace's time 0 (seconds since the epoch) from when its first requests were received:
+    the earliest received time less trace time (a request is never early, only late)."""
+    return min(r - t for r, t in zip(received_s, arrivals, strict=False))
 
 
 def side_by_side_level(
     guidellm: str, base_url: str, model: str, tokenizer_dir: Path, *,
     concurrency: int | None = None, rate: float | None = None, requests: int, warmup: int,
     prompt_tokens: int, output_tokens: int, work: Path, tag: str,
-    guidellm_started: Callable[[], float | None], seed: int = 0, period_s: float = 1.0,
+    guidellm_received: Callable[[], list[float]], seed: int = 0, period_s: float = 1.0,
     output_cycle: Sequence[int] | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Both clients at once on the same server, each at half the level, so that the server runs
@@ -348,13 +369,19 @@ def side_by_side_level(
     with one length for all, the streams of a client that sends again at once end in the same
     step and come back together, and the clients' figures then differ by how each one's streams
     happen to fall into step. At a rate, both replay one Poisson draw of half the rate on one
-    schedule (ours with ``measure --start-at`` guidellm's first request): the requests arrive
-    in pairs, one from each client, which the server takes in the same step and decodes in the
-    same steps, so that each pair's latencies differ by the clients alone, not by which
-    requests each happened to send.
+    schedule (ours with ``measure --start-at`` guidellm's trace time 0): the requests arrive in
+    pairs, one from each client, ours ``PAIR_OFFSET_S`` after guidellm's in every other pair
+    and as much before it in the others, so that each goes first in half the pairs (when a
+    step ends between the two, the first is prefilled a step earlier: the shorter TTFT, and the
+    longer ITL, its decode steps carrying the other's prompt); each pair's latencies then
+    differ by the clients alone, not by which requests each happened to send.
 
-    guidellm starts first (it takes seconds to start sending), ours once ``guidellm_started()``
-    gives the time (seconds since the epoch) the server received guidellm's first request. Each
+    guidellm starts first (it takes seconds to start sending), ours once the server has answered
+    guidellm's first requests: ``guidellm_received()`` gives the times (seconds since the epoch)
+    the server received those it has answered so far, in order. guidellm's trace time 0 is
+    taken as the earliest of received time less trace time over its first
+    ``ZERO_FROM_REQUESTS`` requests (its first request goes out later against its schedule than
+    the next ones, by its connection set-up). Each
     sends ``warmup + 1.5 x requests`` requests; kept are those that started after both clients
     had sent their first ``warmup`` and ended before either client's last request ended (from
     then on the server ran below the level). Returns {"ours": stats, "guidellm": stats,
@@ -376,24 +403,30 @@ def side_by_side_level(
     arrivals = None if rate is None else poisson_arrivals(rate / 2, count, seed)
     if alternate:
         arrivals = [round(period_s * k, 6) for k in range(count)]
+    ours_arrivals = arrivals
+    if rate is not None and arrivals is not None:
+        ours_arrivals = paired_arrivals(arrivals, PAIR_OFFSET_S)
     theirs_command, theirs_out = _guidellm_command(
         guidellm, base_url, tokenizer_dir, arrivals=arrivals, **shape
     )
     theirs_log, ours_log = work / f"guidellm-{tag}-together.log", work / f"ours-{tag}-together.log"
     theirs_process = _start(theirs_command, GUIDELLM_ENV, theirs_log)
     deadline = time.monotonic() + 300
-    while (theirs_zero := guidellm_started()) is None:
+    needed = 1 if arrivals is None else min(ZERO_FROM_REQUESTS, warmup, count)
+    while len(received := guidellm_received()) < needed:
         if theirs_process.poll() is not None or time.monotonic() > deadline:
             theirs_process.kill()
             _finish(theirs_process, theirs_log)
             raise RuntimeError(f"side by side at {tag}: guidellm sent no request")
         time.sleep(0.05)
-    # Replaying a trace, ours on guidellm's schedule: its trace time 0 at guidellm's first
-    # request, or half a period later taking turns (the arrivals already past go out at once,
-    # within the warm-up).
-    start_at = None if arrivals is None else theirs_zero + (period_s / 2 if alternate else 0.0)
+    # Replaying a trace, ours on guidellm's schedule: its trace time 0 at guidellm's, or half a
+    # period later taking turns (the arrivals already past go out at once, within the warm-up).
+    start_at = None
+    if arrivals is not None:
+        theirs_zero = trace_zero(received[:needed], sorted(arrivals))
+        start_at = theirs_zero + (period_s / 2 if alternate else 0.0)
     ours_command, ours_out = _ours_command(
-        base_url, model, tokenizer_dir, arrivals=arrivals, start_at=start_at, **shape
+        base_url, model, tokenizer_dir, arrivals=ours_arrivals, start_at=start_at, **shape
     )
     ours_process = _start(ours_command, OFFLINE, ours_log)
     try:
@@ -413,10 +446,10 @@ def side_by_side_level(
     if len(ours) <= warmup or len(theirs) <= warmup:
         raise RuntimeError(f"side by side at {tag}: a client finished {warmup} requests or fewer")
     start = max(ours[warmup]["start"], theirs[warmup]["start"])
-    if start_at is not None and arrivals is not None:
+    if start_at is not None and ours_arrivals is not None:
         # Ours starts on a schedule already under way: the arrivals it found past went out at
         # once, together. Compared from the end of the last of those.
-        on_time = [r for r in ours if r["start"] - start_at - arrivals[r["repeat"]] < LATE_S]
+        on_time = [r for r in ours if r["start"] - start_at - ours_arrivals[r["repeat"]] < LATE_S]
         first = on_time[0]["start"] if on_time else ours[-1]["end"]
         start = max(start, first, *(r["end"] for r in ours if r["start"] < first))
     end = min(ours[-1]["end"], theirs[-1]["end"])
@@ -428,7 +461,7 @@ def side_by_side_level(
         "ours": _ours_stats(within(ours), ours_cpu / count),
         "guidellm": _guidellm_stats(within(theirs), theirs_cpu / count),
         "window": (start, end),
-        "arrivals": {"ours": arrivals, "guidellm": arrivals},
+        "arrivals": {"ours": ours_arrivals, "guidellm": arrivals},
     }
 
 

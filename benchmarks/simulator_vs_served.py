@@ -29,13 +29,14 @@ against guidellm on that server, in one run on this machine.
    simulated clients' think times. Then, at every level, both clients at once, each at half
    the level (``side_by_side_level``): the machine's speed, which drifts here from one minute
    to the next, is then the same for both. At concurrency 1 they take turns (one request each
-   every three unloaded latencies, ours half a period after guidellm's: each request alone on
-   the server); at 2 and B each runs half the streams, its requests taking 8-24 output tokens
-   in turn (mean 16; with 16 for all, a client's streams end in the same step and come back
-   together, and the clients then differ by how their streams fall into step); at the rate
-   both replay one draw of half the rate on one schedule (ours ``measure --start-at``
-   guidellm's first request), so that the requests come in pairs, one from each, which the
-   server serves in the same steps.
+   every four p90 latencies of our concurrency-1 run, ours half a period after guidellm's: each
+   request alone on the server); at 2 and B each runs half the streams, its requests taking
+   8-24 output tokens in turn (mean 16; with 16 for all, a client's streams end in the same
+   step and come back together, and the clients then differ by how their streams fall into
+   step); at the rate
+   both replay one draw of half the rate on one schedule (ours ``measure --start-at`` the
+   trace time 0 of guidellm's first requests at the server, 5 ms later and earlier in turn), so
+   that the requests come in pairs, one from each, each client first in half of them.
 5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
    client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), each
    beside the server's own times of the same requests (``serve-model --request-log``: received,
@@ -48,7 +49,7 @@ guidellm runs from its own virtual environment (see benchmarks/client_vs_guidell
 install); give its executable with --guidellm or GUIDELLM; without it that table is skipped.
 
 Usage: python benchmarks/simulator_vs_served.py [--quick] [--requests 16] [--repeats 1]
-                                                [--together-requests 48] [--max-batch 4]
+                                                [--together-requests 96] [--max-batch 4]
                                                 [--guidellm PATH]
 """
 
@@ -118,15 +119,15 @@ def post_engine_profile(base: str, settings: dict[str, Any]) -> list[dict]:
 
 
 def profile_engine(base: str, max_batch: int, warmup: bool, quick: bool) -> list[dict]:
-    """The served engine's steps at batch 1..max_batch (see the module docstring); the server's
-    default batch sizes (1, 2, 4, 8 up to max_batch, and max_batch) unless ``quick``."""
+    """The served engine's steps at every batch size 1..max_batch (see the module docstring),
+    or at 1 and max_batch if ``quick``: each small decode batch is timed, as the step-time fit
+    learns each one's own cost (``FittedStepTime.small_steps_s``)."""
     settings: dict[str, Any] = {
         "prompt_tokens": [PROMPT] if quick else [16, PROMPT],
         "output_tokens": OUTPUT,
+        "batch_sizes": [1, max_batch] if quick else list(range(1, max_batch + 1)),
         "warmup": warmup,
     }
-    if quick:
-        settings["batch_sizes"] = [1, max_batch]
     return post_engine_profile(base, settings)
 
 
@@ -606,10 +607,13 @@ def main() -> None:
                             "output_cycle": OUTPUT_CYCLE,
                         }  # fmt: skip
                         if concurrency == 1:  # taking turns: each request alone on the server
-                            latency = statistics.median(
+                            # Half a period at least twice the p90 latency: the machine
+                            # slows by a third from one minute to the next.
+                            latency = sorted(
                                 r["finished_at_s"] - r["started_at_s"] for r in rows if r["ok"]
                             )
-                            both_shape["period_s"] = round(max(0.5, 3 * latency), 3)
+                            p90 = latency[int(0.9 * (len(latency) - 1))]
+                            both_shape["period_s"] = round(max(0.5, 4 * p90), 3)
                             # One request each per period (slower than a closed loop): half as many.
                             both_shape["requests"] = max(8, args.together_requests // 2)
                         together.append(side_by_side(
@@ -755,14 +759,14 @@ def side_by_side(
     `measure` names itself)."""
     received, logged = len(read_jsonl(request_log)), len(read_jsonl(step_log))
 
-    def guidellm_started() -> float | None:
-        """When the server received guidellm's first request (once it has answered it)."""
+    def guidellm_received() -> list[float]:
+        """When the server received guidellm's requests it has answered so far, in order."""
         theirs = [r for r in streamed(read_jsonl(request_log)[received:]) if not ours_request(r)]
-        return theirs[0]["received_at_s"] if theirs else None
+        return sorted(r["received_at_s"] for r in theirs)
 
     result = side_by_side_level(
         guidellm, base, model, tokenizer_dir, prompt_tokens=PROMPT,
-        guidellm_started=guidellm_started, **shape,
+        guidellm_received=guidellm_received, **shape,
     )  # fmt: skip
     start, end = result.pop("window")
     arrivals = result.pop("arrivals")

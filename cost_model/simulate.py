@@ -11,7 +11,8 @@ finishes its prompt, each further token with one later step.
 A step's duration comes from a ``StepTime``: ``HardwareStepTime`` (the roofline hardware model:
 the FLOPs and bytes of the step's decode tokens and prompt chunks, weights read once per step),
 or ``FittedStepTime`` (a linear model of step time in the step's tokens and attended positions,
-fitted to profiled batched runs, ``fit_step_time``).
+fitted to profiled batched runs, ``fit_step_time``, or to timed engine steps,
+``fit_step_timings``, which also corrects each small token count on its own).
 
 Load: open-loop arrival times (Poisson at a rate, or a trace's timestamps), or closed-loop
 clients (``concurrency``: each client sends its next request ``think_time_s`` after the previous
@@ -169,7 +170,12 @@ class FittedStepTime:
     """step_s = intercept + per_token * tokens + per_attended * attended positions + per_sequence
     * sequences in the step: the cost of reading the weights, of the matmuls per token, of
     attention, and of the per-sequence work (sampling, bookkeeping). Fitted by
-    ``fit_step_time`` to runs profiled at several batch sizes."""
+    ``fit_step_time`` to runs profiled at several batch sizes.
+
+    ``small_steps_s`` adds, for steps of only a few new tokens (decode batches), seconds that
+    the linear model misses: the matmul kernels change regime there (on a CPU, one token is a
+    matrix-vector product, 2 or 3 tokens can cost what 4 do). Keys: new tokens in the step;
+    steps between two keys are interpolated, steps outside them get nothing."""
 
     model: str
     intercept_s: float
@@ -177,14 +183,21 @@ class FittedStepTime:
     per_attended_s: float
     per_sequence_s: float = 0.0
     max_batch: int | None = None  # the largest batch it was fitted on
+    small_steps_s: Mapping[int, float] = field(default_factory=dict)
 
     def seconds(self, work: StepWork) -> np.ndarray:
-        return (
+        linear = (
             self.intercept_s
             + self.per_token_s * work.tokens
             + self.per_attended_s * work.attended
             + self.per_sequence_s * work.sequences
         )
+        if not self.small_steps_s:
+            return linear
+        keys = sorted(self.small_steps_s)
+        extra = np.interp(work.tokens, keys, [self.small_steps_s[k] for k in keys])
+        inside = (work.tokens >= keys[0]) & (work.tokens <= keys[-1])
+        return linear + np.where(inside, extra, 0.0)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -195,11 +208,13 @@ class FittedStepTime:
             "per_attended_s": self.per_attended_s,
             "per_sequence_s": self.per_sequence_s,
             "max_batch": self.max_batch,
+            "small_steps_s": {str(k): v for k, v in sorted(self.small_steps_s.items())},
         }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FittedStepTime:
         try:
+            small = {int(k): float(v) for k, v in (data.get("small_steps_s") or {}).items()}
             return cls(
                 model=str(data["model"]),
                 intercept_s=float(data["intercept_s"]),
@@ -207,8 +222,9 @@ class FittedStepTime:
                 per_attended_s=float(data["per_attended_s"]),
                 per_sequence_s=float(data.get("per_sequence_s", 0.0)),
                 max_batch=data.get("max_batch"),
+                small_steps_s=small,
             )
-        except (KeyError, TypeError, ValueError) as error:
+        except (AttributeError, KeyError, TypeError, ValueError) as error:
             raise InputError(f"not a step-time fit: {error}") from None
 
 
@@ -253,14 +269,45 @@ def fit_step_time(rows: Iterable[Mapping[str, Any]], model: str | None = None) -
 
 
 def _solve(
-    design: list[list[float]], target: list[float], label: str, max_batch: int | None
+    design: list[list[float]],
+    target: list[float],
+    label: str,
+    max_batch: int | None,
+    small_steps: Sequence[int] = (),
 ) -> FittedStepTime:
-    """Non-negative least squares on relative errors (short steps count as much as long)."""
-    from scipy.optimize import nnls
-
+    """Least squares on relative errors (short steps count as much as long), the linear
+    coefficients non-negative; with ``small_steps`` (token counts) one more coefficient each, of
+    either sign, for the steps of exactly that many new tokens."""
     a, b = np.asarray(design), np.asarray(target)
-    coefficients, _ = nnls(a / b[:, None], np.ones_like(b))
-    return FittedStepTime(label, *map(float, coefficients), max_batch=max_batch)
+    if not small_steps:
+        from scipy.optimize import nnls
+
+        coefficients, _ = nnls(a / b[:, None], np.ones_like(b))
+        return FittedStepTime(label, *map(float, coefficients), max_batch=max_batch)
+    from scipy.optimize import lsq_linear
+
+    tokens = a[:, 1]
+    indicators = np.stack([tokens == k for k in small_steps], axis=1).astype(np.float64)
+    full = np.hstack([a, indicators])
+    lower = [0.0] * a.shape[1] + [-np.inf] * len(small_steps)
+    solution = lsq_linear(full / b[:, None], np.ones_like(b), bounds=(lower, np.inf))
+    linear, extra = solution.x[: a.shape[1]], solution.x[a.shape[1] :]
+    small = {int(k): float(e) for k, e in zip(small_steps, extra, strict=True)}
+    return FittedStepTime(label, *map(float, linear), max_batch=max_batch, small_steps_s=small)
+
+
+# A token count gets its own correction when at least this many steps of it were timed.
+_SMALL_STEP_EVIDENCE = 3
+
+
+def _small_steps(design: list[list[float]], max_batch: int) -> list[int]:
+    """Token counts up to ``max_batch`` timed often enough for a correction of their own, if the
+    steps of more tokens still pin the linear model down (4 different ones)."""
+    tokens = [round(row[1]) for row in design]
+    counts = {k: tokens.count(k) for k in set(tokens) if k <= max_batch}
+    small = sorted(k for k, n in counts.items() if n >= _SMALL_STEP_EVIDENCE)
+    rest = {tuple(row) for row in design if round(row[1]) not in small}
+    return small if len(rest) >= 4 else []
 
 
 def fit_step_timings(timings: Iterable[Any], model: str = "model") -> FittedStepTime:
@@ -268,7 +315,9 @@ def fit_step_timings(timings: Iterable[Any], model: str = "model") -> FittedStep
     (cached tokens of each decoding sequence), ``chunks`` ((new, cached) tokens of each prompt
     chunk) and ``seconds``, as attributes or keys (``local_runner.batching.profile_steps``
     returns them; their ``to_dict`` gives the JSON form). The steps are the very work the
-    simulator schedules, so no decode-step averaging is needed."""
+    simulator schedules, so no decode-step averaging is needed. Each token count up to the
+    largest batch that was timed often enough gets its own correction
+    (``FittedStepTime.small_steps_s``)."""
     design, target, batches = [], [], []
     for timing in timings:
         get = timing.get if isinstance(timing, Mapping) else functools.partial(getattr, timing)
@@ -285,7 +334,8 @@ def fit_step_timings(timings: Iterable[Any], model: str = "model") -> FittedStep
         batches.append(len(contexts) + len(chunks))
     if len({tuple(row) for row in design}) < 4:
         raise InputError("a step-time fit needs at least 4 different timed steps")
-    return _solve(design, target, model, max(batches))
+    max_batch = max(batches)
+    return _solve(design, target, model, max_batch, _small_steps(design, max_batch))
 
 
 def read_step_fit(path: str | Path) -> FittedStepTime:

@@ -340,6 +340,57 @@ def test_fit_step_timings_recovers_the_step_times_it_was_given(
     assert fit.max_batch == 3  # sequences in the largest step
 
 
+def test_fit_step_timings_learns_the_small_decode_steps_a_linear_model_misses(
+    tmp_path: Path,
+) -> None:
+    """On a CPU a decode step of 2 or 3 tokens can cost what 4 do (the matmul kernels leave
+    their matrix-vector regime): a correction per small token count, timed often enough."""
+    linear = FittedStepTime("m", 0.004, 6e-4, 1e-7, 2e-4)
+    kernel_extra = {2: 0.003, 3: 0.005}  # seconds beyond the linear model
+    shapes = [([], [(n, 0)] * b) for n in (16, 64) for b in (1, 2, 4)]
+    shapes += [([], [(32, 32)]), ([70], [(64, 0)]), ([70, 70], [(16, 0)])]
+    shapes += [([64 + i] * b, []) for b in (1, 2, 3, 4) for i in range(4)]
+
+    def seconds(decode: list[int], chunks: list[tuple[int, int]]) -> float:
+        extra = kernel_extra.get(len(decode), 0.0) if not chunks else 0.0
+        return float(linear.seconds(StepWork.of(decode, chunks))[0]) + extra
+
+    steps = [{"decode_contexts": d, "chunks": c, "seconds": seconds(d, c)} for d, c in shapes]
+    fit = fit_step_timings(steps, model="m")
+    assert sorted(fit.small_steps_s) == [1, 2, 3, 4]
+    for decode, chunks in shapes:
+        assert fit.seconds(StepWork.of(decode, chunks))[0] == pytest.approx(
+            seconds(decode, chunks), rel=1e-6
+        )
+    for name in ("intercept_s", "per_token_s", "per_attended_s", "per_sequence_s"):
+        assert getattr(fit, name) == pytest.approx(getattr(linear, name), rel=1e-6, abs=1e-12)
+    saved = tmp_path / "step_fit.json"
+    saved.write_text(json.dumps(fit.to_dict()))
+    assert read_step_fit(saved) == fit
+    # The plain linear fit (no correction) is off by the kernels' extra time.
+    mid = StepWork.of([66] * 2, [])
+    assert fit.seconds(mid)[0] - linear.seconds(mid)[0] == pytest.approx(0.003, rel=1e-6)
+
+
+def test_small_step_corrections_interpolate_between_counts_and_stop_outside() -> None:
+    fit = FittedStepTime("m", 0.01, 0.0, 0.0, small_steps_s={2: 0.002, 4: 0.006})
+    tokens = np.array([1.0, 2.0, 3.0, 4.0, 5.0, 64.0])
+    work = StepWork(tokens, tokens, tokens, tokens)
+    assert fit.seconds(work).tolist() == pytest.approx([0.01, 0.012, 0.014, 0.016, 0.01, 0.01])
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    small=st.dictionaries(st.integers(1, 64), st.floats(-1.0, 1.0, allow_nan=False), max_size=6),
+    coefficients=st.tuples(*(st.floats(0, 1.0, allow_nan=False) for _ in range(4))),
+)
+def test_step_fit_json_round_trip_is_exact(
+    small: dict[int, float], coefficients: tuple[float, float, float, float]
+) -> None:
+    fit = FittedStepTime("m", *coefficients, max_batch=4, small_steps_s=small)
+    assert FittedStepTime.from_dict(json.loads(json.dumps(fit.to_dict()))) == fit
+
+
 def test_fit_step_timings_rejects_too_few_or_broken_steps() -> None:
     step = {"decode_contexts": [3], "chunks": [], "seconds": 0.01}
     with pytest.raises(InputError, match="4 different"):
