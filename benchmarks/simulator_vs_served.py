@@ -33,10 +33,10 @@ against guidellm on that server, in one run on this machine.
    request alone on the server); at 2 and B each runs half the streams, its requests taking
    8-24 output tokens in turn (mean 16; with 16 for all, a client's streams end in the same
    step and come back together, and the clients then differ by how their streams fall into
-   step); at the rate
-   both replay one draw of half the rate on one schedule (ours ``measure --start-at`` the
-   trace time 0 of guidellm's first requests at the server, 5 ms later and earlier in turn), so
-   that the requests come in pairs, one from each, each client first in half of them.
+   step); at the rate both replay one draw of half the rate on one schedule (ours ``measure
+   --start-at`` the trace time 0 of guidellm's first requests at the server, 5 ms later and
+   earlier in turn), so that the requests come in pairs, one from each, each client first in
+   half of them.
 5. Print simulated vs measured p50/p90 TTFT and TPOT and output throughput per level, then our
    client vs guidellm (p50 TTFT, p50 ITL as guidellm defines it, client CPU per request), each
    beside the server's own times of the same requests (``serve-model --request-log``: received,
@@ -327,6 +327,11 @@ def streamed(records: list[dict]) -> list[dict]:
     )
 
 
+def nearest_rank_p90(values: list[float]) -> float:
+    """The value at rank 0.9 (n - 1) of the sorted values (no interpolation)."""
+    return sorted(values)[int(0.9 * (len(values) - 1))]
+
+
 def schedule_lag(records: list[dict], trace: list[float] | None) -> dict:
     """How late the server received a client's requests against the ``trace`` it replayed
     (all of its requests): p50 and p90 of received - trace time, less the smallest such
@@ -335,8 +340,9 @@ def schedule_lag(records: list[dict], trace: list[float] | None) -> dict:
     if trace is None or len(trace) != len(records):
         return {"lag_p50_s": None, "lag_p90_s": None}
     offsets = [r["received_at_s"] - t for r, t in zip(records, sorted(trace), strict=True)]
-    lag = sorted(offset - min(offsets) for offset in offsets)
-    return {"lag_p50_s": statistics.median(lag), "lag_p90_s": lag[int(0.9 * (len(lag) - 1))]}
+    start = min(offsets)
+    lag = [offset - start for offset in offsets]
+    return {"lag_p50_s": statistics.median(lag), "lag_p90_s": nearest_rank_p90(lag)}
 
 
 def step_waits(records: list[dict], steps: list[dict]) -> tuple[list[float], list[float]]:
@@ -609,10 +615,9 @@ def main() -> None:
                         if concurrency == 1:  # taking turns: each request alone on the server
                             # Half a period at least twice the p90 latency: the machine
                             # slows by a third from one minute to the next.
-                            latency = sorted(
-                                r["finished_at_s"] - r["started_at_s"] for r in rows if r["ok"]
+                            p90 = nearest_rank_p90(
+                                [r["finished_at_s"] - r["started_at_s"] for r in rows if r["ok"]]
                             )
-                            p90 = latency[int(0.9 * (len(latency) - 1))]
                             both_shape["period_s"] = round(max(0.5, 4 * p90), 3)
                             # One request each per period (slower than a closed loop): half as many.
                             both_shape["requests"] = max(8, args.together_requests // 2)

@@ -30,7 +30,7 @@ import functools
 import heapq
 import json
 import math
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -194,10 +194,16 @@ class FittedStepTime:
         )
         if not self.small_steps_s:
             return linear
-        keys = sorted(self.small_steps_s)
-        extra = np.interp(work.tokens, keys, [self.small_steps_s[k] for k in keys])
+        keys, extras = self._small_step_table
+        extra = np.interp(work.tokens, keys, extras)
         inside = (work.tokens >= keys[0]) & (work.tokens <= keys[-1])
         return linear + np.where(inside, extra, 0.0)
+
+    @functools.cached_property
+    def _small_step_table(self) -> tuple[np.ndarray, np.ndarray]:
+        """``small_steps_s`` as sorted arrays, built once: ``seconds`` runs once per step."""
+        keys = sorted(self.small_steps_s)
+        return np.array(keys, dtype=np.float64), np.array([self.small_steps_s[k] for k in keys])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -303,9 +309,8 @@ _SMALL_STEP_EVIDENCE = 3
 def _small_steps(design: list[list[float]], max_batch: int) -> list[int]:
     """Token counts up to ``max_batch`` timed often enough for a correction of their own, if the
     steps of more tokens still pin the linear model down (4 different ones)."""
-    tokens = [round(row[1]) for row in design]
-    counts = {k: tokens.count(k) for k in set(tokens) if k <= max_batch}
-    small = sorted(k for k, n in counts.items() if n >= _SMALL_STEP_EVIDENCE)
+    counts = Counter(round(row[1]) for row in design)
+    small = sorted(k for k, n in counts.items() if k <= max_batch and n >= _SMALL_STEP_EVIDENCE)
     rest = {tuple(row) for row in design if round(row[1]) not in small}
     return small if len(rest) >= 4 else []
 
