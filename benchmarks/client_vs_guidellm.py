@@ -412,7 +412,8 @@ def side_by_side_level(
     theirs_log, ours_log = work / f"guidellm-{tag}-together.log", work / f"ours-{tag}-together.log"
     theirs_process = _start(theirs_command, GUIDELLM_ENV, theirs_log)
     deadline = time.monotonic() + 300
-    needed = 1 if arrivals is None else min(ZERO_FROM_REQUESTS, warmup, count)
+    # At least one: with --warmup 0 a trace's time 0 still needs guidellm's first request.
+    needed = 1 if arrivals is None else max(1, min(ZERO_FROM_REQUESTS, warmup, count))
     while len(received := guidellm_received()) < needed:
         if theirs_process.poll() is not None or time.monotonic() > deadline:
             theirs_process.kill()
