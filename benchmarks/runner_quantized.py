@@ -53,6 +53,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="CPU threads (CPU only)")
     parser.add_argument("--precisions", default=",".join(PRECISIONS))
+    parser.add_argument(
+        "--compile", action="store_true", help="torch.compile each decode step (fuses dequant)"
+    )
     args = parser.parse_args()
     if args.device == "cpu":
         torch.set_num_threads(args.threads)
@@ -66,6 +69,7 @@ def main() -> None:
             max_seq_len=args.context + args.decode_tokens + 1,
             num_layers=args.layers,
             weights=None if name == "bf16" else name,
+            compile=args.compile,
         )
         for name in precisions
     }
@@ -89,6 +93,7 @@ def main() -> None:
     print(
         f"{arch.name} ({layers} layers), {args.device}"
         + (f", {args.threads} thread(s)" if args.device == "cpu" else "")
+        + (", torch.compile" if args.compile else "")
         + f", batch 1, context {args.context}, {args.decode_tokens} decoded tokens, "
         f"median of {args.repeats}"
     )

@@ -44,7 +44,9 @@ from local_runner.model import KVCache, LatentCache
 INT4_GROUPS = (32, 64, 128, 256)
 KV_FORMATS = tuple(name for name in KV_CACHE_FORMATS if name not in DENSE_FORMATS)
 FP8_MAX = 448.0  # largest finite float8_e4m3fn
-INT4_INNER_K_TILES = 8  # CUDA tinygemm tiling; in_features must be a multiple of 16 * this / 2
+# CUDA tinygemm tiles the input features in tiles of 16 x inner_k_tiles (2, 4 or 8): the widest
+# tiling that divides a matrix's input features is used (any multiple of 32 takes 2).
+INT4_INNER_K_TILES = (8, 4, 2)
 
 
 @dataclass(frozen=True)
@@ -302,7 +304,8 @@ def _int4_pack(weight: torch.Tensor, group_size: int) -> tuple[torch.Tensor, tor
     )  # [in / group, out, 2]
     if weight.device.type == "cuda":
         pairs = (q[:, ::2] << 4 | q[:, 1::2]).to(torch.uint8)
-        packed = torch.ops.aten._convert_weight_to_int4pack(pairs, INT4_INNER_K_TILES)
+        tiles = next(t for t in INT4_INNER_K_TILES if in_features % (16 * t) == 0)
+        packed = torch.ops.aten._convert_weight_to_int4pack(pairs, tiles)
     else:
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
     return packed, scales_and_zeros
