@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Select, delete, func, insert, select
 from sqlalchemy.orm import Session
 
-from api.models import (
+from idealized_runtime.api.models import (
     ArchitectureRow,
     CapabilityScoreRow,
     FitRow,
@@ -23,7 +23,7 @@ from api.models import (
     MeasurementSetRow,
     StackRow,
 )
-from api.schemas import (
+from idealized_runtime.api.schemas import (
     CapabilityScore,
     CapabilityScoreOut,
     FitOut,

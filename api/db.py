@@ -17,7 +17,7 @@ from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
-from api.settings import Settings, get_settings
+from idealized_runtime.api.settings import Settings, get_settings
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _WRITE_OPTION = "ir_write_transaction"

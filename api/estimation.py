@@ -18,13 +18,13 @@ from fastapi import HTTPException, status
 from numpy.typing import NDArray
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.schemas import Metric
-from cost_model.evaluate import predict_runtime
-from cost_model.serving import cost_variants, min_gpus
+from idealized_runtime.api import crud
+from idealized_runtime.api.schemas import Metric
 from idealized_runtime.core.catalog import helm_model_shapes
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware
+from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.serving import cost_variants, min_gpus
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ from pydantic import BaseModel
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.models import IdempotencyRecordRow
-from api.security import Principal, require_key
+from idealized_runtime.api import crud
+from idealized_runtime.api.models import IdempotencyRecordRow
+from idealized_runtime.api.security import Principal, require_key
 
 REPLAY_HEADER = "Idempotent-Replayed"
 

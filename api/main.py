@@ -6,9 +6,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from api import errors
-from api.middleware import BodyLimitMiddleware, ServerTimingMiddleware
-from api.routers import (
+from idealized_runtime.api import errors
+from idealized_runtime.api.middleware import BodyLimitMiddleware, ServerTimingMiddleware
+from idealized_runtime.api.routers import (
     catalog,
     estimates,
     fits,
@@ -18,7 +18,7 @@ from api.routers import (
     scores,
     service,
 )
-from api.settings import get_settings
+from idealized_runtime.api.settings import get_settings
 
 DESCRIPTION = """
 Store timings, fit the **idealized** (uniform, well-optimized stack, no contention) and

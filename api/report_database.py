@@ -53,8 +53,8 @@ class StoreCounts:
 
 
 def _database(url: str):
-    from api.db import Database
-    from api.settings import Settings, normalize_database_url
+    from idealized_runtime.api.db import Database
+    from idealized_runtime.api.settings import Settings, normalize_database_url
 
     return Database(Settings(database_url=normalize_database_url(url)))
 
@@ -62,7 +62,7 @@ def _database(url: str):
 @contextlib.contextmanager
 def write_session(url: str) -> Iterator[Session]:
     """A write session on ``url``, migrated to the current schema first; commits on success."""
-    from api.migrate import upgrade
+    from idealized_runtime.api.migrate import upgrade
 
     database = _connect(url)
     try:
@@ -125,7 +125,7 @@ def redact(url: str) -> str:
 def store_catalog(
     session: Session, architectures: list[Architecture], hardware: list[Hardware]
 ) -> StoreCounts:
-    from api import crud
+    from idealized_runtime.api import crud
 
     counts = StoreCounts()
     known_archs, known_hw = crud.all_architectures(session), crud.all_hardware(session)
@@ -151,8 +151,8 @@ def store_measurement_set(
     metadata: dict | None = None,
 ) -> bool:
     """One measurement set and the fits made from it; False if a set of that name exists."""
-    from api import crud
-    from api.models import MeasurementSetRow
+    from idealized_runtime.api import crud
+    from idealized_runtime.api.models import MeasurementSetRow
 
     exists = session.execute(
         select(MeasurementSetRow.id).where(MeasurementSetRow.name == name)
@@ -175,8 +175,8 @@ def store_measurement_set(
 
 def store_imported_fits(session: Session, fits: list[FittedCostModel]) -> int:
     """Fits that come from a table rather than our timings (HELM's); skips ones stored."""
-    from api import crud
-    from api.models import FitRow
+    from idealized_runtime.api import crud
+    from idealized_runtime.api.models import FitRow
 
     stored = 0
     for fit in fits:
@@ -193,8 +193,8 @@ def store_imported_fits(session: Session, fits: list[FittedCostModel]) -> int:
 
 def store_scenario_results(session: Session, results: tuple[ScenarioResult, ...]) -> int:
     """HELM's per-scenario accuracies, runtimes and token counts as capability scores."""
-    from api import crud
-    from api.schemas import CapabilityScore
+    from idealized_runtime.api import crud
+    from idealized_runtime.api.schemas import CapabilityScore
 
     # One result per (model, scenario): the scenario loader keeps one run of each.
     scores = [
@@ -211,7 +211,7 @@ def store_scenario_results(session: Session, results: tuple[ScenarioResult, ...]
 
 def _profiles(session: Session) -> list[ProfileInput]:
     """One profile per (measurement set, model) that has fits: the charts' points and lines."""
-    from api import crud
+    from idealized_runtime.api import crud
 
     sets, _ = crud.list_measurement_sets(session, source=None, model=None, limit=PAGE, offset=0)
     profiles = []
@@ -241,7 +241,7 @@ def _profiles(session: Session) -> list[ProfileInput]:
 
 def database_report_inputs(url: str) -> LeaderboardInputs:
     """Leaderboard inputs stored in the service database at ``url``."""
-    from api.leaderboard_inputs import database_inputs
+    from idealized_runtime.api.leaderboard_inputs import database_inputs
 
     with read_session(url) as session:
         inputs = database_inputs(session)
@@ -253,7 +253,7 @@ def database_report_inputs(url: str) -> LeaderboardInputs:
 
 def database_curves(url: str) -> list[LoadCurve]:
     """Curves from the service database's load summaries (none on a database without them)."""
-    from api import crud
+    from idealized_runtime.api import crud
 
     with read_session(url) as session:
         if "load_summaries" not in inspect(session.get_bind()).get_table_names():

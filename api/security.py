@@ -15,9 +15,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.db import get_database
-from api.models import ApiKeyRow
-from api.settings import get_settings
+from idealized_runtime.api.db import get_database
+from idealized_runtime.api.models import ApiKeyRow
+from idealized_runtime.api.settings import get_settings
 
 KEY_PREFIX = "ir"
 _PREFIX_BYTES = 6

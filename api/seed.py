@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.models import ArchitectureRow, HardwareRow, MeasurementSetRow
-from api.schemas import CapabilityScore
+from idealized_runtime.api import crud
+from idealized_runtime.api.models import ArchitectureRow, HardwareRow, MeasurementSetRow
+from idealized_runtime.api.schemas import CapabilityScore
 from idealized_runtime.core.catalog import (
     MEGATRON_A100_STACK,
     architectures,
@@ -52,7 +52,7 @@ def seed_catalog(session: Session) -> SeedReport:
 
 
 def seed_reference(session: Session) -> SeedReport:
-    from cost_model.helm_format import import_helm_table
+    from idealized_runtime.cost_model.helm_format import import_helm_table
 
     catalog = seed_catalog(session)
     existing = session.execute(

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from api.estimation import EstimateCache
-from api.settings import get_settings
+from idealized_runtime.api.estimation import EstimateCache
+from idealized_runtime.api.settings import get_settings
 
 
 @lru_cache(maxsize=1)

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from cost_model.measurements_io import parse_measurements
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Measurement
+from idealized_runtime.cost_model.measurements_io import parse_measurements
 
 UPLOAD_NAME = "upload"
 

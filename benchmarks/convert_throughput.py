@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from cost_model.convert import convert_requests
-from cost_model.fitting import fit_measurements
-from cost_model.helm_format import import_helm_table
-from cost_model.measurements_io import RequestTable
 from idealized_runtime.core import catalog
+from idealized_runtime.cost_model.convert import convert_requests
+from idealized_runtime.cost_model.fitting import fit_measurements
+from idealized_runtime.cost_model.helm_format import import_helm_table
+from idealized_runtime.cost_model.measurements_io import RequestTable
 
 ROWS = 1_000_000
 NAIVE_SAMPLE = 20_000
@@ -110,7 +110,7 @@ def main() -> None:
 PANDAS_SCRIPT = """
 import sys
 import numpy as np, pandas as pd, pyarrow as pa, pyarrow.csv as pacsv
-from cost_model import predict_runtime, read_fit_file
+from idealized_runtime.cost_model import predict_runtime, read_fit_file
 source, fit_path, output = sys.argv[1:4]
 fits = read_fit_file(fit_path)
 frame = pd.read_csv(source, engine="pyarrow")
@@ -127,7 +127,7 @@ pacsv.write_csv(pa.Table.from_pandas(frame, preserve_index=False), output)
 POLARS_SCRIPT = """
 import sys
 import numpy as np, polars as pl
-from cost_model import predict_runtime, read_fit_file
+from idealized_runtime.cost_model import predict_runtime, read_fit_file
 source, fit_path, output = sys.argv[1:4]
 fits = read_fit_file(fit_path)
 frame = pl.read_csv(source)
@@ -198,7 +198,7 @@ def write_request_csv(path: Path, models: np.ndarray, rows: int) -> None:
 
 
 def end_to_end(rows: int, repeats: int, only_ours: bool = False) -> None:
-    from cost_model.fit_files import write_fit_file
+    from idealized_runtime.cost_model.fit_files import write_fit_file
 
     fits = fit_measurements(catalog.megatron_a100_measurements(), "default")
     models = np.array(sorted(fits))

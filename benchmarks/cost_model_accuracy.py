@@ -13,10 +13,10 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from cost_model.evaluate import predict_runtime
-from cost_model.fitting import fit_measurements
 from idealized_runtime.core import catalog
 from idealized_runtime.core.types import Measurement
+from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting import fit_measurements
 
 METHODS = ("helm", "default")
 

@@ -58,8 +58,8 @@ REFERENCE = {
 def build_generator(config_path: Path) -> Any:
     import torch
 
-    from local_runner.generate import Generator
-    from local_runner.hf_config import resolve_architecture
+    from idealized_runtime.local_runner.generate import Generator
+    from idealized_runtime.local_runner.hf_config import resolve_architecture
 
     torch.set_num_threads(int(THREADS))
     # The server's own model: same weights seed, cache size and dtype.
@@ -67,7 +67,7 @@ def build_generator(config_path: Path) -> Any:
 
 
 def profile_here(generator: Any, warmup: bool = False) -> list[dict]:
-    from local_runner.batching import profile_steps
+    from idealized_runtime.local_runner.batching import profile_steps
 
     steps = profile_steps(generator, token_budget=TOKEN_BUDGET, warmup=warmup, **PROFILE)
     return [step.to_dict() for step in steps]
@@ -119,7 +119,7 @@ def one_client(base: str, model: str, count: int) -> None:
 
 
 def fitted_ms(fit: Any) -> dict[str, float]:
-    from cost_model.simulate import StepWork
+    from idealized_runtime.cost_model.simulate import StepWork
 
     return {
         name: 1e3 * float(fit.seconds(StepWork.of(contexts, chunks))[0])
@@ -128,7 +128,7 @@ def fitted_ms(fit: Any) -> dict[str, float]:
 
 
 def predicted_s(fit: Any, steps: list[dict]) -> float:
-    from cost_model.simulate import StepWork
+    from idealized_runtime.cost_model.simulate import StepWork
 
     return sum(float(fit.seconds(StepWork.of(s["decode_contexts"], s["chunks"]))[0]) for s in steps)
 
@@ -149,7 +149,7 @@ def main() -> None:
         worker(args.worker)
         return
 
-    from cost_model.simulate import fit_step_timings
+    from idealized_runtime.cost_model.simulate import fit_step_timings
     from idealized_runtime.processes import free_port, running_server
 
     started = time.perf_counter()

@@ -27,7 +27,7 @@ import argparse
 
 import numpy as np
 
-from cost_model.stacks import (
+from idealized_runtime.cost_model.stacks import (
     BEYOND_ROOFLINE,
     HELM_STACK,
     beyond_roofline,

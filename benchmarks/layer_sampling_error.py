@@ -19,8 +19,8 @@ import statistics
 import torch
 
 from idealized_runtime.core.catalog import get_architecture
-from local_runner.generate import Generator
-from local_runner.profile import GridPoint, Timing, extrapolate_layers, time_point
+from idealized_runtime.local_runner.generate import Generator
+from idealized_runtime.local_runner.profile import GridPoint, Timing, extrapolate_layers, time_point
 
 POINTS = [
     GridPoint(16, 1),

@@ -22,8 +22,8 @@ import time
 import torch
 
 from idealized_runtime.core.catalog import get_architecture
-from local_runner.generate import Generator
-from local_runner.quantize import kv_cache_bytes_per_token, weight_bytes
+from idealized_runtime.local_runner.generate import Generator
+from idealized_runtime.local_runner.quantize import kv_cache_bytes_per_token, weight_bytes
 
 PRECISIONS = ("bf16", "int8", "int4-g128", "fp8")
 

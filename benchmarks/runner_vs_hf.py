@@ -29,8 +29,8 @@ import torch
 
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.types import DTYPE_BYTES, Architecture
-from local_runner.generate import Generator
-from local_runner.model import TORCH_DTYPES
+from idealized_runtime.local_runner.generate import Generator
+from idealized_runtime.local_runner.model import TORCH_DTYPES
 
 
 def sync(device: torch.device) -> None:

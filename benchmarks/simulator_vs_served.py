@@ -139,7 +139,7 @@ def simulate_level(
     rate level replays the measured arrival times (the same Poisson draw, not another one), a
     closed loop the client's measured re-submit gaps (``think_time_s``).
     ``rows``: the measured rows, warm-up included, by start time."""
-    from cost_model.simulate import RequestShape, simulate
+    from idealized_runtime.cost_model.simulate import RequestShape, simulate
 
     label, concurrency, rate = level
     prompt = round(statistics.median(r["num_prompt_tokens"] for r in rows))
@@ -423,7 +423,7 @@ def keep_level(
 def step_drift(fit: Any, steps: list[dict]) -> tuple[float, int]:
     """Total seconds of the server's engine steps over what the profile's fit predicts for the
     same steps: 1.0 when the engine ran in the server as fast as in the profile."""
-    from cost_model.simulate import StepWork
+    from idealized_runtime.cost_model.simulate import StepWork
 
     predicted = sum(
         float(fit.seconds(StepWork.of(s["decode_contexts"], s["chunks"]))[0]) for s in steps
@@ -463,7 +463,7 @@ def main() -> None:
     started = time.perf_counter()
     print(f"load average at start: {load_average()}")
 
-    from cost_model.simulate import ServerConfig, fit_step_timings
+    from idealized_runtime.cost_model.simulate import ServerConfig, fit_step_timings
     from idealized_runtime.processes import free_port, running_server
     from idealized_runtime.timing.summary import summarize
 

@@ -19,8 +19,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from cost_model.evaluate import predict_runtime
-from cost_model.measurements_io import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.core.types import FittedCostModel
+from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.measurements_io import (
     DEFAULT_CHUNK_BYTES,
     MODEL,
     OUTPUT,
@@ -30,10 +33,7 @@ from cost_model.measurements_io import (
     file_format,
     iter_requests,
 )
-from cost_model.measurements_io import _Rows as _JSONL_ROWS
-from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import FittedCostModel
+from idealized_runtime.cost_model.measurements_io import _Rows as _JSONL_ROWS
 
 IDEALIZED = "idealized_runtime_s"
 DENOISED = "denoised_runtime_s"

@@ -23,10 +23,10 @@ import numpy as np
 from numpy.typing import NDArray
 from scipy.optimize import linprog
 
-from cost_model.fit_basis import alpha_knots, finish_fit, interpolation_basis
-from cost_model.timings import ModelTimings
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FittedCostModel, Stack
+from idealized_runtime.cost_model.fit_basis import alpha_knots, finish_fit, interpolation_basis
+from idealized_runtime.cost_model.timings import ModelTimings
 
 DEFAULT_QUANTILE = 0.1
 CONFIDENCE = 0.95

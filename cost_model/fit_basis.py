@@ -12,10 +12,10 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from cost_model.evaluate import predict_runtime
-from cost_model.quality import fit_quality
-from cost_model.timings import ModelTimings
 from idealized_runtime.core.types import FitMethod, FittedCostModel, Stack
+from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.quality import fit_quality
+from idealized_runtime.cost_model.timings import ModelTimings
 
 # Up to this many distinct prompt sizes, alpha gets one value per size (a profiling grid);
 # beyond it (e.g. request logs with arbitrary prompts) alpha is fitted at quantile knots.

@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from cost_model.evaluate import predict_runtime
 from idealized_runtime.core.errors import InputError, plain
 from idealized_runtime.core.types import FitMethod, FittedCostModel
+from idealized_runtime.cost_model.evaluate import predict_runtime
 
 BETA_KEY = "runtime_per_output_token"
 ALPHA_KEY = "runtime_for_prompt_tokens"

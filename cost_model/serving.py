@@ -29,7 +29,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from cost_model.roofline import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import (
+    Architecture,
+    Dtype,
+    FittedCostModel,
+    Hardware,
+    Precision,
+)
+from idealized_runtime.cost_model.roofline import (
     IDEAL,
     Efficiency,
     check_precision,
@@ -38,14 +46,6 @@ from cost_model.roofline import (
     end_weight_parameters,
     kv_bytes_per_token_layer,
     stored_layer_bytes,
-)
-from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import (
-    Architecture,
-    Dtype,
-    FittedCostModel,
-    Hardware,
-    Precision,
 )
 
 GPUS_PER_NODE = 8
@@ -373,7 +373,7 @@ def estimate_from_fit(
 ) -> Estimate:
     """A fitted (profiled) model's figures; costs on ``hardware`` (default: the fit's stack's,
     when the catalog knows it) over ``num_gpus`` (default: the stack's device count)."""
-    from cost_model import evaluate
+    from idealized_runtime.cost_model import evaluate
 
     _check_tokens(num_prompt_tokens, num_output_tokens, 1)
     runtime = float(evaluate.predict_runtime(fit, num_prompt_tokens, num_output_tokens))
@@ -431,7 +431,7 @@ def estimate_from_architecture(
     sequence (``plan_gpus``). With pipeline stages the request still runs its layers one stage
     after another, so its time is that of all layers at the stage's tensor-parallel size.
     """
-    from cost_model.roofline import predict_alpha, predict_beta, predict_runtime
+    from idealized_runtime.cost_model.roofline import predict_alpha, predict_beta, predict_runtime
 
     _check_tokens(num_prompt_tokens, num_output_tokens, batch_size)
     precision = precision or Precision.from_dtype(dtype)

@@ -38,7 +38,10 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from cost_model.roofline import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
+from idealized_runtime.core.types import Architecture, Dtype, Hardware, Precision
+from idealized_runtime.cost_model.roofline import (
     IDEAL,
     Efficiency,
     PhaseCosts,
@@ -46,10 +49,7 @@ from cost_model.roofline import (
     forward_costs,
     pass_time,
 )
-from cost_model.serving import DEFAULT_RESERVE_FRACTION, GB, memory_per_gpu
-from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
-from idealized_runtime.core.types import Architecture, Dtype, Hardware, Precision
+from idealized_runtime.cost_model.serving import DEFAULT_RESERVE_FRACTION, GB, memory_per_gpu
 
 STEP_FIT_KIND = "step_time_fit"
 

@@ -29,7 +29,7 @@ Honest errors: besides the in-sample error, every stack ships its leave-one-sour
 stack whose rows come from one source is held out against the other modern stacks' averaged
 calibration.
 
-Regenerate ``data/stacks/*.json`` with ``python -m cost_model.stacks``.
+Regenerate ``data/stacks/*.json`` with ``python -m idealized_runtime.cost_model.stacks``.
 """
 
 from __future__ import annotations
@@ -44,7 +44,11 @@ from typing import Protocol
 
 import numpy as np
 
-from cost_model.roofline import (
+from idealized_runtime.core.catalog import data_path, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.core.types import Architecture, Hardware, Precision, parse_precision
+from idealized_runtime.cost_model.roofline import (
     DECODE_CHUNKS,
     IDEAL,
     Efficiency,
@@ -57,11 +61,7 @@ from cost_model.roofline import (
     prompt_costs,
     prompt_time,
 )
-from cost_model.serving import Estimate, estimate_from_architecture, min_gpus
-from idealized_runtime.core.catalog import data_path, get_hardware
-from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import Architecture, Hardware, Precision, parse_precision
+from idealized_runtime.cost_model.serving import Estimate, estimate_from_architecture, min_gpus
 
 STACKS_DIR = "stacks"
 HELM_STACK = "helm-megatron-2022"
@@ -835,7 +835,7 @@ def calibrate_stack(
 
 def helm_stack() -> StackCalibration:
     """HELM's 2022 Megatron-LM A100 stack, from its shipped calibration."""
-    from cost_model.calibration import SHIPPED_CALIBRATION, shipped_calibration
+    from idealized_runtime.cost_model.calibration import SHIPPED_CALIBRATION, shipped_calibration
 
     shipped = shipped_calibration(SHIPPED_CALIBRATION)
     return StackCalibration(

@@ -130,7 +130,7 @@ ESTIMATES_NAME = "estimates.json"
 def _known_stack(value: str | None) -> str | None:
     if value is None:
         return None
-    from cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.stacks import get_stack
 
     return get_stack(value).name  # an InputError (a ValueError) lists the known stacks
 
@@ -158,8 +158,8 @@ class EstimateSpec(_Spec):
 
     def evaluate(self) -> dict[str, Any]:
         """The estimate as ``estimate --arch ... --json`` prints it (InputError if refused)."""
-        from cost_model.stacks import estimate_request
         from idealized_runtime.core.catalog import get_hardware
+        from idealized_runtime.cost_model.stacks import estimate_request
 
         arch = load_architecture(self.architecture)
         result, _, calibration = estimate_request(self, arch, get_hardware(self.hardware))
@@ -459,7 +459,7 @@ def read_fits(item_dir: str | Path) -> list[FittedCostModel]:
 
 
 def _write_fits(item_dir: Path, method: str, fits: dict[str, FittedCostModel]) -> None:
-    from cost_model.fit_files import write_fit_file
+    from idealized_runtime.cost_model.fit_files import write_fit_file
 
     write_fit_file(fits, fit_file(item_dir, method))
 
@@ -467,9 +467,9 @@ def _write_fits(item_dir: Path, method: str, fits: dict[str, FittedCostModel]) -
 def _run_local(
     spec: LocalModelSpec, config: BenchConfig, item_dir: Path, progress: bool
 ) -> dict[str, FittedCostModel]:
-    from cost_model.fitting import fit_measurements
-    from cost_model.measurements_io import read_measurements
-    from local_runner.profile import make_grid, meta_path, profile_grid
+    from idealized_runtime.cost_model.fitting import fit_measurements
+    from idealized_runtime.cost_model.measurements_io import read_measurements
+    from idealized_runtime.local_runner.profile import make_grid, meta_path, profile_grid
 
     arch = load_architecture(spec.architecture)
     output = item_dir / "measurements.csv"
@@ -503,9 +503,9 @@ def _run_local(
 def _stack_fit(arch: Architecture, label: str, config: BenchConfig) -> FittedCostModel:
     """The hardware model's idealized runtime of ``arch`` on the configured GPU and stack, at the
     fewest GPUs that hold it."""
-    from cost_model.roofline import to_fitted_cost_model
-    from cost_model.serving import min_gpus
-    from cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.roofline import to_fitted_cost_model
+    from idealized_runtime.cost_model.serving import min_gpus
+    from idealized_runtime.cost_model.stacks import get_stack
 
     stack = get_stack(config.stack or "")
     hardware = get_hardware(config.hardware)
@@ -549,8 +549,8 @@ def check_reachable(base_url: str) -> None:
 def _run_api(
     spec: ApiModelSpec, config: BenchConfig, item_dir: Path, progress: bool
 ) -> dict[str, FittedCostModel]:
-    from cost_model.fitting import fit_measurements
-    from cost_model.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting import fit_measurements
+    from idealized_runtime.cost_model.measurements_io import read_measurements
     from idealized_runtime.timing.client import MeasureConfig, run_measure
     from idealized_runtime.timing.grids import load_grid
 

@@ -125,7 +125,7 @@ def _checked(result: BenchResult) -> BenchResult:
 def store_helm_reference(database_url: str, *, say: Say) -> None:
     """Step 3-4 for the bundled data: A100 profiles (fitted helm + default), HELM's tables and
     scenario results, the architectures and hardware catalog."""
-    from api import report_database as database
+    from idealized_runtime.api import report_database as database
     from idealized_runtime.core.scenarios import helm_scenario_results
     from idealized_runtime.report.inputs import a100_reference_profiles, helm_reference_models
 
@@ -154,8 +154,8 @@ def store_helm_reference(database_url: str, *, say: Say) -> None:
 
 def store_bench_results(database_url: str, results_dir: Path, *, say: Say) -> None:
     """Step 4 for our own runs: each finished bench item's timings and fits."""
-    from api import report_database as database
-    from cost_model.measurements_io import read_measurements
+    from idealized_runtime.api import report_database as database
+    from idealized_runtime.cost_model.measurements_io import read_measurements
 
     manifest = json.loads((results_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
     say("storing the demo's profiles, timings and fits in the service database")
@@ -186,8 +186,8 @@ def run_demo(
     say: Say = print,
 ) -> DemoResult:
     """Run (or resume) the demo in ``workdir`` and write its report to ``workdir/report``."""
-    from api import report_database as database
-    from api.report_database import database_report_inputs
+    from idealized_runtime.api import report_database as database
+    from idealized_runtime.api.report_database import database_report_inputs
 
     started = time.perf_counter()
     root = Path(workdir)

@@ -26,9 +26,13 @@ import torch
 import torch.nn.functional as F
 
 from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
-from local_runner.generate import Generator
-from local_runner.model import Attention, Block, Transformer, apply_rotary
-from local_runner.parallel import all_gather_last_dim, all_reduce, vocab_parallel_embedding
+from idealized_runtime.local_runner.generate import Generator
+from idealized_runtime.local_runner.model import Attention, Block, Transformer, apply_rotary
+from idealized_runtime.local_runner.parallel import (
+    all_gather_last_dim,
+    all_reduce,
+    vocab_parallel_embedding,
+)
 
 
 @dataclass

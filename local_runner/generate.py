@@ -15,9 +15,9 @@ from collections.abc import Callable
 import torch
 
 from idealized_runtime.core.types import Architecture
-from local_runner.model import Transformer, build_model
-from local_runner.parallel import SINGLE, TensorParallel
-from local_runner.quantize import (
+from idealized_runtime.local_runner.model import Transformer, build_model
+from idealized_runtime.local_runner.parallel import SINGLE, TensorParallel
+from idealized_runtime.local_runner.quantize import (
     parse_kv_format,
     parse_weight_format,
     quantize_kv_cache,

@@ -19,7 +19,7 @@ from idealized_runtime.core.architectures import (
 )
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
-from local_runner.model import Transformer
+from idealized_runtime.local_runner.model import Transformer
 
 __all__ = [
     "SUPPORTED_FAMILIES",

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cost_model.serving import memory_per_gpu
 from idealized_runtime.core.types import Architecture
+from idealized_runtime.cost_model.serving import memory_per_gpu
 
 # Activations, CUDA graph pools, cuBLAS workspaces: kept free beyond weights and KV cache.
 HEADROOM_FRACTION = 0.10

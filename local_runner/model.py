@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from idealized_runtime.core.types import Architecture, RopeScaling
-from local_runner.parallel import (
+from idealized_runtime.local_runner.parallel import (
     SINGLE,
     ShardSpec,
     TensorParallel,
@@ -41,7 +41,11 @@ from local_runner.parallel import (
     padded_vocab_size,
     vocab_parallel_embedding,
 )
-from local_runner.rope import yarn_attention_factor, yarn_inv_freq, yarn_softmax_scale
+from idealized_runtime.local_runner.rope import (
+    yarn_attention_factor,
+    yarn_inv_freq,
+    yarn_softmax_scale,
+)
 
 INIT_STD = 0.02
 

@@ -153,7 +153,7 @@ class ModelService:
         request_log: str | None = None,
     ) -> None:
         if generator_factory is None:
-            from local_runner.generate import Generator as generator_factory
+            from idealized_runtime.local_runner.generate import Generator as generator_factory
         self.arch = arch
         self.generator = generator_factory(
             arch, device=device, dtype=dtype, max_batch_size=max_batch_size, seed=seed
@@ -172,7 +172,7 @@ class ModelService:
         self._profiling: asyncio.Event | None = None
         self.log_request = _json_line_logger(request_log) if request_log else None
         if max_batch_size > 1:
-            from local_runner.batching import DEFAULT_TOKEN_BUDGET, BatchEngine
+            from idealized_runtime.local_runner.batching import DEFAULT_TOKEN_BUDGET, BatchEngine
 
             self.token_budget = token_budget or DEFAULT_TOKEN_BUDGET
             self.engine = BatchEngine(self.generator, token_budget=self.token_budget)
@@ -260,7 +260,7 @@ class ModelService:
                 409, "the engine is busy (requests in flight or a profile running); profile it "
                 "when the server is idle", "conflict",
             )  # fmt: skip
-        from local_runner.batching import profile_steps
+        from idealized_runtime.local_runner.batching import profile_steps
 
         def run() -> list[Any]:
             return profile_steps(

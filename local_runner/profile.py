@@ -40,8 +40,8 @@ import torch
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import append_line_durably, atomic_writer, truncate_partial_line
 from idealized_runtime.core.types import Architecture, Stack
-from local_runner.generate import Generator
-from local_runner.parallel import SINGLE, TensorParallel, check_divisible
+from idealized_runtime.local_runner.generate import Generator
+from idealized_runtime.local_runner.parallel import SINGLE, TensorParallel, check_divisible
 
 CSV_COLUMNS = (
     "model",
@@ -322,7 +322,11 @@ def _precision(
 ) -> tuple[str | None, str | None]:
     """Canonical labels of a quantized precision (None: the compute dtype), checked against
     the model's weight shapes."""
-    from local_runner.quantize import check_weight_format, parse_kv_format, parse_weight_format
+    from idealized_runtime.local_runner.quantize import (
+        check_weight_format,
+        parse_kv_format,
+        parse_weight_format,
+    )
 
     weight_format = parse_weight_format(weights) if weights else None
     if weight_format is not None:
@@ -609,7 +613,7 @@ class _LineBuffer:
 def _join_group(device: str, tp_size: int) -> tuple[TensorParallel, str]:
     if tp_size == 1:
         return SINGLE, device
-    from local_runner.parallel import init_from_env
+    from idealized_runtime.local_runner.parallel import init_from_env
 
     tp, device = init_from_env(device)
     if tp.size != tp_size:

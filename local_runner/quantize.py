@@ -38,7 +38,7 @@ from idealized_runtime.core.types import (
     Architecture,
     parse_precision,
 )
-from local_runner.model import KVCache, LatentCache
+from idealized_runtime.local_runner.model import KVCache, LatentCache
 
 # Group sizes the int4 kernels take (tinygemm); core's labels allow any power of two >= 8.
 INT4_GROUPS = (32, 64, 128, 256)
@@ -343,8 +343,8 @@ def check_weight_format(arch: Architecture, fmt: WeightFormat, tp_size: int = 1)
     the shapes come from one layer built on the meta device, so nothing is allocated."""
     if fmt.kind != "int4":
         return
-    from local_runner.model import Transformer
-    from local_runner.parallel import TensorParallel
+    from idealized_runtime.local_runner.model import Transformer
+    from idealized_runtime.local_runner.parallel import TensorParallel
 
     shapes = Transformer(arch, num_layers=1, tp=TensorParallel(0, tp_size), device="meta")
     for module, leaf, param in _targets(shapes):

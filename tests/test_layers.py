@@ -7,18 +7,25 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("idealized_runtime", "cost_model", "local_runner", "api")
+# The repository's folders and the names they install under (setup.py maps them).
+FOLDERS = {
+    "idealized_runtime": "idealized_runtime",
+    "cost_model": "idealized_runtime.cost_model",
+    "local_runner": "idealized_runtime.local_runner",
+    "api": "idealized_runtime.api",
+}
+PACKAGES = tuple(FOLDERS)
 
 # Longest prefix wins. Lowest layer first.
 LAYERS: dict[str, int] = {
     "idealized_runtime": 1,  # the package's __init__ only; subpackages are listed below
     "idealized_runtime.core": 1,
-    "cost_model": 2,
-    "local_runner": 2,
+    "idealized_runtime.cost_model": 2,
+    "idealized_runtime.local_runner": 2,
     "idealized_runtime.timing": 2,
     "idealized_runtime.leaderboard": 3,
     "idealized_runtime.report": 3,
-    "api": 4,
+    "idealized_runtime.api": 4,
     "idealized_runtime.cli": 5,
     "idealized_runtime.bench": 5,
     "idealized_runtime.demo": 5,
@@ -27,7 +34,7 @@ LAYERS: dict[str, int] = {
 }
 # Packages of layer 2 are independent of each other, except that the local runner may use the
 # cost model's pure counting functions.
-SIBLINGS_ALLOWED = {("local_runner", "cost_model")}
+SIBLINGS_ALLOWED = {("idealized_runtime.local_runner", "idealized_runtime.cost_model")}
 
 
 def _unit(module: str) -> str | None:
@@ -43,7 +50,7 @@ def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
-    return ".".join(parts)
+    return ".".join([FOLDERS[parts[0]], *parts[1:]])
 
 
 def _imports(path: Path, module: str) -> list[tuple[int, str]]:
@@ -103,23 +110,25 @@ def test_no_module_imports_a_higher_layer_or_an_independent_sibling() -> None:
 
 def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from api.app import create_app\n")
-    assert _imports(module, "cost_model.m") == [(2, "api.app.create_app")]
-    assert _unit("api.app.create_app") == "api" and _unit("cost_model.m") == "cost_model"
+    module.write_text("def f():\n    from idealized_runtime.api.app import create_app\n")
+    assert _imports(module, "idealized_runtime.cost_model.m") == [
+        (2, "idealized_runtime.api.app.create_app")
+    ]
+    assert _unit("idealized_runtime.api.app.create_app") == "idealized_runtime.api"
+    assert _unit("idealized_runtime.cost_model.m") == "idealized_runtime.cost_model"
 
 
-def _import_cycles(package: str) -> list[list[str]]:
+def _import_cycles(folder: str) -> list[list[str]]:
     """Cycles among a package's modules, every import statement counted (lazy ones too)."""
-    graph: dict[str, set[str]] = {}
-    for path in sorted((ROOT / package).rglob("*.py")):
-        module = _module_name(path)
-        graph[module] = set()
+    paths = {_module_name(path): path for path in sorted((ROOT / folder).rglob("*.py"))}
+    graph: dict[str, set[str]] = {module: set() for module in paths}
+    for module, path in paths.items():
         for _, imported in _imports(path, module):
             parts = imported.split(".")
             for end in range(len(parts), 0, -1):
                 candidate = ".".join(parts[:end])
-                if candidate in graph or (ROOT / Path(*parts[:end])).with_suffix(".py").exists():
-                    if candidate != module and candidate.startswith(package + "."):
+                if candidate in graph:
+                    if candidate != module and candidate != FOLDERS[folder]:
                         graph[module].add(candidate)
                     break
     cycles: list[list[str]] = []

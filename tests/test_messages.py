@@ -7,8 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cost_model.measurements_io import RequestTable, parse_seconds, parse_token_count
 from idealized_runtime.core.errors import InputError, plain
+from idealized_runtime.cost_model.measurements_io import (
+    RequestTable,
+    parse_seconds,
+    parse_token_count,
+)
 
 
 @given(st.integers(-(2**62), 2**62), st.floats(allow_nan=False))

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from alembic import context
 
-from api.db import make_engine
-from api.models import Base
-from api.settings import Settings
+from idealized_runtime.api.db import make_engine
+from idealized_runtime.api.models import Base
+from idealized_runtime.api.settings import Settings
 
 config = context.config
 target_metadata = Base.metadata

@@ -6,14 +6,14 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.db import read_session, write_session
-from api.estimation import not_found
-from api.idempotency import WriteContext, run_write, write_context
-from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
-from api.schemas import HardwareOut, HfModelIn, ModelIn, ModelOut, Page
-from api.security import Principal, reader
-from api.state import invalidate_caches
+from idealized_runtime.api import crud
+from idealized_runtime.api.db import read_session, write_session
+from idealized_runtime.api.estimation import not_found
+from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
+from idealized_runtime.api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
+from idealized_runtime.api.schemas import HardwareOut, HfModelIn, ModelIn, ModelOut, Page
+from idealized_runtime.api.security import Principal, reader
+from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.types import Hardware
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import Path, Query
 
-from api.schemas import MAX_ID, MAX_PAGE, ErrorOut
+from idealized_runtime.api.schemas import MAX_ID, MAX_PAGE, ErrorOut
 
 # A path id: out-of-range values are a 422, not a database overflow.
 RowId = Annotated[int, Path(ge=1, le=MAX_ID)]

@@ -14,8 +14,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.db import get_database
-from api.estimation import (
+from idealized_runtime.api.db import get_database
+from idealized_runtime.api.estimation import (
     CostColumns,
     EstimateCache,
     ResolvedFit,
@@ -24,8 +24,8 @@ from api.estimation import (
     not_found,
     runtimes,
 )
-from api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
-from api.schemas import (
+from idealized_runtime.api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
+from idealized_runtime.api.schemas import (
     BatchEstimateIn,
     BatchEstimateOut,
     CompareIn,
@@ -40,10 +40,9 @@ from api.schemas import (
     Metric,
     WorkloadOut,
 )
-from api.security import Principal, reader
-from api.settings import get_settings
-from api.state import estimate_cache
-from cost_model.roofline import Efficiency
+from idealized_runtime.api.security import Principal, reader
+from idealized_runtime.api.settings import get_settings
+from idealized_runtime.api.state import estimate_cache
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import (
     helm_scenario_results,
@@ -51,6 +50,7 @@ from idealized_runtime.core.scenarios import (
     workload_names,
 )
 from idealized_runtime.core.types import Architecture, Hardware
+from idealized_runtime.cost_model.roofline import Efficiency
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
 ESTIMATE_ERRORS = {**READ_ERRORS, 404: ERRORS[404]}
@@ -142,8 +142,8 @@ def _stack_target(
 ) -> StackTarget:
     """Resolve ``stack`` for ``model``: 404 for an unknown stack, architecture or hardware, 422
     for a GPU count the architecture cannot be split over."""
-    from cost_model.serving import min_gpus
-    from cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.serving import min_gpus
+    from idealized_runtime.cost_model.stacks import get_stack
 
     try:
         stack = get_stack(stack_name)
@@ -167,7 +167,7 @@ def _stack_target(
 
 
 def _stack_runtimes(target: StackTarget, p: np.ndarray, o: np.ndarray) -> np.ndarray:
-    from cost_model.roofline import predict_runtime as hardware_model_runtime
+    from idealized_runtime.cost_model.roofline import predict_runtime as hardware_model_runtime
 
     try:
         return np.asarray(
@@ -535,9 +535,9 @@ def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
 def estimate_hardware_model(
     payload: HardwareModelEstimateIn, _: Principal = Depends(reader)
 ) -> HardwareModelEstimateOut:
-    from cost_model.stacks import estimate_request
     from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.core.errors import InputError
+    from idealized_runtime.cost_model.stacks import estimate_request
 
     if (payload.architecture is None) == (payload.config is None):
         raise InputError("give exactly one of architecture (a stored name) or config")

@@ -9,18 +9,24 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.db import read_session, write_session
-from api.estimation import not_found
-from api.idempotency import WriteContext, run_write, write_context
-from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, RowId, page_params
-from api.schemas import MAX_ID, FitCreate, FitOut, Metric, Page
-from api.security import Principal, reader
-from api.state import invalidate_caches
-from cost_model.fitting import fit_measurements
-from cost_model.helm_format import export_helm_table, import_helm_table
+from idealized_runtime.api import crud
+from idealized_runtime.api.db import read_session, write_session
+from idealized_runtime.api.estimation import not_found
+from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
+from idealized_runtime.api.routers.common import (
+    ERRORS,
+    READ_ERRORS,
+    WRITE_ERRORS,
+    RowId,
+    page_params,
+)
+from idealized_runtime.api.schemas import MAX_ID, FitCreate, FitOut, Metric, Page
+from idealized_runtime.api.security import Principal, reader
+from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FitMethod, Stack
+from idealized_runtime.cost_model.fitting import fit_measurements
+from idealized_runtime.cost_model.helm_format import export_helm_table, import_helm_table
 
 router = APIRouter(prefix="/v1/fits", tags=["fits"])
 

@@ -6,11 +6,11 @@ from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse
 from sqlalchemy.orm import Session
 
-from api.db import read_session
-from api.leaderboard_inputs import database_inputs
-from api.routers.common import READ_ERRORS
-from api.schemas import LeaderboardOut, StackName
-from api.security import Principal, reader
+from idealized_runtime.api.db import read_session
+from idealized_runtime.api.leaderboard_inputs import database_inputs
+from idealized_runtime.api.routers.common import READ_ERRORS
+from idealized_runtime.api.schemas import LeaderboardOut, StackName
+from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.leaderboard import build_leaderboard, leaderboard_payload
 
 router = APIRouter(prefix="/v1", tags=["leaderboard"])

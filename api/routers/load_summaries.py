@@ -8,13 +8,13 @@ from fastapi.responses import JSONResponse
 from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.db import read_session, write_session
-from api.idempotency import WriteContext, run_write, write_context
-from api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
-from api.schemas import LoadSource, LoadSummariesWritten, LoadSummaryOut, Page
-from api.security import Principal, reader
-from api.settings import get_settings
+from idealized_runtime.api import crud
+from idealized_runtime.api.db import read_session, write_session
+from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
+from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
+from idealized_runtime.api.schemas import LoadSource, LoadSummariesWritten, LoadSummaryOut, Page
+from idealized_runtime.api.security import Principal, reader
+from idealized_runtime.api.settings import get_settings
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import LoadSummary
 

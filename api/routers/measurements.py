@@ -8,21 +8,27 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response,
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.db import read_session, write_session
-from api.estimation import not_found
-from api.idempotency import WriteContext, run_write, write_context
-from api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, RowId, page_params
-from api.schemas import (
+from idealized_runtime.api import crud
+from idealized_runtime.api.db import read_session, write_session
+from idealized_runtime.api.estimation import not_found
+from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
+from idealized_runtime.api.routers.common import (
+    ERRORS,
+    READ_ERRORS,
+    WRITE_ERRORS,
+    RowId,
+    page_params,
+)
+from idealized_runtime.api.schemas import (
     MeasurementOut,
     MeasurementSetCreate,
     MeasurementSetOut,
     MeasurementSource,
     Page,
 )
-from api.security import Principal, reader
-from api.settings import get_settings
-from api.uploads import parse_measurements_csv
+from idealized_runtime.api.security import Principal, reader
+from idealized_runtime.api.settings import get_settings
+from idealized_runtime.api.uploads import parse_measurements_csv
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Dtype, Measurement, Stack
 

@@ -8,12 +8,12 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
-from api import crud
-from api.db import read_session, write_session
-from api.idempotency import WriteContext, run_write, write_context
-from api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
-from api.schemas import CapabilityScoreOut, CapabilityScoresIn, Page
-from api.security import Principal, reader
+from idealized_runtime.api import crud
+from idealized_runtime.api.db import read_session, write_session
+from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
+from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
+from idealized_runtime.api.schemas import CapabilityScoreOut, CapabilityScoresIn, Page
+from idealized_runtime.api.security import Principal, reader
 
 router = APIRouter(prefix="/v1/capability-scores", tags=["capability scores"])
 

@@ -6,9 +6,9 @@ from fastapi import APIRouter, Depends
 from sqlalchemy import text
 from sqlalchemy.orm import Session
 
-from api.db import get_database, read_session
-from api.migrate import current_revision
-from api.schemas import HealthOut, VersionOut
+from idealized_runtime.api.db import get_database, read_session
+from idealized_runtime.api.migrate import current_revision
+from idealized_runtime.api.schemas import HealthOut, VersionOut
 
 router = APIRouter(prefix="/v1", tags=["service"])
 

@@ -201,7 +201,7 @@ def serve_model_command(
 ) -> None:
     """Serve the local runner (random weights) behind an OpenAI-compatible /v1/completions."""
     from idealized_runtime.core.architectures import load_architecture
-    from local_runner.openai_server import serve
+    from idealized_runtime.local_runner.openai_server import serve
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")

@@ -35,7 +35,7 @@ def profile_command(
 ) -> None:
     """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
     from idealized_runtime.core.architectures import load_architecture
-    from local_runner.profile import check_profile, make_grid, profile_grid
+    from idealized_runtime.local_runner.profile import check_profile, make_grid, profile_grid
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")
@@ -87,7 +87,7 @@ def _check_cuda(architecture, dtype: str, tp: int, layers: int | None, points) -
         fail("--device cuda: no CUDA device is available (torch sees none)")
     if tp > torch.cuda.device_count():
         fail(f"--tp {tp} needs {tp} GPUs; {torch.cuda.device_count()} visible")
-    from local_runner.memory import check_fits
+    from idealized_runtime.local_runner.memory import check_fits
 
     message = check_fits(architecture, dtype, tp, layers, points)
     if message:

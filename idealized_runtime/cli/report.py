@@ -134,7 +134,7 @@ def leaderboard_inputs(source: str | None, with_helm: bool) -> LeaderboardInputs
     if source is None:
         return inputs.bundled_helm_inputs()
     if "://" in source:
-        from api.report_database import database_report_inputs
+        from idealized_runtime.api.report_database import database_report_inputs
 
         return database_report_inputs(source)
     if Path(source).is_dir():
@@ -167,7 +167,7 @@ def demo_command(
         say=lambda text: stderr_console().print(f"[bold cyan]step {next(steps)}[/] {text}"),
     )
     out.print(summary_table(result.board, highlight={DEMO_ARCHITECTURE}))
-    from api.report_database import redact
+    from idealized_runtime.api.report_database import redact
 
     out.print(f"demo finished in {result.elapsed_s:.1f} s; database {redact(result.database_url)}")
     out.print(f"report: {result.report.html.resolve()}")
@@ -243,7 +243,7 @@ def report_command(
 
     curves: list = []
     if source is not None and "://" in source:
-        from api.report_database import database_curves
+        from idealized_runtime.api.report_database import database_curves
 
         loaded = leaderboard_inputs(source, with_helm)
         curves = database_curves(source)

@@ -21,9 +21,9 @@ def _prepare_database() -> None:
     """Migrate to the newest schema and add the shipped architectures and hardware."""
     from sqlalchemy.exc import OperationalError
 
-    from api.db import get_database
-    from api.migrate import upgrade
-    from api.seed import seed_catalog
+    from idealized_runtime.api.db import get_database
+    from idealized_runtime.api.migrate import upgrade
+    from idealized_runtime.api.seed import seed_catalog
 
     database = get_database()
     try:
@@ -64,7 +64,7 @@ def serve(
     _check_can_listen(host, port)
     _prepare_database()
     uvicorn.run(
-        "api.main:create_app",
+        "idealized_runtime.api.main:create_app",
         factory=True,
         host=host,
         port=port,
@@ -77,8 +77,8 @@ def serve(
 @db_app.command("upgrade")
 def db_upgrade() -> None:
     """Apply the schema migrations (and add missing shipped architectures and hardware)."""
-    from api.db import get_database
-    from api.migrate import current_revision
+    from idealized_runtime.api.db import get_database
+    from idealized_runtime.api.migrate import current_revision
 
     _prepare_database()
     typer.echo(f"database at revision {current_revision(get_database().engine)}")
@@ -87,8 +87,8 @@ def db_upgrade() -> None:
 @db_app.command("seed")
 def db_seed() -> None:
     """Load the bundled HELM reference: A100 profiles, HELM's fits, scenario accuracies."""
-    from api.db import get_database
-    from api.seed import seed_reference
+    from idealized_runtime.api.db import get_database
+    from idealized_runtime.api.seed import seed_reference
 
     _prepare_database()
     with get_database().write_sessions() as session:
@@ -105,8 +105,8 @@ def apikey_create(
     name: str = typer.Option("default", help="A label to recognise the key by"),
 ) -> None:
     """Create an API key and print it once (only its hash is stored)."""
-    from api.db import get_database
-    from api.security import create_api_key
+    from idealized_runtime.api.db import get_database
+    from idealized_runtime.api.security import create_api_key
 
     if not 1 <= len(name) <= 200:
         fail("--name must have 1 to 200 characters")

@@ -88,8 +88,8 @@ def simulate_command(
 ) -> None:
     """Simulate an ideal continuous-batching server (FCFS, chunked prefill, KV capacity) for a
     model and a workload; rows as measure writes them, summary as summarize prints it."""
-    from cost_model import simulate as sim
     from idealized_runtime.core.files import atomic_writer
+    from idealized_runtime.cost_model import simulate as sim
     from idealized_runtime.timing.summary import format_table, summaries_to_json, summarize
 
     if sum(bool(x) for x in (workload, rate, concurrency)) != 1:
@@ -151,8 +151,8 @@ def _step_time(
     stack: str | None = None,
     precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
 ) -> tuple[Any, str, int | None]:
-    from cost_model import simulate as sim
     from idealized_runtime.core.types import DTYPE_BYTES
+    from idealized_runtime.cost_model import simulate as sim
 
     if dtype not in DTYPE_BYTES:
         raise InputError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
@@ -163,9 +163,9 @@ def _step_time(
             )
         step_time = sim.read_step_fit(fit)
         return step_time, arch or step_time.model, kv_tokens
-    from cost_model.serving import plan_gpus
     from idealized_runtime.core.catalog import get_hardware
     from idealized_runtime.core.types import Precision, parse_precision
+    from idealized_runtime.cost_model.serving import plan_gpus
 
     architecture = _architecture(str(arch))
     accelerator = get_hardware(str(hardware))
@@ -190,7 +190,7 @@ def _step_time(
     )
     efficiency = sim.IDEAL
     if stack is not None:
-        from cost_model.stacks import get_stack
+        from idealized_runtime.cost_model.stacks import get_stack
 
         efficiency = get_stack(stack).efficiency
     step_time = sim.HardwareStepTime(

@@ -12,8 +12,8 @@ import httpx
 import numpy as np
 import pytest
 
-from cost_model.evaluate import predict_runtime
 from idealized_runtime.core.types import FittedCostModel
+from idealized_runtime.cost_model.evaluate import predict_runtime
 from tests.api.conftest import Service
 from tests.servers import cli_command, free_port, running_server
 

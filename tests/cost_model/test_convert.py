@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from cost_model.convert import convert_requests, write_conversion
-from cost_model.evaluate import predict_runtime
-from cost_model.fitting import fit_measurements
-from cost_model.helm_format import import_helm_table
-from cost_model.measurements_io import RequestTable, read_requests
 from idealized_runtime.core import catalog
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.convert import convert_requests, write_conversion
+from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting import fit_measurements
+from idealized_runtime.cost_model.helm_format import import_helm_table
+from idealized_runtime.cost_model.measurements_io import RequestTable, read_requests
 
 
 @pytest.fixture(scope="module")

@@ -12,13 +12,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import cost_model
-from cost_model.convert import convert_file, convert_requests, write_conversion
-from cost_model.evaluate import predict_alpha, predict_runtime
-from cost_model.helm_format import import_helm_table
-from cost_model.measurements_io import iter_requests, read_measurements, read_requests
+from idealized_runtime import cost_model
 from idealized_runtime.core import catalog
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.convert import convert_file, convert_requests, write_conversion
+from idealized_runtime.cost_model.evaluate import predict_alpha, predict_runtime
+from idealized_runtime.cost_model.helm_format import import_helm_table
+from idealized_runtime.cost_model.measurements_io import (
+    iter_requests,
+    read_measurements,
+    read_requests,
+)
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s,note\n"
 

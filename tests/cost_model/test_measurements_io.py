@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cost_model.measurements_io import (
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.measurements_io import (
     RequestTable,
     parse_measurements,
     read_measurements,
     read_requests,
 )
-from idealized_runtime.core.errors import InputError
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s,notes\n"
 

@@ -13,8 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_model.serving import decode_throughput
-from cost_model.simulate import (
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.serving import decode_throughput
+from idealized_runtime.cost_model.simulate import (
     FittedStepTime,
     HardwareStepTime,
     RequestShape,
@@ -28,8 +30,6 @@ from cost_model.simulate import (
     read_workload,
     simulate,
 )
-from idealized_runtime.core.catalog import get_architecture, get_hardware
-from idealized_runtime.core.errors import InputError
 
 ONE_SECOND_STEPS = FittedStepTime("m", intercept_s=1.0, per_token_s=0.0, per_attended_s=0.0)
 ARCH, HARDWARE = get_architecture("llama-3.1-8b"), get_hardware("a100-80gb")

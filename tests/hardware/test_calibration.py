@@ -5,7 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost_model.calibration import (
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.calibration import (
     Calibration,
     load_calibration,
     megatron_profiles,
@@ -14,9 +16,7 @@ from cost_model.calibration import (
     save_calibration,
     shipped_calibration,
 )
-from cost_model.roofline import IDEAL, predict_runtime
-from idealized_runtime.core.catalog import get_architecture, get_hardware
-from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.roofline import IDEAL, predict_runtime
 
 
 def test_pooled_beta_recovers_a_slope() -> None:

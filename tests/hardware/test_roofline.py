@@ -9,8 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_model.calibration import shipped_calibration
-from cost_model.roofline import (
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Architecture
+from idealized_runtime.cost_model.calibration import shipped_calibration
+from idealized_runtime.cost_model.roofline import (
     IDEAL,
     Efficiency,
     decode_step_time,
@@ -24,9 +27,6 @@ from cost_model.roofline import (
     to_fitted_cost_model,
     unaligned_factor,
 )
-from idealized_runtime.core.catalog import get_architecture, get_hardware
-from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture
 
 # A small GPT: 2 layers, h = 64, 4 heads of 16, MLP 256, vocab 512, biases, tied embeddings.
 GPT = Architecture(
@@ -130,7 +130,7 @@ def test_bad_tensor_parallel_size() -> None:
 
 
 def test_fitted_cost_model_matches_roofline() -> None:
-    from cost_model.evaluate import predict_runtime as evaluate
+    from idealized_runtime.cost_model.evaluate import predict_runtime as evaluate
 
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
     fit = to_fitted_cost_model(arch, hw)

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model.serving import (
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.serving import (
     cost_variants,
     decode_throughput,
     estimate_from_architecture,
@@ -12,8 +14,6 @@ from cost_model.serving import (
     plan_gpus,
     valid_tensor_parallel_sizes,
 )
-from idealized_runtime.core.catalog import get_architecture, get_hardware
-from idealized_runtime.core.errors import InputError
 
 H100 = get_hardware("h100-sxm")
 

@@ -13,8 +13,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_model.roofline import decode_step_time, predict_alpha
-from cost_model.stacks import (
+from idealized_runtime.core.architectures import load_architecture
+from idealized_runtime.core.catalog import get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.published import PublishedRow
+from idealized_runtime.cost_model.roofline import decode_step_time, predict_alpha
+from idealized_runtime.cost_model.stacks import (
     DEFAULT_STACK,
     HELM_STACK,
     StackCalibration,
@@ -30,10 +34,6 @@ from cost_model.stacks import (
     targets_from_rows,
     tp_speedup_errors,
 )
-from idealized_runtime.core.architectures import load_architecture
-from idealized_runtime.core.catalog import get_hardware
-from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.published import PublishedRow
 
 
 def _row(row_id: str, model: str, tp: int, value: float, **extra: object) -> PublishedRow:
@@ -246,7 +246,7 @@ def test_quantized_figures_are_predicted_from_their_bytes() -> None:
 
 
 def test_cached_counts_predict_what_the_roofline_predicts() -> None:
-    from cost_model.roofline import predict_runtime
+    from idealized_runtime.cost_model.roofline import predict_runtime
 
     efficiency = get_stack("tensorrt-llm").efficiency
     split_checked = ring_checked = 0
@@ -274,7 +274,7 @@ def test_cached_counts_predict_what_the_roofline_predicts() -> None:
 
 
 def test_compute_memory_serialization_blends_max_into_sum() -> None:
-    from cost_model.roofline import Efficiency, forward_costs, pass_time
+    from idealized_runtime.cost_model.roofline import Efficiency, forward_costs, pass_time
 
     arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
     costs = forward_costs(arch, 128.0)  # near the ridge point: compute and memory comparable
@@ -290,7 +290,11 @@ def test_compute_memory_serialization_blends_max_into_sum() -> None:
 
 
 def test_format_factors_are_fitted_per_kernel_kind_and_used_by_estimates() -> None:
-    from cost_model.stacks import fit_format_factors, format_efficiency, kernel_format
+    from idealized_runtime.cost_model.stacks import (
+        fit_format_factors,
+        format_efficiency,
+        kernel_format,
+    )
 
     assert kernel_format("int4-g32") == kernel_format("int4-g64") == "int4"
     assert kernel_format("int8") == "int8"
@@ -314,7 +318,7 @@ def test_format_factors_are_fitted_per_kernel_kind_and_used_by_estimates() -> No
 
 
 def test_thin_held_out_groups_lean_on_the_other_stacks() -> None:
-    from cost_model.stacks import held_out_errors
+    from idealized_runtime.cost_model.stacks import held_out_errors
 
     own = targets_from_rows(FIXTURE_ROWS[:2])
     others = [t for t in published_targets(quantized=False) if t.family == "lmdeploy"][:10]
@@ -326,7 +330,7 @@ def test_thin_held_out_groups_lean_on_the_other_stacks() -> None:
 @given(tokens=st.integers(1, 4096), half=st.floats(1.0, 512.0))
 @settings(max_examples=25, deadline=None)
 def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: float) -> None:
-    from cost_model.roofline import Efficiency, forward_costs, pass_time
+    from idealized_runtime.cost_model.roofline import Efficiency, forward_costs, pass_time
 
     arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
     costs = forward_costs(arch, float(tokens))
@@ -340,8 +344,8 @@ def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: floa
 
 
 def test_figures_beyond_the_roofline_are_marked_reported_and_not_fitted() -> None:
-    from cost_model.roofline import IDEAL
-    from cost_model.stacks import (
+    from idealized_runtime.cost_model.roofline import IDEAL
+    from idealized_runtime.cost_model.stacks import (
         BEYOND_ROOFLINE,
         beyond_roofline,
         fit_stack,
@@ -367,7 +371,7 @@ def test_figures_beyond_the_roofline_are_marked_reported_and_not_fitted() -> Non
 
 
 def test_shipped_marked_figures_need_more_than_the_hardware_gives() -> None:
-    from cost_model.stacks import roofline_fraction
+    from idealized_runtime.cost_model.stacks import roofline_fraction
 
     marked = get_stack("tensorrt-llm").errors.get("beyond_roofline", {})
     by_id = {t.row_id: t for t in published_targets()}
@@ -379,7 +383,7 @@ def test_shipped_marked_figures_need_more_than_the_hardware_gives() -> None:
 def test_single_gpu_figures_take_the_all_reduce_cost_from_the_pooled_calibration() -> None:
     from dataclasses import replace
 
-    from cost_model.stacks import TP_PARAMETERS, fit_stack
+    from idealized_runtime.cost_model.stacks import TP_PARAMETERS, fit_stack
 
     single = [t for t in targets_from_rows(FIXTURE_ROWS) if t.tp == 1]
     multi = [t for t in published_targets(quantized=False) if t.family == "pytorch-compiled"]
@@ -462,7 +466,7 @@ def test_tensorrt_llm_int4_decode_kernels_transfer_between_sources() -> None:
     """TensorRT-LLM's int4 AWQ figures come from three versions of one page (H100 with 0.9 and
     0.11, H200 with 0.15): held out by source, a stack calibrated on the others predicts every
     batch 1-2 figure (where decode reads the int4 weights) within 15%."""
-    from cost_model.stacks import quantized_held_out_errors
+    from idealized_runtime.cost_model.stacks import quantized_held_out_errors
 
     targets = published_targets()
     own = [t for t in targets if t.family == "tensorrt-llm"]

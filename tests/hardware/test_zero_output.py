@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from cost_model.roofline import predict_alpha, predict_runtime, request_costs
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.roofline import predict_alpha, predict_runtime, request_costs
 
 ARCH, HW = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
 

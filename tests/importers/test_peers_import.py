@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cost_model.measurements_io import read_measurements
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.cost_model.measurements_io import read_measurements
 from idealized_runtime.timing.importers.peers import (
     COLUMNS,
     detect_format,

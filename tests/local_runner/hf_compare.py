@@ -9,8 +9,8 @@ import torch
 
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.types import Architecture
-from local_runner.hf_config import load_hf_state_dict
-from local_runner.model import build_model
+from idealized_runtime.local_runner.hf_config import load_hf_state_dict
+from idealized_runtime.local_runner.model import build_model
 from tests.local_runner.test_hf_equivalence import TOLERANCE, _hf_model
 
 SEQ, PROMPT = 20, 12

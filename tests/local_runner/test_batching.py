@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from idealized_runtime.core.catalog import get_architecture
-from local_runner.batching import (
+from idealized_runtime.local_runner.batching import (
     BatchEngine,
     Segment,
     Sequence,
@@ -16,7 +16,7 @@ from local_runner.batching import (
     batched_logits,
     profile_steps,
 )
-from local_runner.generate import Generator
+from idealized_runtime.local_runner.generate import Generator
 
 ARCHS = ["tiny-llama", "tiny-gpt2", "tiny-alibi"]
 SEQ_LEN = 64
@@ -120,7 +120,12 @@ def test_the_simulator_schedules_every_step_as_the_engine(
     # The serving simulator with one-second steps gives each token the number of the step
     # that produced it; the engine's steps must produce the same tokens in the same steps,
     # with requests all submitted at once or one joining before each step.
-    from cost_model.simulate import FittedStepTime, RequestShape, ServerConfig, simulate
+    from idealized_runtime.cost_model.simulate import (
+        FittedStepTime,
+        RequestShape,
+        ServerConfig,
+        simulate,
+    )
 
     arch = get_architecture("tiny-llama")
     engine = BatchEngine(

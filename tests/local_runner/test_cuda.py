@@ -18,8 +18,8 @@ import torch
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.types import Architecture
-from local_runner.generate import GRAPH_BUCKET, Generator
-from local_runner.quantize import weight_bytes
+from idealized_runtime.local_runner.generate import GRAPH_BUCKET, Generator
+from idealized_runtime.local_runner.quantize import weight_bytes
 from tests.test_architectures import TINY
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -133,8 +133,8 @@ def test_quantized_kv_cache_graph_decode(kv_cache: str) -> None:
 
 
 def test_memory_preflight_refuses_a_model_larger_than_the_gpu() -> None:
-    from local_runner.memory import check_fits
-    from local_runner.profile import make_grid
+    from idealized_runtime.local_runner.memory import check_fits
+    from idealized_runtime.local_runner.profile import make_grid
 
     small, large = get_architecture("tiny-llama"), get_architecture("llama-3.1-405b")
     assert check_fits(small, "bfloat16", 1, None, make_grid("quick", small)) == ""

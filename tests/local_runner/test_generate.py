@@ -8,7 +8,7 @@ import torch
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.types import Architecture
-from local_runner.generate import Generator
+from idealized_runtime.local_runner.generate import Generator
 from tests.test_architectures import TINY
 
 # Catalog shapes, and tiny configs of the families with sliding windows (8 tokens: ring caches),
@@ -94,7 +94,7 @@ def _graphs_on_cpu(generator: Generator, captured: list[tuple[int, int, int]]) -
 def test_graph_decode_path_across_buckets_up_to_the_last_cache_position(
     name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("local_runner.generate.GRAPH_BUCKET", 8)
+    monkeypatch.setattr("idealized_runtime.local_runner.generate.GRAPH_BUCKET", 8)
     arch = _arch(name)
     eager = Generator(arch, max_seq_len=20, seed=3)
     graphed = Generator(arch, max_seq_len=20, seed=3)
@@ -128,7 +128,7 @@ def test_moe_steps_that_group_tokens_by_expert_are_not_captured() -> None:
 def test_compiled_decode_without_graphs_uses_bucket_shapes(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr("local_runner.generate.GRAPH_BUCKET", 8)
+    monkeypatch.setattr("idealized_runtime.local_runner.generate.GRAPH_BUCKET", 8)
     arch = get_architecture("tiny-llama")
     compiled = Generator(arch, max_seq_len=24, compile=True)
     kv_lens: list[int] = []

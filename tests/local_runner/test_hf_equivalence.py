@@ -15,8 +15,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 transformers = pytest.importorskip("transformers")
 
 from idealized_runtime.core.architectures import architecture_from_hf_config  # noqa: E402
-from local_runner.hf_config import load_hf_state_dict  # noqa: E402
-from local_runner.model import build_model  # noqa: E402
+from idealized_runtime.local_runner.hf_config import load_hf_state_dict  # noqa: E402
+from idealized_runtime.local_runner.model import build_model  # noqa: E402
 
 TOLERANCE = 1e-4
 SMALL = dict(vocab_size=128)

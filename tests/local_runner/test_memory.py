@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from cost_model.serving import memory_per_gpu
 from idealized_runtime.core.catalog import get_architecture
-from local_runner.memory import bytes_needed
+from idealized_runtime.cost_model.serving import memory_per_gpu
+from idealized_runtime.local_runner.memory import bytes_needed
 
 
 def test_llama_8b_bf16_weights_and_cache() -> None:

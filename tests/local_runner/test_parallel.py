@@ -15,7 +15,7 @@ from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
-from local_runner.parallel import ShardSpec, TensorParallel, check_divisible
+from idealized_runtime.local_runner.parallel import ShardSpec, TensorParallel, check_divisible
 from tests.local_runner.tp_worker import run
 from tests.servers import REPO_ROOT, free_port
 from tests.test_architectures import TINY

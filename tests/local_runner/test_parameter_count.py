@@ -10,7 +10,7 @@ import pytest
 
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.types import Architecture
-from local_runner.model import build_model
+from idealized_runtime.local_runner.model import build_model
 from tests.test_architectures import TINY
 
 BASE: dict[str, Any] = dict(

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
-from local_runner.profile import (
+from idealized_runtime.local_runner.profile import (
     CSV_COLUMNS,
     GridPoint,
     Timing,
@@ -100,7 +100,7 @@ def test_profile_writes_csv_meta_and_sampled_layers(tmp_path: Path) -> None:
     assert meta["stack"]["dtype"] == "float32" and meta["stack"]["hardware"] == "cpu"
     assert meta["layer_sampling"]["profiled_layers"] == [2, 4]
     # Readable by the cost model's measurement reader (what `idealized-runtime fit` uses).
-    reader = pytest.importorskip("cost_model.measurements_io")
+    reader = pytest.importorskip("idealized_runtime.cost_model.measurements_io")
     measurements = reader.read_measurements(out)
     assert len(measurements) == 2 and all(m.runtime_s > 0 for m in measurements)
 

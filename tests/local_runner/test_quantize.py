@@ -11,13 +11,13 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cost_model.roofline import kv_cache_bytes
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Precision, parse_precision
-from local_runner.generate import Generator
-from local_runner.quantize import (
+from idealized_runtime.cost_model.roofline import kv_cache_bytes
+from idealized_runtime.local_runner.generate import Generator
+from idealized_runtime.local_runner.quantize import (
     INT4_GROUPS,
     Int4Weight,
     Int8Weight,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from local_runner.openai_server import TextTokenizer
+from idealized_runtime.local_runner.openai_server import TextTokenizer
 
 
 def test_ids_past_the_tokenizer_vocabulary_wrap_around(tmp_path: Path) -> None:

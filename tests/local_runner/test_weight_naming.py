@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from idealized_runtime.core.architectures import architecture_from_hf_config
-from local_runner.model import build_model
+from idealized_runtime.local_runner.model import build_model
 from tests.test_architectures import TINY
 
 FAMILIES = ["deepseek_v3", "gpt_oss"]

@@ -18,9 +18,13 @@ transformers = pytest.importorskip("transformers")
 from idealized_runtime.core.architectures import architecture_from_hf_config  # noqa: E402
 from idealized_runtime.core.errors import InputError  # noqa: E402
 from idealized_runtime.core.types import Architecture, RopeScaling  # noqa: E402
-from local_runner.hf_config import load_hf_state_dict  # noqa: E402
-from local_runner.model import build_model  # noqa: E402
-from local_runner.rope import yarn_attention_factor, yarn_inv_freq, yarn_softmax_scale  # noqa: E402
+from idealized_runtime.local_runner.hf_config import load_hf_state_dict  # noqa: E402
+from idealized_runtime.local_runner.model import build_model  # noqa: E402
+from idealized_runtime.local_runner.rope import (  # noqa: E402
+    yarn_attention_factor,
+    yarn_inv_freq,
+    yarn_softmax_scale,
+)
 from tests.local_runner.hf_compare import assert_matches_transformers  # noqa: E402
 from tests.local_runner.test_hf_equivalence import CONFIGS, TOLERANCE  # noqa: E402
 from tests.test_architectures import TINY  # noqa: E402

@@ -12,8 +12,8 @@ import torch
 import torch.distributed as dist
 
 from idealized_runtime.core.types import Architecture
-from local_runner.generate import Generator
-from local_runner.parallel import init_from_env
+from idealized_runtime.local_runner.generate import Generator
+from idealized_runtime.local_runner.parallel import init_from_env
 
 
 def run(arch: Architecture, tp) -> dict[str, torch.Tensor]:

@@ -6,11 +6,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cost_model.evaluate import predict_runtime
-from cost_model.helm_format import import_helm_table
 from idealized_runtime.core.catalog import helm_table
 from idealized_runtime.core.scenarios import ScenarioResult, helm_scenario_results
 from idealized_runtime.core.types import FittedCostModel
+from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.helm_format import import_helm_table
 from idealized_runtime.leaderboard import (
     CostRates,
     LeaderboardInputs,

@@ -7,7 +7,7 @@ import json
 import re
 from pathlib import Path
 
-from api.report_database import database_curves
+from idealized_runtime.api.report_database import database_curves
 from idealized_runtime.core.types import Slo
 from idealized_runtime.report.load import (
     curves_from,
@@ -73,8 +73,8 @@ def test_results_folder_report_writes_load_page(tmp_path: Path) -> None:
 
 
 def test_database_curves_come_from_stored_summaries(tmp_path: Path) -> None:
-    from api import crud
-    from api.report_database import write_session
+    from idealized_runtime.api import crud
+    from idealized_runtime.api.report_database import write_session
 
     url = f"sqlite:///{tmp_path / 'service.db'}"
     with write_session(url) as session:

@@ -36,8 +36,8 @@ def test_report_from_bundled_data_writes_html_markdown_csv(tmp_path: Path) -> No
 
 
 def test_report_from_empty_database_is_one_line_error(tmp_path: Path) -> None:
-    from api.db import make_engine
-    from api.migrate import upgrade
+    from idealized_runtime.api.db import make_engine
+    from idealized_runtime.api.migrate import upgrade
 
     url = f"sqlite:///{tmp_path / 'empty.sqlite3'}"
     engine = make_engine(url)

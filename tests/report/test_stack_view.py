@@ -21,13 +21,18 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cost_model.calibration import megatron_tensor_parallel_sizes
-from cost_model.stacks import DEFAULT_STACK, HELM_STACK, get_stack, hardware_model_estimate
 from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import MEGATRON_A100_STACK, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import Workload
 from idealized_runtime.core.types import FittedCostModel, Stack
+from idealized_runtime.cost_model.calibration import megatron_tensor_parallel_sizes
+from idealized_runtime.cost_model.stacks import (
+    DEFAULT_STACK,
+    HELM_STACK,
+    get_stack,
+    hardware_model_estimate,
+)
 from idealized_runtime.leaderboard import (
     Leaderboard,
     LeaderboardInputs,

@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cost_model.simulate import fit_step_timings, read_step_fit
 from idealized_runtime.core.architectures import load_architecture
-from local_runner.openai_server import ApiError, ModelService, ProfileRequest
+from idealized_runtime.cost_model.simulate import fit_step_timings, read_step_fit
+from idealized_runtime.local_runner.openai_server import ApiError, ModelService, ProfileRequest
 from tests.servers import cli_command
 from tests.timing_client.conftest import batched_serve_model, run_cli
 
