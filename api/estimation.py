@@ -1,9 +1,10 @@
 """Estimates from stored fits: a small in-process cache of fits and hardware (so the hot
 single-estimate path does not touch the database), and the cost-aware variants.
 
-The arithmetic is the cost model's: runtimes come from ``cost_model.evaluate.predict_runtime``
-(vectorized), accelerator counts from ``cost_model.serving.min_gpus`` and the GPU-seconds,
-joules and dollars from ``cost_model.serving.cost_variants``.
+The arithmetic is the cost model's: runtimes come from
+``cost_model.fitting.evaluate.predict_runtime`` (vectorized), accelerator counts from
+``cost_model.hardware.planner.min_gpus`` and the GPU-seconds, joules and dollars from
+``cost_model.hardware.estimate.cost_variants``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ from idealized_runtime.api.schemas import Metric
 from idealized_runtime.core.catalog import helm_model_shapes
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.serving import cost_variants, min_gpus
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.hardware.estimate import cost_variants
+from idealized_runtime.cost_model.hardware.planner import min_gpus
 
 
 @dataclass(frozen=True)

@@ -469,7 +469,7 @@ LeaderboardStackWorkload = StackWorkloadRow
 
 def _stack_names() -> tuple[str, ...]:
     """Every reference stack name and alias the shipped data knows (the ``stacks`` enum)."""
-    from idealized_runtime.cost_model.stacks import ALIASES, shipped_stacks
+    from idealized_runtime.cost_model.hardware.stacks.catalog import ALIASES, shipped_stacks
 
     return tuple(sorted({*shipped_stacks(), *ALIASES}))
 

@@ -52,7 +52,7 @@ def seed_catalog(session: Session) -> SeedReport:
 
 
 def seed_reference(session: Session) -> SeedReport:
-    from idealized_runtime.cost_model.helm_format import import_helm_table
+    from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
 
     catalog = seed_catalog(session)
     existing = session.execute(

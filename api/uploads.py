@@ -1,11 +1,12 @@
 """Parse uploaded measurement CSV with the file reader's own validation
-(``cost_model.measurements_io.parse_measurements``), errors naming ``upload`` as the file."""
+(``cost_model.fitting.measurements_io.parse_measurements``), errors naming ``upload`` as the
+file."""
 
 from __future__ import annotations
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Measurement
-from idealized_runtime.cost_model.measurements_io import parse_measurements
+from idealized_runtime.cost_model.fitting.measurements_io import parse_measurements
 
 UPLOAD_NAME = "upload"
 

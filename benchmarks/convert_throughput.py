@@ -27,10 +27,10 @@ from pathlib import Path
 import numpy as np
 
 from idealized_runtime.core import catalog
-from idealized_runtime.cost_model.convert import convert_requests
-from idealized_runtime.cost_model.fitting import fit_measurements
-from idealized_runtime.cost_model.helm_format import import_helm_table
-from idealized_runtime.cost_model.measurements_io import RequestTable
+from idealized_runtime.cost_model.fitting.convert import convert_requests
+from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
+from idealized_runtime.cost_model.fitting.measurements_io import RequestTable
+from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
 ROWS = 1_000_000
 NAIVE_SAMPLE = 20_000
@@ -198,7 +198,7 @@ def write_request_csv(path: Path, models: np.ndarray, rows: int) -> None:
 
 
 def end_to_end(rows: int, repeats: int, only_ours: bool = False) -> None:
-    from idealized_runtime.cost_model.fit_files import write_fit_file
+    from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
 
     fits = fit_measurements(catalog.megatron_a100_measurements(), "default")
     models = np.array(sorted(fits))

@@ -15,8 +15,8 @@ from rich.table import Table
 
 from idealized_runtime.core import catalog
 from idealized_runtime.core.types import Measurement
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.fitting import fit_measurements
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
 METHODS = ("helm", "default")
 

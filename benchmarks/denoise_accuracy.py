@@ -19,9 +19,9 @@ from pathlib import Path
 import numpy as np
 from numpy.typing import NDArray
 
-from idealized_runtime.cost_model.denoise import _design, _knots, fit_denoised
-from idealized_runtime.cost_model.evaluate import predict_alpha
-from idealized_runtime.cost_model.timings import ModelTimings
+from idealized_runtime.cost_model.fitting.denoise import _design, _knots, fit_denoised
+from idealized_runtime.cost_model.fitting.evaluate import predict_alpha
+from idealized_runtime.cost_model.fitting.timings import ModelTimings
 
 SIZES = np.array([1, 256, 512, 1024, 1536])
 BETA, OVERHEAD = 0.025, 0.2

@@ -119,7 +119,7 @@ def one_client(base: str, model: str, count: int) -> None:
 
 
 def fitted_ms(fit: Any) -> dict[str, float]:
-    from idealized_runtime.cost_model.simulate import StepWork
+    from idealized_runtime.cost_model.serving.step_time import StepWork
 
     return {
         name: 1e3 * float(fit.seconds(StepWork.of(contexts, chunks))[0])
@@ -128,7 +128,7 @@ def fitted_ms(fit: Any) -> dict[str, float]:
 
 
 def predicted_s(fit: Any, steps: list[dict]) -> float:
-    from idealized_runtime.cost_model.simulate import StepWork
+    from idealized_runtime.cost_model.serving.step_time import StepWork
 
     return sum(float(fit.seconds(StepWork.of(s["decode_contexts"], s["chunks"]))[0]) for s in steps)
 
@@ -149,7 +149,7 @@ def main() -> None:
         worker(args.worker)
         return
 
-    from idealized_runtime.cost_model.simulate import fit_step_timings
+    from idealized_runtime.cost_model.serving.step_time import fit_step_timings
     from idealized_runtime.processes import free_port, running_server
 
     started = time.perf_counter()

@@ -27,19 +27,20 @@ import argparse
 
 import numpy as np
 
-from idealized_runtime.cost_model.stacks import (
-    BEYOND_ROOFLINE,
-    HELM_STACK,
-    beyond_roofline,
-    fit_stack,
-    get_stack,
+from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK, get_stack
+from idealized_runtime.cost_model.hardware.stacks.evaluation import (
     held_out_errors,
-    published_targets,
     quantized_held_out_errors,
     quantized_speedup_errors,
+    tp_speedup_errors,
+)
+from idealized_runtime.cost_model.hardware.stacks.fit import fit_stack
+from idealized_runtime.cost_model.hardware.stacks.targets import (
+    BEYOND_ROOFLINE,
+    beyond_roofline,
+    published_targets,
     relative_errors,
     roofline_fraction,
-    tp_speedup_errors,
 )
 
 

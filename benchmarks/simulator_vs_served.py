@@ -9,9 +9,9 @@ against guidellm on that server, in one run on this machine.
    simulation is compared with), the server profiles its own engine while idle
    (``POST /v1/engine/profile``: ``local_runner.batching.profile_steps`` on the served model and
    cache, in the server's process: batch 1..B, prompt chunks and decode steps, no HTTP), and step
-   times are fitted to it (``cost_model.simulate.fit_step_timings``): the profile before the
-   level alone (a prediction), and before and after pooled (which halves the effect of the
-   machine's speed drifting during the level).
+   times are fitted to it (``cost_model.serving.step_time.fit_step_timings``): the profile
+   before the level alone (a prediction), and before and after pooled (which halves the effect
+   of the machine's speed drifting during the level).
 3. Right before that, four unloaded single requests give the server's HTTP overhead,
    which the ideal simulated server does not have: per request (parsing, tokenization, the first
    chunk) and per streamed token (a JSON chunk per token), beyond the engine steps the server
@@ -139,7 +139,8 @@ def simulate_level(
     rate level replays the measured arrival times (the same Poisson draw, not another one), a
     closed loop the client's measured re-submit gaps (``think_time_s``).
     ``rows``: the measured rows, warm-up included, by start time."""
-    from idealized_runtime.cost_model.simulate import RequestShape, simulate
+    from idealized_runtime.cost_model.serving.simulator import simulate
+    from idealized_runtime.cost_model.serving.workload import RequestShape
 
     label, concurrency, rate = level
     prompt = round(statistics.median(r["num_prompt_tokens"] for r in rows))
@@ -423,7 +424,7 @@ def keep_level(
 def step_drift(fit: Any, steps: list[dict]) -> tuple[float, int]:
     """Total seconds of the server's engine steps over what the profile's fit predicts for the
     same steps: 1.0 when the engine ran in the server as fast as in the profile."""
-    from idealized_runtime.cost_model.simulate import StepWork
+    from idealized_runtime.cost_model.serving.step_time import StepWork
 
     predicted = sum(
         float(fit.seconds(StepWork.of(s["decode_contexts"], s["chunks"]))[0]) for s in steps
@@ -463,7 +464,8 @@ def main() -> None:
     started = time.perf_counter()
     print(f"load average at start: {load_average()}")
 
-    from idealized_runtime.cost_model.simulate import ServerConfig, fit_step_timings
+    from idealized_runtime.cost_model.serving.simulator import ServerConfig
+    from idealized_runtime.cost_model.serving.step_time import fit_step_timings
     from idealized_runtime.processes import free_port, running_server
     from idealized_runtime.timing.summary import summarize
 

@@ -130,7 +130,7 @@ ESTIMATES_NAME = "estimates.json"
 def _known_stack(value: str | None) -> str | None:
     if value is None:
         return None
-    from idealized_runtime.cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     return get_stack(value).name  # an InputError (a ValueError) lists the known stacks
 
@@ -159,7 +159,7 @@ class EstimateSpec(_Spec):
     def evaluate(self) -> dict[str, Any]:
         """The estimate as ``estimate --arch ... --json`` prints it (InputError if refused)."""
         from idealized_runtime.core.catalog import get_hardware
-        from idealized_runtime.cost_model.stacks import estimate_request
+        from idealized_runtime.cost_model.hardware.estimate import estimate_request
 
         arch = load_architecture(self.architecture)
         result, _, calibration = estimate_request(self, arch, get_hardware(self.hardware))
@@ -459,7 +459,7 @@ def read_fits(item_dir: str | Path) -> list[FittedCostModel]:
 
 
 def _write_fits(item_dir: Path, method: str, fits: dict[str, FittedCostModel]) -> None:
-    from idealized_runtime.cost_model.fit_files import write_fit_file
+    from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
 
     write_fit_file(fits, fit_file(item_dir, method))
 
@@ -467,8 +467,8 @@ def _write_fits(item_dir: Path, method: str, fits: dict[str, FittedCostModel]) -
 def _run_local(
     spec: LocalModelSpec, config: BenchConfig, item_dir: Path, progress: bool
 ) -> dict[str, FittedCostModel]:
-    from idealized_runtime.cost_model.fitting import fit_measurements
-    from idealized_runtime.cost_model.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.methods import fit_measurements
     from idealized_runtime.local_runner.profile import make_grid, meta_path, profile_grid
 
     arch = load_architecture(spec.architecture)
@@ -503,9 +503,9 @@ def _run_local(
 def _stack_fit(arch: Architecture, label: str, config: BenchConfig) -> FittedCostModel:
     """The hardware model's idealized runtime of ``arch`` on the configured GPU and stack, at the
     fewest GPUs that hold it."""
-    from idealized_runtime.cost_model.roofline import to_fitted_cost_model
-    from idealized_runtime.cost_model.serving import min_gpus
-    from idealized_runtime.cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.hardware.planner import min_gpus
+    from idealized_runtime.cost_model.hardware.roofline import to_fitted_cost_model
+    from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     stack = get_stack(config.stack or "")
     hardware = get_hardware(config.hardware)
@@ -549,8 +549,8 @@ def check_reachable(base_url: str) -> None:
 def _run_api(
     spec: ApiModelSpec, config: BenchConfig, item_dir: Path, progress: bool
 ) -> dict[str, FittedCostModel]:
-    from idealized_runtime.cost_model.fitting import fit_measurements
-    from idealized_runtime.cost_model.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.methods import fit_measurements
     from idealized_runtime.timing.client import MeasureConfig, run_measure
     from idealized_runtime.timing.grids import load_grid
 

@@ -155,7 +155,7 @@ def store_helm_reference(database_url: str, *, say: Say) -> None:
 def store_bench_results(database_url: str, results_dir: Path, *, say: Say) -> None:
     """Step 4 for our own runs: each finished bench item's timings and fits."""
     from idealized_runtime.api import report_database as database
-    from idealized_runtime.cost_model.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
 
     manifest = json.loads((results_dir / MANIFEST_NAME).read_text(encoding="utf-8"))
     say("storing the demo's profiles, timings and fits in the service database")

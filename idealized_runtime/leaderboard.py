@@ -40,8 +40,8 @@ from idealized_runtime.core.types import (
     Stack,
     utc_now,
 )
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.stacks import HELM_STACK
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK
 
 FrontierKind = Literal["idealized", "raw"]
 FRONTIER_KINDS: tuple[FrontierKind, ...] = ("idealized", "raw")
@@ -416,7 +416,7 @@ def accelerators_needed(model: ModelInput, rates: Mapping[str, CostRates]) -> in
         return None
     try:
         from idealized_runtime.core.catalog import get_hardware
-        from idealized_runtime.cost_model.serving import min_gpus
+        from idealized_runtime.cost_model.hardware.planner import min_gpus
 
         hardware = get_hardware(model.hardware)
     except (ImportError, KeyError):
@@ -541,7 +541,7 @@ def _fit_hardware(model: ModelInput) -> str | None:
 def resolve_stacks(names: Iterable[str]) -> tuple[str, ...]:
     """Reference stack names (aliases resolved, duplicates dropped, order kept); an unknown name
     is a one-line ``InputError`` listing the known ones."""
-    from idealized_runtime.cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     resolved = [get_stack(name.strip()).name for name in names if name.strip()]
     if not resolved:
@@ -553,7 +553,7 @@ def resolve_stacks(names: Iterable[str]) -> tuple[str, ...]:
 
 def helm_tensor_parallel_sizes() -> dict[str, int]:
     """Architecture name -> TP size HELM profiled it with (its Megatron A100 grid)."""
-    from idealized_runtime.cost_model.calibration import megatron_tensor_parallel_sizes
+    from idealized_runtime.cost_model.hardware.calibration import megatron_tensor_parallel_sizes
 
     return megatron_tensor_parallel_sizes()
 
@@ -620,8 +620,11 @@ def _compute_hardware_model_runtimes(
 
     from idealized_runtime.core.errors import InputError
     from idealized_runtime.core.types import Precision
-    from idealized_runtime.cost_model.roofline import predict_runtime as hardware_model_runtime
-    from idealized_runtime.cost_model.stacks import get_stack, hardware_model_estimate
+    from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
+    from idealized_runtime.cost_model.hardware.roofline import (
+        predict_runtime as hardware_model_runtime,
+    )
+    from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     shapes = {
         w.name: (max(w.mean_prompt_tokens, 1.0), max(w.mean_output_tokens, 0.0)) for w in workloads
@@ -696,7 +699,7 @@ def compare_stacks(
     A100 80GB) at the tensor-parallel size HELM profiled the shape with (else the planner's).
     A model without either is n/a with the reason."""
     from idealized_runtime.core.catalog import get_hardware
-    from idealized_runtime.cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     names = resolve_stacks(stacks)
     gpu = get_hardware(hardware or get_stack(HELM_STACK).hardware[0])

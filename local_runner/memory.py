@@ -1,9 +1,10 @@
 """Does a profile fit on the visible GPUs? Refuse early, with a hint, rather than OOM midway.
 
 The serving planner (how many GPUs of a given memory a model needs, for deployment) belongs to
-``cost_model.serving``. This is only the runner's pre-flight check of its own allocation: the
-weights and static KV cache it is about to create, against the free memory of the GPU each rank
-uses, with a suggested ``--layers`` when they do not fit.
+``cost_model.hardware.planner``. This is only the runner's pre-flight check of its own
+allocation: the weights and static KV cache it is about to create (counted by
+``cost_model.hardware.counts``), against the free memory of the GPU each rank uses, with a
+suggested ``--layers`` when they do not fit.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from idealized_runtime.core.types import Architecture
-from idealized_runtime.cost_model.serving import memory_per_gpu
+from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 
 # Activations, CUDA graph pools, cuBLAS workspaces: kept free beyond weights and KV cache.
 HEADROOM_FRACTION = 0.10

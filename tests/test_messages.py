@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from idealized_runtime.core.errors import InputError, plain
-from idealized_runtime.cost_model.measurements_io import (
+from idealized_runtime.cost_model.fitting.measurements_io import (
     RequestTable,
     parse_seconds,
     parse_token_count,

@@ -50,7 +50,7 @@ from idealized_runtime.core.scenarios import (
     workload_names,
 )
 from idealized_runtime.core.types import Architecture, Hardware
-from idealized_runtime.cost_model.roofline import Efficiency
+from idealized_runtime.cost_model.hardware.roofline import Efficiency
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
 ESTIMATE_ERRORS = {**READ_ERRORS, 404: ERRORS[404]}
@@ -142,8 +142,8 @@ def _stack_target(
 ) -> StackTarget:
     """Resolve ``stack`` for ``model``: 404 for an unknown stack, architecture or hardware, 422
     for a GPU count the architecture cannot be split over."""
-    from idealized_runtime.cost_model.serving import min_gpus
-    from idealized_runtime.cost_model.stacks import get_stack
+    from idealized_runtime.cost_model.hardware.planner import min_gpus
+    from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     try:
         stack = get_stack(stack_name)
@@ -167,7 +167,9 @@ def _stack_target(
 
 
 def _stack_runtimes(target: StackTarget, p: np.ndarray, o: np.ndarray) -> np.ndarray:
-    from idealized_runtime.cost_model.roofline import predict_runtime as hardware_model_runtime
+    from idealized_runtime.cost_model.hardware.roofline import (
+        predict_runtime as hardware_model_runtime,
+    )
 
     try:
         return np.asarray(
@@ -537,7 +539,7 @@ def estimate_hardware_model(
 ) -> HardwareModelEstimateOut:
     from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.core.errors import InputError
-    from idealized_runtime.cost_model.stacks import estimate_request
+    from idealized_runtime.cost_model.hardware.estimate import estimate_request
 
     if (payload.architecture is None) == (payload.config is None):
         raise InputError("give exactly one of architecture (a stored name) or config")

@@ -25,8 +25,8 @@ from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FitMethod, Stack
-from idealized_runtime.cost_model.fitting import fit_measurements
-from idealized_runtime.cost_model.helm_format import export_helm_table, import_helm_table
+from idealized_runtime.cost_model.fitting.helm_format import export_helm_table, import_helm_table
+from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
 router = APIRouter(prefix="/v1/fits", tags=["fits"])
 
@@ -162,7 +162,7 @@ def list_fits(
     summary="The current fits in HELM's JSON format (inference_*_runtimes.json)",
     description=(
         "One entry per model: its newest fit of the metric (or the fits listed in `fit_id`). "
-        "Non-HELM fits are projected onto HELM's form (see cost_model.helm_format)."
+        "Non-HELM fits are projected onto HELM's form (see cost_model.fitting.helm_format)."
     ),
 )
 def export_helm(

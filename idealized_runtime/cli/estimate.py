@@ -24,7 +24,7 @@ from idealized_runtime.core.errors import InputError
 
 if TYPE_CHECKING:  # the cost model and catalog load only when an estimate runs
     from idealized_runtime.core.types import FittedCostModel
-    from idealized_runtime.cost_model.serving import Estimate
+    from idealized_runtime.cost_model.hardware.estimate import Estimate
 
 SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
@@ -34,7 +34,7 @@ SOURCE_TEXT = {
 
 
 def _read_fits(path: Path) -> dict[str, FittedCostModel]:
-    from idealized_runtime.cost_model.fit_files import read_fit_file
+    from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
 
     return read_fit_file(path)
 
@@ -140,8 +140,11 @@ def _estimate(
     from idealized_runtime.core.architectures import load_architecture
     from idealized_runtime.core.catalog import get_hardware
     from idealized_runtime.core.types import DTYPE_BYTES, MAX_TOKENS, Precision, parse_precision
-    from idealized_runtime.cost_model.serving import Estimate, estimate_from_fit
-    from idealized_runtime.cost_model.stacks import hardware_model_estimate
+    from idealized_runtime.cost_model.hardware.estimate import (
+        Estimate,
+        estimate_from_fit,
+        hardware_model_estimate,
+    )
 
     if not 1 <= prompt_tokens <= MAX_TOKENS:
         raise InputError(f"--prompt-tokens must be from 1 to {MAX_TOKENS}, got {prompt_tokens}")
@@ -151,7 +154,7 @@ def _estimate(
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
     if stack_name is not None:
-        from idealized_runtime.cost_model.stacks import get_stack
+        from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
         get_stack(stack_name)  # an unknown name fails first, whatever else is wrong
         if arch_name is None:

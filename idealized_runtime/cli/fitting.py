@@ -62,9 +62,9 @@ def fit(
         fail(f"unknown format {format!r}; choose one of {', '.join(FIT_FORMATS)}")
     from rich.console import Console
 
-    from idealized_runtime.cost_model.fit_files import write_fit_file
-    from idealized_runtime.cost_model.fitting import check_method, fit_measurements
-    from idealized_runtime.cost_model.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
+    from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.methods import check_method, fit_measurements
     from idealized_runtime.timing.importers import peers
 
     try:
@@ -98,9 +98,9 @@ def convert(
     """Add idealized_runtime_s, denoised_runtime_s and runtime_discrepancy_s columns.
 
     Works chunk by chunk: memory stays flat on logs of any size."""
-    from idealized_runtime.cost_model.convert import convert_file
-    from idealized_runtime.cost_model.fit_files import read_fit_file
-    from idealized_runtime.cost_model.measurements_io import file_format
+    from idealized_runtime.cost_model.fitting.convert import convert_file
+    from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
+    from idealized_runtime.cost_model.fitting.measurements_io import file_format
 
     try:
         file_format(output)

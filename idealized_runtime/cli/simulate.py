@@ -1,4 +1,4 @@
-"""CLI: ``simulate`` an ideal continuous-batching server under load (``cost_model.simulate``).
+"""CLI: ``simulate`` an ideal continuous-batching server under load (``cost_model.serving``).
 
 Writes request rows of the same shape as ``measure``'s raw JSONL, one load level after another,
 and prints the per-level summary that ``summarize`` prints for measured runs. Runs no model.
@@ -89,7 +89,8 @@ def simulate_command(
     """Simulate an ideal continuous-batching server (FCFS, chunked prefill, KV capacity) for a
     model and a workload; rows as measure writes them, summary as summarize prints it."""
     from idealized_runtime.core.files import atomic_writer
-    from idealized_runtime.cost_model import simulate as sim
+    from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
+    from idealized_runtime.cost_model.serving.step_time import FittedStepTime
     from idealized_runtime.timing.summary import format_table, summaries_to_json, summarize
 
     if sum(bool(x) for x in (workload, rate, concurrency)) != 1:
@@ -105,18 +106,18 @@ def simulate_command(
             arch, hardware, fit, tp, dtype, kv_tokens, stack, (weights, kv_cache, activations)
         )
         if save_fit is not None:
-            if not isinstance(step_time, sim.FittedStepTime):
+            if not isinstance(step_time, FittedStepTime):
                 fail("--save-fit needs --fit")
             with atomic_writer(save_fit) as handle:
                 json.dump(step_time.to_dict(), handle, indent=1)
-        config = sim.ServerConfig(max_batch, token_budget, capacity)
+        config = ServerConfig(max_batch, token_budget, capacity)
         levels = _levels(
-            sim, workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
+            workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
             duration, seed,
         )  # fmt: skip
         rows: list[dict[str, Any]] = []
         for label, shapes, clients, stop_after in levels:
-            level_rows = sim.simulate(
+            level_rows = simulate(
                 shapes,
                 step_time,
                 config,
@@ -152,7 +153,9 @@ def _step_time(
     precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
 ) -> tuple[Any, str, int | None]:
     from idealized_runtime.core.types import DTYPE_BYTES
-    from idealized_runtime.cost_model import simulate as sim
+    from idealized_runtime.cost_model.hardware.roofline import IDEAL
+    from idealized_runtime.cost_model.serving.simulator import kv_capacity_tokens
+    from idealized_runtime.cost_model.serving.step_time import HardwareStepTime, read_step_fit
 
     if dtype not in DTYPE_BYTES:
         raise InputError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
@@ -161,11 +164,11 @@ def _step_time(
             raise InputError(
                 "--stack and the precision options apply to the roofline step times, not to --fit"
             )
-        step_time = sim.read_step_fit(fit)
+        step_time = read_step_fit(fit)
         return step_time, arch or step_time.model, kv_tokens
     from idealized_runtime.core.catalog import get_hardware
     from idealized_runtime.core.types import Precision, parse_precision
-    from idealized_runtime.cost_model.serving import plan_gpus
+    from idealized_runtime.cost_model.hardware.planner import plan_gpus
 
     architecture = _architecture(str(arch))
     accelerator = get_hardware(str(hardware))
@@ -181,19 +184,19 @@ def _step_time(
             precision=precision,
         )
         tp = plan.tp
-    capacity = kv_tokens or sim.kv_capacity_tokens(
+    capacity = kv_tokens or kv_capacity_tokens(
         architecture,
         accelerator,
         tp=tp,
         dtype=dtype,  # type: ignore[arg-type]
         precision=precision,
     )
-    efficiency = sim.IDEAL
+    efficiency = IDEAL
     if stack is not None:
-        from idealized_runtime.cost_model.stacks import get_stack
+        from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
         efficiency = get_stack(stack).efficiency
-    step_time = sim.HardwareStepTime(
+    step_time = HardwareStepTime(
         architecture,
         accelerator,
         tp=tp,
@@ -205,7 +208,6 @@ def _step_time(
 
 
 def _levels(
-    sim: Any,
     workload: Path | None,
     rate: list[str],
     concurrency: list[str],
@@ -220,11 +222,16 @@ def _levels(
     import numpy as np
 
     from idealized_runtime.core.load_levels import parse_load_levels
+    from idealized_runtime.cost_model.serving.workload import (
+        RequestShape,
+        poisson_arrivals,
+        read_workload,
+    )
 
     if workload is not None:
         if rate or concurrency or grid or prompt_tokens or output_tokens:
             raise InputError("a --workload sets arrivals and shapes; drop the other load options")
-        return [("trace", sim.read_workload(workload), None, None)]
+        return [("trace", read_workload(workload), None, None)]
     if grid is not None and (prompt_tokens or output_tokens):
         raise InputError("give --grid or --prompt-tokens/--output-tokens, not both")
     if grid is not None:
@@ -239,7 +246,7 @@ def _levels(
     def shapes(count: int, arrivals: Any = None) -> list[Any]:
         draws = np.random.default_rng(seed).integers(0, len(points), size=count)
         return [
-            sim.RequestShape(*points[d], None if arrivals is None else float(arrivals[i]))
+            RequestShape(*points[d], None if arrivals is None else float(arrivals[i]))
             for i, d in enumerate(draws)
         ]
 
@@ -248,7 +255,7 @@ def _levels(
         count = requests or (
             max(1, round(value * duration)) if duration is not None else DEFAULT_REQUESTS
         )
-        arrivals = sim.poisson_arrivals(value, count, seed)
+        arrivals = poisson_arrivals(value, count, seed)
         levels.append((f"rate={float(value)}", shapes(count, arrivals), None, None))
     for value in parse_load_levels(concurrency, "--concurrency", integer=True):
         if duration is not None:  # clients keep sending until the duration is over

@@ -22,7 +22,7 @@ def stacks(
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
     """List the reference stacks: engines, GPUs, published sources and held-out errors."""
-    from idealized_runtime.cost_model.stacks import DEFAULT_STACK, shipped_stacks
+    from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, shipped_stacks
 
     found = shipped_stacks()
     if as_json:

@@ -1,5 +1,5 @@
 """The continuous-batching step rule (Dynamic SplitFuse), one definition for the serving engine
-(``local_runner.batching``) and the serving simulator (``cost_model.simulate``), so that the
+(``local_runner.batching``) and the serving simulator (``cost_model.serving``), so that the
 simulated server schedules each step exactly as the real one does.
 
 A step is one forward pass: every running request past its prompt decodes one token, and what

@@ -57,7 +57,7 @@ def _helm_table_fits(kind: str) -> dict[str, FittedCostModel]:
     """HELM's fitted table as cost models; empty if the importer is not installed. The idealized
     table was fitted to the A100 Megatron profiles, so its fits carry that stack."""
     try:
-        from idealized_runtime.cost_model.helm_format import import_helm_table
+        from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
     except ImportError:
         return {}
     if kind == "denoised":
@@ -103,7 +103,7 @@ def fit_profiles(
 ) -> list[ProfileInput]:
     """Fit timings with each method; one ``ProfileInput`` per model (empty without fitting)."""
     try:
-        from idealized_runtime.cost_model.fitting import fit_measurements
+        from idealized_runtime.cost_model.fitting.methods import fit_measurements
     except ImportError:
         return []
     fits = {
@@ -153,7 +153,7 @@ def _read_manifest(root: Path) -> dict:
 
 def read_fits(item_dir: str | Path) -> list[FittedCostModel]:
     """Every fit written for a ``bench`` item (its ``fits-<method>.json`` files, all models)."""
-    from idealized_runtime.cost_model.fit_files import read_fit_file
+    from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
 
     fits: list[FittedCostModel] = []
     for path in sorted(Path(item_dir).glob("fits-*.json")):
@@ -165,7 +165,7 @@ def results_dir_inputs(path: str | Path, *, with_helm: bool = True) -> Leaderboa
     """Inputs from a ``bench`` results folder (its finished items), optionally beside the HELM
     reference models and their scenario results. A local item gives its model's idealized fit,
     an API item with the same label its denoised fit."""
-    from idealized_runtime.cost_model.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
 
     root = Path(path)
     manifest = _read_manifest(root)

@@ -304,7 +304,7 @@ def stack_workload_pivot(comparison: StackComparison | None) -> list[dict[str, o
 def used_stack_names(board: Leaderboard) -> list[str]:
     """Reference stacks the board's runtimes were computed on: the compared ones first, then
     those named by its rows."""
-    from idealized_runtime.cost_model.stacks import shipped_stacks
+    from idealized_runtime.cost_model.hardware.stacks.catalog import shipped_stacks
 
     names = list(board.stack_comparison.stacks) if board.stack_comparison else []
     rows: list[ModelRow | ScenarioRow | WorkloadRow] = [
@@ -325,7 +325,7 @@ def reference_stack_rows(board: Leaderboard) -> list[dict[str, object]]:
     """Per reference stack used and figure kind with errors: the stack's description, number
     of published sources, and median / p90 |predicted / published - 1| in sample and held out
     by source and by model, as its calibration file records them."""
-    from idealized_runtime.cost_model.stacks import DEFAULT_STACK, get_stack
+    from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, get_stack
 
     rows = []
     for name in used_stack_names(board):
@@ -715,7 +715,7 @@ def _used_stack_lines(board: Leaderboard) -> list[str]:
 
 def _reference_stack_lines() -> list[str]:
     """The hardware model's reference stacks with their held-out errors (methodology)."""
-    from idealized_runtime.cost_model.stacks import DEFAULT_STACK, shipped_stacks
+    from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, shipped_stacks
 
     lines = [
         "Reference stacks of the hardware model (median |predicted / published - 1| of decode "

@@ -14,7 +14,7 @@ from html import escape
 
 import numpy as np
 
-from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from idealized_runtime.leaderboard import FrontierPoint, ProfileInput
 
 WIDTH, HEIGHT = 460, 320

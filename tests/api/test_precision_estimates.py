@@ -13,7 +13,7 @@ import pytest
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import parse_precision
-from idealized_runtime.cost_model.stacks import hardware_model_estimate
+from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
 from tests.api.conftest import Service
 from tests.servers import cli_command
 

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from idealized_runtime.core.types import FittedCostModel
-from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from tests.api.conftest import Service
 from tests.servers import cli_command, free_port, running_server
 

@@ -10,8 +10,8 @@ import pytest
 
 from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import get_hardware
-from idealized_runtime.cost_model.roofline import predict_runtime
-from idealized_runtime.cost_model.stacks import HELM_STACK, get_stack
+from idealized_runtime.cost_model.hardware.roofline import predict_runtime
+from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK, get_stack
 from tests.api.conftest import Service
 
 

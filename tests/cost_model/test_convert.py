@@ -9,11 +9,11 @@ import pytest
 
 from idealized_runtime.core import catalog
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.convert import convert_requests, write_conversion
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.fitting import fit_measurements
-from idealized_runtime.cost_model.helm_format import import_helm_table
-from idealized_runtime.cost_model.measurements_io import RequestTable, read_requests
+from idealized_runtime.cost_model.fitting.convert import convert_requests, write_conversion
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
+from idealized_runtime.cost_model.fitting.measurements_io import RequestTable, read_requests
+from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
 
 @pytest.fixture(scope="module")

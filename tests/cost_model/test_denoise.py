@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from sklearn.linear_model import QuantileRegressor
 
-from idealized_runtime.cost_model.denoise import fit_denoised, quantile_regression
-from idealized_runtime.cost_model.evaluate import predict_alpha
-from idealized_runtime.cost_model.timings import ModelTimings
+from idealized_runtime.cost_model.fitting.denoise import fit_denoised, quantile_regression
+from idealized_runtime.cost_model.fitting.evaluate import predict_alpha
+from idealized_runtime.cost_model.fitting.timings import ModelTimings
 
 SIZES = np.array([1, 256, 512, 1024, 1536])
 TRUE_ALPHA = np.array([0.02, 0.07, 0.13, 0.26, 0.40])  # alpha(1) = beta, HELM's convention

@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from idealized_runtime.core import catalog
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Measurement
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.fit_files import read_fit_file, write_fit_file
-from idealized_runtime.cost_model.fitting import fit_measurements
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.fit_files import read_fit_file, write_fit_file
+from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
 
 def held_out_errors(grid: list[Measurement], method: str) -> tuple[float, float, float]:

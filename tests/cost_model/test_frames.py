@@ -15,10 +15,14 @@ from hypothesis import strategies as st
 from idealized_runtime import cost_model
 from idealized_runtime.core import catalog
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.convert import convert_file, convert_requests, write_conversion
-from idealized_runtime.cost_model.evaluate import predict_alpha, predict_runtime
-from idealized_runtime.cost_model.helm_format import import_helm_table
-from idealized_runtime.cost_model.measurements_io import (
+from idealized_runtime.cost_model.fitting.convert import (
+    convert_file,
+    convert_requests,
+    write_conversion,
+)
+from idealized_runtime.cost_model.fitting.evaluate import predict_alpha, predict_runtime
+from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
+from idealized_runtime.cost_model.fitting.measurements_io import (
     iter_requests,
     read_measurements,
     read_requests,

@@ -8,9 +8,9 @@ import pytest
 
 from idealized_runtime.core import catalog
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.fit_files import read_fit_file, write_fit_file
-from idealized_runtime.cost_model.fitting import fit_measurements
-from idealized_runtime.cost_model.helm_format import export_helm_table, import_helm_table
+from idealized_runtime.cost_model.fitting.fit_files import read_fit_file, write_fit_file
+from idealized_runtime.cost_model.fitting.helm_format import export_helm_table, import_helm_table
+from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
 
 @pytest.mark.parametrize("kind", ["idealized", "denoised"])

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.measurements_io import (
+from idealized_runtime.cost_model.fitting.measurements_io import (
     RequestTable,
     parse_measurements,
     read_measurements,

@@ -15,20 +15,24 @@ from hypothesis import strategies as st
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.serving import decode_throughput
-from idealized_runtime.cost_model.simulate import (
+from idealized_runtime.cost_model.hardware.estimate import decode_throughput
+from idealized_runtime.cost_model.serving.simulator import (
+    ServerConfig,
+    kv_capacity_tokens,
+    simulate,
+)
+from idealized_runtime.cost_model.serving.step_time import (
     FittedStepTime,
     HardwareStepTime,
-    RequestShape,
-    ServerConfig,
     StepWork,
     fit_step_time,
     fit_step_timings,
-    kv_capacity_tokens,
-    poisson_arrivals,
     read_step_fit,
+)
+from idealized_runtime.cost_model.serving.workload import (
+    RequestShape,
+    poisson_arrivals,
     read_workload,
-    simulate,
 )
 
 ONE_SECOND_STEPS = FittedStepTime("m", intercept_s=1.0, per_token_s=0.0, per_attended_s=0.0)

@@ -7,7 +7,7 @@ import pytest
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.calibration import (
+from idealized_runtime.cost_model.hardware.calibration import (
     Calibration,
     load_calibration,
     megatron_profiles,
@@ -16,7 +16,7 @@ from idealized_runtime.cost_model.calibration import (
     save_calibration,
     shipped_calibration,
 )
-from idealized_runtime.cost_model.roofline import IDEAL, predict_runtime
+from idealized_runtime.cost_model.hardware.roofline import IDEAL, predict_runtime
 
 
 def test_pooled_beta_recovers_a_slope() -> None:

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from idealized_runtime.core.types import FittedCostModel, Stack
-from idealized_runtime.cost_model.fit_files import write_fit_file
+from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,7 @@ from idealized_runtime.api.schemas import HardwareModelEstimateIn
 from idealized_runtime.bench import EstimateSpec, load_config
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.stacks import estimate_request
+from idealized_runtime.cost_model.hardware.estimate import estimate_request
 
 ARCH, HARDWARE = "llama-3.1-8b", "h100-sxm"
 

@@ -16,20 +16,16 @@ from idealized_runtime.core.architectures import architecture_from_hf_file
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import BF16, parse_precision
-from idealized_runtime.cost_model.roofline import (
-    compute_hardware,
+from idealized_runtime.cost_model.hardware.counts import (
     forward_costs,
     kv_cache_bytes,
     layer_weights,
-    predict_runtime,
+    memory_per_gpu,
     weight_bytes,
 )
-from idealized_runtime.cost_model.serving import (
-    estimate_from_architecture,
-    memory_per_gpu,
-    min_gpus,
-    plan_gpus,
-)
+from idealized_runtime.cost_model.hardware.estimate import estimate_from_architecture
+from idealized_runtime.cost_model.hardware.planner import min_gpus, plan_gpus
+from idealized_runtime.cost_model.hardware.roofline import compute_hardware, predict_runtime
 
 CONFIGS = Path(__file__).parent / "hf_configs"
 H100, H200, A100 = get_hardware("h100-sxm"), get_hardware("h200"), get_hardware("a100-80gb")
@@ -178,7 +174,7 @@ def test_mla_decode_reads_the_latent_cache_and_sliding_layers_read_the_window() 
 def test_sliding_window_attention_flops_equal_the_brute_force_sum(
     c: int, n: int, window: int
 ) -> None:
-    from idealized_runtime.cost_model.roofline import _attended
+    from idealized_runtime.cost_model.hardware.counts import _attended
 
     expected = sum(min(c + i, window) for i in range(1, n + 1))
     assert float(_attended(np.float64(n), np.float64(c), float(window))) == expected
@@ -278,7 +274,7 @@ def test_mla_decompresses_at_prefill_and_absorbs_at_decode() -> None:
 
 
 def test_decode_throughput_and_labels_carry_the_precision() -> None:
-    from idealized_runtime.cost_model.serving import decode_throughput
+    from idealized_runtime.cost_model.hardware.estimate import decode_throughput
 
     llama = get_architecture("llama-3.1-70b")
     int4 = parse_precision("int4", "fp8")

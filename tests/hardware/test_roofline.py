@@ -12,18 +12,20 @@ from hypothesis import strategies as st
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
-from idealized_runtime.cost_model.calibration import shipped_calibration
-from idealized_runtime.cost_model.roofline import (
+from idealized_runtime.cost_model.hardware.calibration import shipped_calibration
+from idealized_runtime.cost_model.hardware.counts import (
+    expected_experts_touched,
+    forward_costs,
+    request_costs,
+)
+from idealized_runtime.cost_model.hardware.roofline import (
     IDEAL,
     Efficiency,
     decode_step_time,
-    expected_experts_touched,
-    forward_costs,
     pass_time,
     predict_alpha,
     predict_beta,
     predict_runtime,
-    request_costs,
     to_fitted_cost_model,
     unaligned_factor,
 )
@@ -130,7 +132,7 @@ def test_bad_tensor_parallel_size() -> None:
 
 
 def test_fitted_cost_model_matches_roofline() -> None:
-    from idealized_runtime.cost_model.evaluate import predict_runtime as evaluate
+    from idealized_runtime.cost_model.fitting.evaluate import predict_runtime as evaluate
 
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
     fit = to_fitted_cost_model(arch, hw)

@@ -6,10 +6,12 @@ import pytest
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.serving import (
+from idealized_runtime.cost_model.hardware.estimate import (
     cost_variants,
     decode_throughput,
     estimate_from_architecture,
+)
+from idealized_runtime.cost_model.hardware.planner import (
     min_gpus,
     plan_gpus,
     valid_tensor_parallel_sizes,

@@ -17,22 +17,26 @@ from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.published import PublishedRow
-from idealized_runtime.cost_model.roofline import decode_step_time, predict_alpha
-from idealized_runtime.cost_model.stacks import (
+from idealized_runtime.cost_model.hardware.roofline import decode_step_time, predict_alpha
+from idealized_runtime.cost_model.hardware.stacks.calibrate import calibrate_stack
+from idealized_runtime.cost_model.hardware.stacks.catalog import (
     DEFAULT_STACK,
     HELM_STACK,
     StackCalibration,
-    calibrate_stack,
-    error_summary,
     get_stack,
+    shipped_stacks,
+)
+from idealized_runtime.cost_model.hardware.stacks.evaluation import (
+    error_summary,
     precision_errors,
+    quantized_speedup_errors,
+    tp_speedup_errors,
+)
+from idealized_runtime.cost_model.hardware.stacks.targets import (
     predict_target,
     published_targets,
-    quantized_speedup_errors,
     relative_errors,
-    shipped_stacks,
     targets_from_rows,
-    tp_speedup_errors,
 )
 
 
@@ -246,7 +250,7 @@ def test_quantized_figures_are_predicted_from_their_bytes() -> None:
 
 
 def test_cached_counts_predict_what_the_roofline_predicts() -> None:
-    from idealized_runtime.cost_model.roofline import predict_runtime
+    from idealized_runtime.cost_model.hardware.roofline import predict_runtime
 
     efficiency = get_stack("tensorrt-llm").efficiency
     split_checked = ring_checked = 0
@@ -274,7 +278,8 @@ def test_cached_counts_predict_what_the_roofline_predicts() -> None:
 
 
 def test_compute_memory_serialization_blends_max_into_sum() -> None:
-    from idealized_runtime.cost_model.roofline import Efficiency, forward_costs, pass_time
+    from idealized_runtime.cost_model.hardware.counts import forward_costs
+    from idealized_runtime.cost_model.hardware.roofline import Efficiency, pass_time
 
     arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
     costs = forward_costs(arch, 128.0)  # near the ridge point: compute and memory comparable
@@ -290,7 +295,7 @@ def test_compute_memory_serialization_blends_max_into_sum() -> None:
 
 
 def test_format_factors_are_fitted_per_kernel_kind_and_used_by_estimates() -> None:
-    from idealized_runtime.cost_model.stacks import (
+    from idealized_runtime.cost_model.hardware.stacks.fit import (
         fit_format_factors,
         format_efficiency,
         kernel_format,
@@ -318,7 +323,7 @@ def test_format_factors_are_fitted_per_kernel_kind_and_used_by_estimates() -> No
 
 
 def test_thin_held_out_groups_lean_on_the_other_stacks() -> None:
-    from idealized_runtime.cost_model.stacks import held_out_errors
+    from idealized_runtime.cost_model.hardware.stacks.evaluation import held_out_errors
 
     own = targets_from_rows(FIXTURE_ROWS[:2])
     others = [t for t in published_targets(quantized=False) if t.family == "lmdeploy"][:10]
@@ -330,7 +335,8 @@ def test_thin_held_out_groups_lean_on_the_other_stacks() -> None:
 @given(tokens=st.integers(1, 4096), half=st.floats(1.0, 512.0))
 @settings(max_examples=25, deadline=None)
 def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: float) -> None:
-    from idealized_runtime.cost_model.roofline import Efficiency, forward_costs, pass_time
+    from idealized_runtime.cost_model.hardware.counts import forward_costs
+    from idealized_runtime.cost_model.hardware.roofline import Efficiency, pass_time
 
     arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
     costs = forward_costs(arch, float(tokens))
@@ -344,11 +350,11 @@ def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: floa
 
 
 def test_figures_beyond_the_roofline_are_marked_reported_and_not_fitted() -> None:
-    from idealized_runtime.cost_model.roofline import IDEAL
-    from idealized_runtime.cost_model.stacks import (
+    from idealized_runtime.cost_model.hardware.roofline import IDEAL
+    from idealized_runtime.cost_model.hardware.stacks.fit import fit_stack
+    from idealized_runtime.cost_model.hardware.stacks.targets import (
         BEYOND_ROOFLINE,
         beyond_roofline,
-        fit_stack,
         fittable,
         roofline_fraction,
     )
@@ -371,7 +377,7 @@ def test_figures_beyond_the_roofline_are_marked_reported_and_not_fitted() -> Non
 
 
 def test_shipped_marked_figures_need_more_than_the_hardware_gives() -> None:
-    from idealized_runtime.cost_model.stacks import roofline_fraction
+    from idealized_runtime.cost_model.hardware.stacks.targets import roofline_fraction
 
     marked = get_stack("tensorrt-llm").errors.get("beyond_roofline", {})
     by_id = {t.row_id: t for t in published_targets()}
@@ -383,7 +389,7 @@ def test_shipped_marked_figures_need_more_than_the_hardware_gives() -> None:
 def test_single_gpu_figures_take_the_all_reduce_cost_from_the_pooled_calibration() -> None:
     from dataclasses import replace
 
-    from idealized_runtime.cost_model.stacks import TP_PARAMETERS, fit_stack
+    from idealized_runtime.cost_model.hardware.stacks.fit import TP_PARAMETERS, fit_stack
 
     single = [t for t in targets_from_rows(FIXTURE_ROWS) if t.tp == 1]
     multi = [t for t in published_targets(quantized=False) if t.family == "pytorch-compiled"]
@@ -466,7 +472,7 @@ def test_tensorrt_llm_int4_decode_kernels_transfer_between_sources() -> None:
     """TensorRT-LLM's int4 AWQ figures come from three versions of one page (H100 with 0.9 and
     0.11, H200 with 0.15): held out by source, a stack calibrated on the others predicts every
     batch 1-2 figure (where decode reads the int4 weights) within 15%."""
-    from idealized_runtime.cost_model.stacks import quantized_held_out_errors
+    from idealized_runtime.cost_model.hardware.stacks.evaluation import quantized_held_out_errors
 
     targets = published_targets()
     own = [t for t in targets if t.family == "tensorrt-llm"]

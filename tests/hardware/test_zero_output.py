@@ -7,7 +7,8 @@ import pytest
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.roofline import predict_alpha, predict_runtime, request_costs
+from idealized_runtime.cost_model.hardware.counts import request_costs
+from idealized_runtime.cost_model.hardware.roofline import predict_alpha, predict_runtime
 
 ARCH, HW = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
 

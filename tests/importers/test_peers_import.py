@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.measurements_io import read_measurements
+from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
 from idealized_runtime.timing.importers.peers import (
     COLUMNS,
     detect_format,

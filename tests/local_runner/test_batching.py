@@ -120,12 +120,9 @@ def test_the_simulator_schedules_every_step_as_the_engine(
     # The serving simulator with one-second steps gives each token the number of the step
     # that produced it; the engine's steps must produce the same tokens in the same steps,
     # with requests all submitted at once or one joining before each step.
-    from idealized_runtime.cost_model.simulate import (
-        FittedStepTime,
-        RequestShape,
-        ServerConfig,
-        simulate,
-    )
+    from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
+    from idealized_runtime.cost_model.serving.step_time import FittedStepTime
+    from idealized_runtime.cost_model.serving.workload import RequestShape
 
     arch = get_architecture("tiny-llama")
     engine = BatchEngine(

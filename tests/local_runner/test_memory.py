@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idealized_runtime.core.catalog import get_architecture
-from idealized_runtime.cost_model.serving import memory_per_gpu
+from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 from idealized_runtime.local_runner.memory import bytes_needed
 
 

@@ -100,7 +100,7 @@ def test_profile_writes_csv_meta_and_sampled_layers(tmp_path: Path) -> None:
     assert meta["stack"]["dtype"] == "float32" and meta["stack"]["hardware"] == "cpu"
     assert meta["layer_sampling"]["profiled_layers"] == [2, 4]
     # Readable by the cost model's measurement reader (what `idealized-runtime fit` uses).
-    reader = pytest.importorskip("idealized_runtime.cost_model.measurements_io")
+    reader = pytest.importorskip("idealized_runtime.cost_model.fitting.measurements_io")
     measurements = reader.read_measurements(out)
     assert len(measurements) == 2 and all(m.runtime_s > 0 for m in measurements)
 

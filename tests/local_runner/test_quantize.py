@@ -15,7 +15,7 @@ from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Precision, parse_precision
-from idealized_runtime.cost_model.roofline import kv_cache_bytes
+from idealized_runtime.cost_model.hardware.counts import kv_cache_bytes
 from idealized_runtime.local_runner.generate import Generator
 from idealized_runtime.local_runner.quantize import (
     INT4_GROUPS,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from idealized_runtime.cost_model.fit_files import read_fit_file
+from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -54,7 +54,7 @@ def test_bench_with_stack_writes_the_calibrated_fit(tmp_path: Path) -> None:
 
 
 def test_report_methodology_lists_the_reference_stacks() -> None:
-    from idealized_runtime.cost_model.stacks import DEFAULT_STACK, shipped_stacks
+    from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, shipped_stacks
     from idealized_runtime.report.render import _reference_stack_lines
 
     text = "\n".join(_reference_stack_lines())

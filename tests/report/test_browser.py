@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from idealized_runtime.cost_model.stacks import DEFAULT_STACK, HELM_STACK
+from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, HELM_STACK
 from idealized_runtime.leaderboard import build_leaderboard
 from idealized_runtime.report.inputs import bundled_helm_inputs
 from idealized_runtime.report.render import write_report

@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 from idealized_runtime.core.catalog import helm_table
 from idealized_runtime.core.scenarios import ScenarioResult, helm_scenario_results
 from idealized_runtime.core.types import FittedCostModel
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.helm_format import import_helm_table
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
 from idealized_runtime.leaderboard import (
     CostRates,
     LeaderboardInputs,

@@ -26,12 +26,12 @@ from idealized_runtime.core.catalog import MEGATRON_A100_STACK, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import Workload
 from idealized_runtime.core.types import FittedCostModel, Stack
-from idealized_runtime.cost_model.calibration import megatron_tensor_parallel_sizes
-from idealized_runtime.cost_model.stacks import (
+from idealized_runtime.cost_model.hardware.calibration import megatron_tensor_parallel_sizes
+from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
+from idealized_runtime.cost_model.hardware.stacks.catalog import (
     DEFAULT_STACK,
     HELM_STACK,
     get_stack,
-    hardware_model_estimate,
 )
 from idealized_runtime.leaderboard import (
     Leaderboard,

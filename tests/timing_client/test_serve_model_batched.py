@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from idealized_runtime.cost_model.simulate import read_step_fit
+from idealized_runtime.cost_model.serving.step_time import read_step_fit
 from tests.servers import cli_command
 from tests.timing_client.conftest import ENV, batched_serve_model
 

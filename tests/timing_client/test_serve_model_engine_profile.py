@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from idealized_runtime.core.architectures import load_architecture
-from idealized_runtime.cost_model.simulate import fit_step_timings, read_step_fit
+from idealized_runtime.cost_model.serving.step_time import fit_step_timings, read_step_fit
 from idealized_runtime.local_runner.openai_server import ApiError, ModelService, ProfileRequest
 from tests.servers import cli_command
 from tests.timing_client.conftest import batched_serve_model, run_cli

@@ -25,8 +25,8 @@ from scipy.optimize import linprog
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FittedCostModel, Stack
-from idealized_runtime.cost_model.fit_basis import alpha_knots, finish_fit, interpolation_basis
-from idealized_runtime.cost_model.timings import ModelTimings
+from idealized_runtime.cost_model.fitting.basis import alpha_knots, finish_fit, interpolation_basis
+from idealized_runtime.cost_model.fitting.timings import ModelTimings
 
 DEFAULT_QUANTILE = 0.1
 CONFIDENCE = 0.95

@@ -16,12 +16,14 @@ from pydantic import ValidationError
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.core.types import FittedCostModel
-from idealized_runtime.cost_model.helm_format import (
+from idealized_runtime.cost_model.fitting.helm_format import (
     OVERHEAD_KEY,
     export_helm_table,
     import_helm_table,
 )
-from idealized_runtime.cost_model.helm_format import looks_like_helm_table as _looks_like_helm_table
+from idealized_runtime.cost_model.fitting.helm_format import (
+    looks_like_helm_table as _looks_like_helm_table,
+)
 
 NATIVE_FORMAT = "idealized-runtime/fit"
 NATIVE_VERSION = 1

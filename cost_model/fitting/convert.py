@@ -22,8 +22,8 @@ from numpy.typing import NDArray
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.core.types import FittedCostModel
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.measurements_io import (
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.measurements_io import (
     DEFAULT_CHUNK_BYTES,
     MODEL,
     OUTPUT,
@@ -33,7 +33,7 @@ from idealized_runtime.cost_model.measurements_io import (
     file_format,
     iter_requests,
 )
-from idealized_runtime.cost_model.measurements_io import _Rows as _JSONL_ROWS
+from idealized_runtime.cost_model.fitting.measurements_io import _Rows as _JSONL_ROWS
 
 IDEALIZED = "idealized_runtime_s"
 DENOISED = "denoised_runtime_s"

@@ -16,7 +16,7 @@ import numpy as np
 
 from idealized_runtime.core.errors import InputError, plain
 from idealized_runtime.core.types import FitMethod, FittedCostModel
-from idealized_runtime.cost_model.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 
 BETA_KEY = "runtime_per_output_token"
 ALPHA_KEY = "runtime_for_prompt_tokens"

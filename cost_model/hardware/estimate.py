@@ -1,18 +1,11 @@
-"""Serving a model on real accelerators: how many GPUs, what a request costs, batch throughput.
+"""Estimates: what one request, or decode at a batch size, takes and costs on real accelerators.
 
-Three questions, three functions (their signatures are stable: the runner and the REST service
-call the first two):
-
-``min_gpus``
-    The fewest GPUs of a kind that hold the weights and the KV cache of ``batch_size`` sequences
-    of ``context_tokens``, keeping ``reserve_fraction`` of each GPU's memory for activations,
-    the CUDA context and allocator slack (0.10, as vLLM's default gpu_memory_utilization 0.9).
-    Layouts tried, fewest GPUs first: tensor parallelism over tp = 1, 2, 4, 8 GPUs of one node
-    (tp must divide num_heads, and divide or be a multiple of num_kv_heads, since a KV head
-    cannot be split; it is replicated when tp > num_kv_heads). Beyond one node, tensor
-    parallelism would all-reduce every layer over the network, so the planner adds pipeline
-    stages instead: pp groups of the largest valid tp, each holding ceil(layers / pp) layers
-    (and the embedding or the LM head on the end stages).
+``estimate_from_fit``
+    A fitted (profiled) model's runtime of a request, and its costs on the fit's hardware.
+``estimate_from_architecture`` / ``hardware_model_estimate`` / ``estimate_request``
+    The hardware model's runtime of a request on the GPUs the planner chooses, on a reference
+    stack (``stacks``) or the ideal roofline: what ``idealized-runtime estimate --arch`` and
+    the REST API give.
 ``cost_variants``
     Accelerator-seconds, energy and dollars of a runtime on ``num_gpus`` GPUs.
 ``decode_throughput``
@@ -26,8 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import numpy as np
+from typing import Protocol
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
@@ -36,177 +28,21 @@ from idealized_runtime.core.types import (
     FittedCostModel,
     Hardware,
     Precision,
+    parse_precision,
 )
-from idealized_runtime.cost_model.roofline import (
+from idealized_runtime.cost_model.hardware.counts import (
+    memory_per_gpu,
+)
+from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB, plan_gpus
+from idealized_runtime.cost_model.hardware.roofline import (
     IDEAL,
     Efficiency,
     check_precision,
-    check_size,
     decode_step_time,
-    end_weight_parameters,
-    kv_bytes_per_token_layer,
-    stored_layer_bytes,
 )
+from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, get_stack
 
-GPUS_PER_NODE = 8
-DEFAULT_RESERVE_FRACTION = 0.10
-# Beyond this many GPUs a "deployment" is not a serving plan any more.
-MAX_GPUS = 1024
 BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
-GB = 1e9
-
-
-@dataclass(frozen=True)
-class GpuPlan:
-    """A layout that fits: ``tp`` GPUs per pipeline stage, ``pp`` stages."""
-
-    num_gpus: int
-    tp: int
-    pp: int
-    weight_bytes_per_gpu: float
-    kv_bytes_per_gpu: float
-    usable_bytes_per_gpu: float
-
-    @property
-    def used_fraction(self) -> float:
-        return (self.weight_bytes_per_gpu + self.kv_bytes_per_gpu) / self.usable_bytes_per_gpu
-
-
-def valid_tensor_parallel_sizes(arch: Architecture, max_tp: int = GPUS_PER_NODE) -> list[int]:
-    """Powers of two up to ``max_tp`` that split the heads evenly (see the module docstring)."""
-    sizes = []
-    tp = 1
-    while tp <= max_tp:
-        if arch.num_heads % tp == 0 and (arch.kv_heads % tp == 0 or tp % arch.kv_heads == 0):
-            sizes.append(tp)
-        tp *= 2
-    return sizes
-
-
-def memory_per_gpu(
-    arch: Architecture,
-    tp: int,
-    pp: int,
-    context_tokens: int,
-    batch_size: int,
-    dtype: Dtype,
-    precision: Precision | None = None,
-) -> tuple[float, float]:
-    """(weight bytes, KV bytes) on the fullest GPU of a tp x pp layout.
-
-    Weights at ``precision`` (default: ``dtype``), quantized ones with their scales; the KV
-    cache holds ``context_tokens`` per sequence, at most the window in sliding-window layers.
-    Stages hold consecutive blocks of ceil(layers / pp) layers, the embedding on the first and
-    the LM head on the last; the fullest stage is the one that counts."""
-    precision = precision or Precision.from_dtype(dtype)
-    check_size(arch)
-    per_stage = math.ceil(arch.num_layers / pp)
-    kv_token_layer = kv_bytes_per_token_layer(arch, precision, tp)
-    embedding, head = (
-        params * precision.dense_weight_bytes for params in end_weight_parameters(arch)
-    )
-    if arch.tie_embeddings and pp > 1:  # the last stage keeps its own copy for the LM head
-        head += arch.vocab_size * arch.hidden_size * precision.dense_weight_bytes
-    # Prefix sums over layers: each stage's weights and kept KV tokens in O(1).
-    weights_before = np.concatenate(([0.0], np.cumsum(stored_layer_bytes(arch, precision))))
-    window = min(context_tokens, arch.sliding_window or context_tokens)
-    kept = [
-        window if arch.attention_kind(i) == "sliding" else context_tokens
-        for i in range(min(arch.num_layers, len(arch.layer_pattern)))
-    ]
-    kept_before = np.concatenate(([0.0], np.cumsum(np.resize(kept, arch.num_layers))))
-    worst = (0.0, 0.0)
-    for start in range(0, arch.num_layers, per_stage):
-        stop = min(start + per_stage, arch.num_layers)
-        weights = float(weights_before[stop] - weights_before[start])
-        weights += (embedding if start == 0 else 0.0) + (head if stop == arch.num_layers else 0.0)
-        kv = float(kept_before[stop] - kept_before[start]) * kv_token_layer * batch_size
-        if weights / tp + kv > sum(worst):
-            worst = (weights / tp, kv)
-    return worst
-
-
-def plan_gpus(
-    arch: Architecture,
-    hardware_or_memory_gb: Hardware | float,
-    *,
-    context_tokens: int,
-    batch_size: int = 1,
-    dtype: Dtype = "bfloat16",
-    reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
-    gpus_per_node: int = GPUS_PER_NODE,
-    tp: int | None = None,
-    precision: Precision | None = None,
-) -> GpuPlan:
-    """The smallest layout that fits (see the module docstring); InputError if none does.
-
-    ``tp`` fixes the tensor-parallel size (then only pipeline stages are added)."""
-    memory_gb = (
-        hardware_or_memory_gb.memory_gb
-        if isinstance(hardware_or_memory_gb, Hardware)
-        else float(hardware_or_memory_gb)
-    )
-    if not memory_gb > 0:
-        raise InputError(f"GPU memory must be positive, got {memory_gb} GB")
-    if not 0 <= reserve_fraction < 1:
-        raise InputError(f"reserve_fraction must be in [0, 1), got {reserve_fraction}")
-    if context_tokens < 1 or batch_size < 1:
-        raise InputError("context_tokens and batch_size must be >= 1")
-    usable = memory_gb * GB * (1.0 - reserve_fraction)
-    sizes = valid_tensor_parallel_sizes(arch, gpus_per_node)
-    if tp is not None:
-        if tp not in valid_tensor_parallel_sizes(arch, max(tp, gpus_per_node)):
-            raise InputError(
-                f"tensor-parallel size {tp} is not valid for {arch.name} (num_heads "
-                f"{arch.num_heads}, num_kv_heads {arch.kv_heads}); valid: "
-                + ", ".join(map(str, sizes))
-            )
-        sizes = [tp]
-
-    def plan(tp: int, pp: int) -> GpuPlan | None:
-        weights, kv = memory_per_gpu(arch, tp, pp, context_tokens, batch_size, dtype, precision)
-        if weights + kv > usable:
-            return None
-        return GpuPlan(tp * pp, tp, pp, weights, kv, usable)
-
-    for size in sizes:
-        if found := plan(size, 1):
-            return found
-    widest = sizes[-1]
-    for pp in range(2, min(arch.num_layers, MAX_GPUS // widest) + 1):
-        if found := plan(widest, pp):
-            return found
-    weights, kv = memory_per_gpu(
-        arch, widest, arch.num_layers, context_tokens, batch_size, dtype, precision
-    )
-    label = precision.label if precision else dtype
-    raise InputError(
-        f"{arch.name} ({label}, {batch_size} x {context_tokens} tokens of context) does not fit "
-        f"on {memory_gb:g} GB GPUs: even one layer per pipeline stage at tensor-parallel size "
-        f"{widest} needs {(weights + kv) / GB:.1f} GB per GPU, {usable / GB:.1f} GB usable"
-    )
-
-
-def min_gpus(
-    arch: Architecture,
-    hardware_or_memory_gb: Hardware | float,
-    *,
-    context_tokens: int,
-    batch_size: int = 1,
-    dtype: Dtype = "bfloat16",
-    reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
-    precision: Precision | None = None,
-) -> int:
-    """Minimum number of GPUs of a kind to serve ``arch`` (see ``plan_gpus`` for the layout)."""
-    return plan_gpus(
-        arch,
-        hardware_or_memory_gb,
-        context_tokens=context_tokens,
-        batch_size=batch_size,
-        dtype=dtype,
-        reserve_fraction=reserve_fraction,
-        precision=precision,
-    ).num_gpus
 
 
 def cost_variants(runtime_s: float, num_gpus: int, hardware: Hardware) -> dict[str, float]:
@@ -373,7 +209,7 @@ def estimate_from_fit(
 ) -> Estimate:
     """A fitted (profiled) model's figures; costs on ``hardware`` (default: the fit's stack's,
     when the catalog knows it) over ``num_gpus`` (default: the stack's device count)."""
-    from idealized_runtime.cost_model import evaluate
+    from idealized_runtime.cost_model.fitting import evaluate
 
     _check_tokens(num_prompt_tokens, num_output_tokens, 1)
     runtime = float(evaluate.predict_runtime(fit, num_prompt_tokens, num_output_tokens))
@@ -431,7 +267,11 @@ def estimate_from_architecture(
     sequence (``plan_gpus``). With pipeline stages the request still runs its layers one stage
     after another, so its time is that of all layers at the stage's tensor-parallel size.
     """
-    from idealized_runtime.cost_model.roofline import predict_alpha, predict_beta, predict_runtime
+    from idealized_runtime.cost_model.hardware.roofline import (
+        predict_alpha,
+        predict_beta,
+        predict_runtime,
+    )
 
     _check_tokens(num_prompt_tokens, num_output_tokens, batch_size)
     precision = precision or Precision.from_dtype(dtype)
@@ -486,3 +326,86 @@ def estimate_from_architecture(
         notes=tuple(notes),
         precision=precision.label,
     )
+
+
+# --- estimates on a reference stack ----------------------------------------------------
+
+
+def hardware_model_estimate(
+    arch: Architecture,
+    hardware: Hardware,
+    num_prompt_tokens: int,
+    num_output_tokens: int,
+    *,
+    batch_size: int = 1,
+    tp: int | None = None,
+    precision: Precision | None = None,
+    ideal: bool = False,
+    stack: str | None = None,
+) -> tuple[Estimate, str]:
+    """The hardware model's estimate as ``estimate --arch`` and the REST API give it: on a
+    reference stack (source ``calibrated``; the stack's name is returned; default
+    ``DEFAULT_STACK``) or the ideal roofline (``ideal``: source ``analytic``,
+    name ""). ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
+    precision = precision or arch.precision or Precision()
+    if ideal:
+        if stack is not None:
+            raise InputError("a reference stack and the ideal roofline exclude one another")
+        efficiency, source, calibration = IDEAL, "analytic", ""
+    else:
+        chosen = get_stack(stack or DEFAULT_STACK)
+        efficiency = chosen.efficiency_for(precision.weights)
+        source, calibration = "calibrated", chosen.name
+    estimate = estimate_from_architecture(
+        arch,
+        hardware,
+        num_prompt_tokens,
+        num_output_tokens,
+        batch_size=batch_size,
+        tp=tp,
+        dtype=precision.compute_dtype,
+        efficiency=efficiency,
+        source=source,
+        precision=precision,
+    )
+    return estimate, calibration
+
+
+class HardwareModelRequest(Protocol):
+    """What a hardware-model estimate reads from a request: the REST API's body, a benchmark
+    file's ``estimates`` entry (any object with these attributes)."""
+
+    prompt_tokens: int
+    output_tokens: int
+    batch_size: int
+    weights: str | None
+    kv_cache: str | None
+    activations: str | None
+    ideal: bool
+    stack: str | None
+
+    @property
+    def tp(self) -> int | None: ...
+
+
+def estimate_request(
+    request: HardwareModelRequest, arch: Architecture, hardware: Hardware
+) -> tuple[Estimate, Precision, str]:
+    """``hardware_model_estimate`` for ``request`` on ``arch`` and ``hardware``: the precision
+    parsed from the request's labels (unset parts: the checkpoint's own), the estimate, and the
+    stack's name ("" for the ideal roofline). InputError for refused input."""
+    precision = parse_precision(
+        request.weights, request.kv_cache, request.activations, default=arch.precision
+    )
+    estimate, calibration = hardware_model_estimate(
+        arch,
+        hardware,
+        request.prompt_tokens,
+        request.output_tokens,
+        batch_size=request.batch_size,
+        tp=request.tp,
+        precision=precision,
+        ideal=request.ideal,
+        stack=request.stack,
+    )
+    return estimate, precision, calibration

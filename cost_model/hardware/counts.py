@@ -1,19 +1,10 @@
-"""Analytic (roofline) runtime of one request, from the architecture and the accelerator.
+"""Counting: the work of one forward pass per GPU, from the architecture alone (no hardware).
 
-Stage 1 counts work, per GPU, of one forward pass that processes ``new_tokens`` per sequence
-on top of ``context_tokens`` already in the KV cache (prompt: new = p, context = 0; decode step:
-new = 1, context = tokens so far): matmul FLOPs, weight/KV/activation bytes, all-reduce traffic.
-Stage 2 turns that into seconds on a ``Hardware`` with ``Efficiency`` factors:
-
-    gpu  = max(compute, memory) + all-reduces          (the roofline, plus communication;
-                                                        stacks may blend max toward sum)
-    host = num_layers * layer_overhead                  (kernel launches, framework dispatch)
-    pass = (gpu^k + host^k)^(1/k) + fixed_overhead      (k = host_overlap)
-
-The host term: a framework launches kernels asynchronously, so launch time hides behind GPU
-work when the GPU is the bottleneck (k -> infinity: max) and adds to it when every launch waits
-(k = 1: sum). Real stacks sit in between; calibration fits k. The ideal stack has no overhead,
-so the default ``Efficiency()`` is the pure roofline.
+One forward pass processes ``new_tokens`` per sequence on top of ``context_tokens`` already in
+the KV cache (prompt: new = p, context = 0; decode step: new = 1, context = tokens so far): matmul
+FLOPs, weight/KV/activation bytes, all-reduce traffic (``forward_costs``, ``request_costs``,
+``prompt_costs``); and the bytes a deployment holds per GPU (``memory_per_gpu``, the memory
+planner's and the runner's pre-flight count). ``roofline`` turns counts into seconds.
 
 Counting conventions (deliberately explicit, tested against hand arithmetic):
 - matmul FLOPs: 2 per multiply-accumulate, over the weight matrices a token touches (MoE: its
@@ -50,8 +41,7 @@ Counting conventions (deliberately explicit, tested against hand arithmetic):
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -62,99 +52,18 @@ from idealized_runtime.core.types import (
     BF16,
     Architecture,
     Dtype,
-    FittedCostModel,
-    Hardware,
     Precision,
-    Stack,
 )
 
 Array = NDArray[np.float64]
-
-# HELM's profiled prompt sizes (the Megatron A100 grid): where analytic fits tabulate alpha(p).
-HELM_PROMPT_SIZES: tuple[int, ...] = (
-    1, 16, 32, 64, 128, 192, 256, 320, 384, 428, 472, 512, 576, 640, 704, 768, 832, 896, 960,
-    1024, 1152, 1280, 1408, 1536, 1664, 1792, 1920,
-)  # fmt: skip
 # Tensor cores need the GEMM dimensions cuBLAS sees (M/N/K, leading dimensions) in multiples of
 # 16 bytes (8 fp16/bf16 elements) for their fast kernels; cuBLAS falls back to slower ones
 # otherwise (NVIDIA, "Matrix Multiplication Background User's Guide", section "Tensor Core
 # Requirements", and the cuBLAS documentation, "Tensor Core Usage"). How much slower is a property
 # of the GPU, not of the stack: ``Hardware.unaligned_matmul_tflops`` (see ``unaligned_factor``).
 GEMM_ALIGNMENT_BYTES = 16
-# Decode steps of a request are summed in this many equal chunks (exact when the step time is
-# linear in the context, within a fraction of a percent at the roofline's kinks).
-DECODE_CHUNKS = 16
 # Deepest architecture the counting accepts (the deepest published models have ~130 layers).
 MAX_LAYERS = 4096
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    """How far a software stack is from the hardware's peaks. Defaults: the ideal roofline."""
-
-    compute: float = 1.0  # fraction of peak dense tensor FLOP/s the matmuls reach
-    bandwidth: float = 1.0  # fraction of peak memory bandwidth reached
-    interconnect: float = 1.0  # fraction of the per-GPU interconnect bandwidth reached
-    layer_overhead_s: float = 0.0  # host time per layer per forward pass (launches, dispatch)
-    # Latency of one all-reduce (tp > 1 only); with ``ring_allreduce``, of each of its tp - 1
-    # ring steps instead.
-    allreduce_latency_s: float = 0.0
-    fixed_overhead_s: float = 0.0  # per forward pass (embedding, sampling, synchronisation)
-    attention_score_passes: float = 0.0  # times an unfused stack moves the score matrix
-    host_overlap: float = 1.0  # k in (gpu^k + host^k)^(1/k): 1 adds, large k overlaps
-    # s in (compute^(1/s) + memory^(1/s))^s: 0 is the roofline's max (loads hide behind math),
-    # 1 their sum. Real kernels near the ridge point (prefill of a few hundred tokens, batched
-    # decode) overlap them only partly.
-    compute_memory_serialization: float = 0.0
-    gemm_half_tokens: float = 0.0
-    # Engines of the FasterTransformer line (TurboMind up to v0.1.0a1) prefill a prompt without
-    # its last token and feed that token to the first decode step, so the first output token
-    # costs a pass over p - 1 tokens plus one decode step, not one pass over p tokens.
-    last_prompt_token_in_decode: bool = False
-    # Stacks that all-reduce through NCCL's ring (gpt-fast, TurboMind v0.1) pay the latency once
-    # per step around the ring, tp - 1 times: reduce-scatter and all-gather each pass every
-    # GPU's chunk on to its neighbour. False: one latency whatever tp, as for one-shot kernels
-    # that read every peer's buffer directly over NVLink (TensorRT-LLM's custom all-reduce).
-    ring_allreduce: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("compute", "bandwidth", "interconnect"):
-            value = getattr(self, name)
-            if not (0 < value <= 1):
-                raise InputError(f"efficiency {name} must be in (0, 1], got {value}")
-        for name in (
-            "layer_overhead_s",
-            "allreduce_latency_s",
-            "fixed_overhead_s",
-            "attention_score_passes",
-        ):
-            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
-                raise InputError(f"efficiency {name} must be finite and >= 0")
-        if not (self.host_overlap >= 1 and math.isfinite(self.host_overlap)):
-            raise InputError(f"efficiency host_overlap must be >= 1, got {self.host_overlap}")
-        if not (0 <= self.compute_memory_serialization <= 1):
-            raise InputError(
-                "efficiency compute_memory_serialization must be in [0, 1], got "
-                f"{self.compute_memory_serialization}"
-            )
-
-    def to_dict(self) -> dict[str, float | bool]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, float | bool]) -> Efficiency:
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise InputError(f"unknown efficiency factors: {', '.join(sorted(unknown))}")
-        flags = {f.name for f in fields(cls) if f.type in (bool, "bool")}
-        for name in flags & set(values):
-            if not isinstance(values[name], bool):
-                raise InputError(f"efficiency {name} must be true or false")
-        return cls(**{k: v if k in flags else float(v) for k, v in values.items()})
-
-
-IDEAL = Efficiency()
 
 
 @dataclass(frozen=True)
@@ -196,21 +105,6 @@ class RequestCosts:
     @property
     def bytes(self) -> Array:
         return self.prompt.bytes + self.decode.bytes
-
-
-@dataclass(frozen=True)
-class PhaseTime:
-    """Seconds of one forward pass, by part; ``total_s`` is what the request waits for."""
-
-    compute_s: Array
-    memory_s: Array
-    communication_s: Array
-    host_s: Array
-    total_s: Array
-
-    @property
-    def memory_bound(self) -> NDArray[np.bool_]:
-        return self.memory_s >= self.compute_s
 
 
 # --- stage 1: counting ----------------------------------------------------------------------
@@ -420,25 +314,6 @@ def _attended(n: Array, c: Array, window: float | None) -> Array:
     return low + high
 
 
-def check_precision(hardware: Hardware, precision: Precision) -> None:
-    """Refuse, in one line, a precision the GPU cannot compute in (fp8 without fp8 tensor
-    cores). Weight-only fp8 still runs there: the weights are dequantized to bf16 per GEMM."""
-    if precision.fp8_compute and hardware.peak_fp8_tflops is None:
-        raise InputError(
-            f"{hardware.name} has no fp8 tensor cores: fp8 activations are not supported there; "
-            "use --activations bf16 for weight-only fp8 (dequantized to bf16), or a GPU with fp8"
-        )
-
-
-def compute_hardware(hardware: Hardware, precision: Precision | None) -> Hardware:
-    """``hardware`` as the time model sees it at ``precision``: fp8 matmuls (W8A8) run at the
-    fp8 tensor-core peak; weight-only formats dequantize and run at the 16-bit peak."""
-    if precision is None or not precision.fp8_compute:
-        return hardware
-    check_precision(hardware, precision)
-    return hardware.model_copy(update={"peak_dense_tflops": hardware.peak_fp8_tflops})
-
-
 def forward_costs(
     arch: Architecture,
     new_tokens: ArrayLike,
@@ -603,77 +478,6 @@ def request_costs(
     return RequestCosts(prompt=prompt, decode=decode)
 
 
-# --- stage 2: time --------------------------------------------------------------------------
-
-
-def _check_hardware(hardware: Hardware, tp: int) -> None:
-    if tp > 1 and hardware.interconnect_gbps <= 0:
-        raise InputError(f"hardware {hardware.name} has no interconnect bandwidth for tp = {tp}")
-
-
-def unaligned_factor(hardware: Hardware) -> float:
-    """Throughput of unaligned fp16/bf16 GEMMs as a fraction of aligned ones, from the datasheet.
-
-    ``Hardware.unaligned_matmul_tflops`` is the GPU's peak fp16 rate without tensor cores (e.g.
-    A100: 78 of 312 TFLOP/s, NVIDIA A100 Tensor Core GPU Architecture whitepaper, table 1): the
-    rate of the kernels cuBLAS falls back to when a dimension breaks alignment, an a-priori
-    figure, not a fitted one. Unknown (None): no penalty.
-    """
-    if hardware.unaligned_matmul_tflops is None:
-        return 1.0
-    return min(1.0, hardware.unaligned_matmul_tflops / hardware.peak_dense_tflops)
-
-
-def pass_time(
-    costs: PhaseCosts,
-    hardware: Hardware,
-    *,
-    num_layers: int,
-    tp: int = 1,
-    efficiency: Efficiency = IDEAL,
-) -> PhaseTime:
-    """Seconds of one forward pass whose per-GPU work is ``costs`` (see the module docstring)."""
-    _check_hardware(hardware, tp)
-    eff = efficiency
-    # Per GEMM: aligned FLOPs at the stack's compute efficiency, unaligned ones at that times
-    # the GPU's a-priori unaligned factor.
-    aligned_flops = costs.flops - costs.unaligned_flops
-    rate = hardware.peak_dense_tflops * 1e12 * eff.compute
-    if eff.gemm_half_tokens > 0 and costs.tokens is not None:
-        rate = rate * costs.tokens / (costs.tokens + eff.gemm_half_tokens)
-    compute = aligned_flops / rate + costs.unaligned_flops / (rate * unaligned_factor(hardware))
-    traffic = costs.bytes + eff.attention_score_passes * costs.score_bytes
-    memory = traffic / (hardware.memory_bandwidth_gbps * 1e9 * eff.bandwidth)
-    if tp > 1:
-        ring = 2.0 * (tp - 1) / tp * costs.allreduce_bytes
-        per_allreduce = ring / (hardware.interconnect_gbps * 1e9 * eff.interconnect)
-        latency = eff.allreduce_latency_s * ((tp - 1) if eff.ring_allreduce else 1)
-        communication = costs.num_allreduces * (per_allreduce + latency)
-    else:
-        communication = np.zeros_like(compute)
-    if eff.compute_memory_serialization > 0:
-        gpu = _soft_max(compute, memory, 1.0 / eff.compute_memory_serialization)
-    else:
-        gpu = np.maximum(compute, memory)
-    gpu = gpu + communication
-    host = np.full_like(gpu, num_layers * eff.layer_overhead_s)
-    total = _soft_max(gpu, host, eff.host_overlap) + eff.fixed_overhead_s
-    return PhaseTime(
-        compute_s=compute,
-        memory_s=memory,
-        communication_s=communication,
-        host_s=host,
-        total_s=total,
-    )
-
-
-def _soft_max(a: Array, b: Array, k: float) -> Array:
-    """(a^k + b^k)^(1/k), computed without overflow; a + b at k = 1, -> max(a, b) as k grows."""
-    top = np.maximum(a, b)
-    safe = np.where(top > 0, top, 1.0)
-    return np.where(top > 0, safe * ((a / safe) ** k + (b / safe) ** k) ** (1.0 / k), 0.0)
-
-
 @dataclass(frozen=True)
 class PromptCosts:
     """The work that yields a request's first output token, counted the way an engine runs
@@ -707,207 +511,44 @@ def prompt_costs(
     return PromptCosts(head, p > 1.0, tail)
 
 
-def prompt_time(
-    costs: PromptCosts,
-    hardware: Hardware,
-    *,
-    num_layers: int,
-    tp: int = 1,
-    efficiency: Efficiency = IDEAL,
-) -> Array:
-    """Seconds until the first output token: the passes ``costs`` counts, at ``efficiency``."""
-    timing = {"num_layers": num_layers, "tp": tp, "efficiency": efficiency}
-    seconds = np.where(costs.runs_first, pass_time(costs.first, hardware, **timing).total_s, 0.0)
-    if costs.tail is not None:
-        seconds = seconds + pass_time(costs.tail, hardware, **timing).total_s
-    return seconds
-
-
-def predict_alpha(
+def memory_per_gpu(
     arch: Architecture,
-    hardware: Hardware,
-    num_prompt_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
+    tp: int,
+    pp: int,
+    context_tokens: int,
+    batch_size: int,
+    dtype: Dtype,
     precision: Precision | None = None,
-) -> Array:
-    """alpha(p): the prompt's processing up to and including the first output token."""
-    costs = prompt_costs(
-        arch,
-        num_prompt_tokens,
-        batch=batch,
-        dtype=dtype,
-        tp=tp,
-        precision=precision,
-        last_token_in_decode=efficiency.last_prompt_token_in_decode,
+) -> tuple[float, float]:
+    """(weight bytes, KV bytes) on the fullest GPU of a tp x pp layout.
+
+    Weights at ``precision`` (default: ``dtype``), quantized ones with their scales; the KV
+    cache holds ``context_tokens`` per sequence, at most the window in sliding-window layers.
+    Stages hold consecutive blocks of ceil(layers / pp) layers, the embedding on the first and
+    the LM head on the last; the fullest stage is the one that counts."""
+    precision = precision or Precision.from_dtype(dtype)
+    check_size(arch)
+    per_stage = math.ceil(arch.num_layers / pp)
+    kv_token_layer = kv_bytes_per_token_layer(arch, precision, tp)
+    embedding, head = (
+        params * precision.dense_weight_bytes for params in end_weight_parameters(arch)
     )
-    hardware = compute_hardware(hardware, precision)
-    return prompt_time(costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency)
-
-
-def decode_step_time(
-    arch: Architecture,
-    hardware: Hardware,
-    context_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-) -> PhaseTime:
-    """One decode step of ``batch`` sequences, each with ``context_tokens`` cached tokens."""
-    c = np.asarray(context_tokens, dtype=np.float64)
-    costs = forward_costs(
-        arch, np.ones_like(c), c, batch=batch, dtype=dtype, tp=tp, precision=precision
-    )
-    hardware = compute_hardware(hardware, precision)
-    return pass_time(costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency)
-
-
-def predict_beta(
-    arch: Architecture,
-    hardware: Hardware,
-    context_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-) -> Array:
-    """beta(context): seconds of a decode step at a context length."""
-    return decode_step_time(
-        arch,
-        hardware,
-        context_tokens,
-        tp=tp,
-        dtype=dtype,
-        batch=batch,
-        efficiency=efficiency,
-        precision=precision,
-    ).total_s
-
-
-def predict_alpha_beta(
-    arch: Architecture,
-    hardware: Hardware,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-    prompt_sizes: ArrayLike = HELM_PROMPT_SIZES,
-) -> tuple[Array, Array]:
-    """(alpha at ``prompt_sizes``, beta at contexts ``prompt_sizes``): a quick table."""
-    kwargs = {
-        "tp": tp,
-        "dtype": dtype,
-        "batch": batch,
-        "efficiency": efficiency,
-        "precision": precision,
-    }
-    sizes = np.asarray(prompt_sizes, dtype=np.float64)
-    return (
-        predict_alpha(arch, hardware, sizes, **kwargs),
-        predict_beta(arch, hardware, sizes, **kwargs),
-    )
-
-
-def predict_runtime(
-    arch: Architecture,
-    hardware: Hardware,
-    num_prompt_tokens: ArrayLike,
-    num_output_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-) -> Array:
-    """runtime(p, o) = alpha(p) + sum over decode steps i = 1..o-1 of beta(p + i - 1).
-
-    Vectorized over broadcast arrays of p and o; the decode sum uses ``DECODE_CHUNKS`` chunks
-    of steps, each at its mean context (exact wherever beta is linear in the context).
-    """
-    p = np.asarray(num_prompt_tokens, dtype=np.float64)
-    o = np.asarray(num_output_tokens, dtype=np.float64)
-    if np.any(p < 1) or np.any(o < 0):
-        raise InputError("prompt token counts must be >= 1 and output token counts >= 0")
-    p, o = np.broadcast_arrays(p, o)
-    kwargs = {
-        "tp": tp,
-        "dtype": dtype,
-        "batch": batch,
-        "efficiency": efficiency,
-        "precision": precision,
-    }
-    alpha = predict_alpha(arch, hardware, p, **kwargs)
-    steps = np.maximum(o - 1.0, 0.0)[..., None]  # o = 0: prompt only, no decode step
-    edges = steps * np.linspace(0.0, 1.0, DECODE_CHUNKS + 1)
-    counts = np.diff(edges, axis=-1)
-    # Steps (s0, s1] have contexts p + i - 1 whose mean is p - 1 + (s0 + s1 + 1) / 2.
-    contexts = p[..., None] - 1.0 + (edges[..., :-1] + edges[..., 1:] + 1.0) / 2.0
-    beta = predict_beta(arch, hardware, contexts, **kwargs)
-    return alpha + np.sum(counts * beta, axis=-1)
-
-
-def to_fitted_cost_model(
-    arch: Architecture,
-    hardware: Hardware,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-    method: str = "analytic",
-    model_name: str | None = None,
-    prompt_sizes: ArrayLike = HELM_PROMPT_SIZES,
-    max_context: int | None = None,
-    runner: str = "analytic-roofline",
-) -> FittedCostModel:
-    """The analytic model as a ``FittedCostModel``, usable wherever a fit is (convert, reports).
-
-    alpha is tabulated at ``prompt_sizes`` (interpolated between them); beta(context) is
-    summarised by a least-squares line over contexts up to ``max_context`` (default: the
-    largest prompt size + 2048, capped at the architecture's context window).
-    """
-    sizes = np.asarray(prompt_sizes, dtype=np.float64)
-    kwargs = {
-        "tp": tp,
-        "dtype": dtype,
-        "batch": batch,
-        "efficiency": efficiency,
-        "precision": precision,
-    }
-    alphas = predict_alpha(arch, hardware, sizes, **kwargs)
-    limit = max_context or min(int(sizes.max()) + 2048, max(arch.max_context, 2))
-    contexts = np.linspace(1.0, float(limit), 64)
-    betas = predict_beta(arch, hardware, contexts, **kwargs)
-    slope, intercept = np.polyfit(contexts, betas, 1)
-    if slope < 0:  # cannot happen physically; keep the table valid anyway
-        slope, intercept = 0.0, float(np.mean(betas))
-    return FittedCostModel(
-        model=model_name or arch.name,
-        method=method,  # type: ignore[arg-type]
-        alpha_rule="interpolate",
-        prompt_sizes=[int(s) for s in sizes],
-        prompt_runtimes_s=[float(a) for a in alphas],
-        beta_s=max(0.0, float(intercept)),
-        beta_per_context_token_s=float(slope),
-        stack=Stack(
-            runner=runner,
-            hardware=hardware.name,
-            num_devices=tp,
-            tensor_parallel_size=tp,
-            dtype=dtype,
-            notes=f"{method} hardware model, batch {batch}"
-            + (f", precision {precision.label}" if precision else ""),
-        ),
-    )
+    if arch.tie_embeddings and pp > 1:  # the last stage keeps its own copy for the LM head
+        head += arch.vocab_size * arch.hidden_size * precision.dense_weight_bytes
+    # Prefix sums over layers: each stage's weights and kept KV tokens in O(1).
+    weights_before = np.concatenate(([0.0], np.cumsum(stored_layer_bytes(arch, precision))))
+    window = min(context_tokens, arch.sliding_window or context_tokens)
+    kept = [
+        window if arch.attention_kind(i) == "sliding" else context_tokens
+        for i in range(min(arch.num_layers, len(arch.layer_pattern)))
+    ]
+    kept_before = np.concatenate(([0.0], np.cumsum(np.resize(kept, arch.num_layers))))
+    worst = (0.0, 0.0)
+    for start in range(0, arch.num_layers, per_stage):
+        stop = min(start + per_stage, arch.num_layers)
+        weights = float(weights_before[stop] - weights_before[start])
+        weights += (embedding if start == 0 else 0.0) + (head if stop == arch.num_layers else 0.0)
+        kv = float(kept_before[stop] - kept_before[start]) * kv_token_layer * batch_size
+        if weights / tp + kv > sum(worst):
+            worst = (weights / tp, kv)
+    return worst

@@ -31,8 +31,12 @@ from numpy.typing import NDArray
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FitMethod, FittedCostModel, Measurement, Stack
-from idealized_runtime.cost_model.fit_basis import alpha_knots, finish_fit, interpolation_basis
-from idealized_runtime.cost_model.timings import ModelTimings, decode_context_tokens, group_by_model
+from idealized_runtime.cost_model.fitting.basis import alpha_knots, finish_fit, interpolation_basis
+from idealized_runtime.cost_model.fitting.timings import (
+    ModelTimings,
+    decode_context_tokens,
+    group_by_model,
+)
 
 FIT_METHODS: tuple[str, ...] = get_args(FitMethod)
 # Candidate GEMM tile heights (prompt tokens per tile) for the step shape of alpha(p).
@@ -67,7 +71,7 @@ def fit_measurements(
         return {model: fit_helm(t, stack=stack) for model, t in groups.items()}
     if method == "default":
         return fit_default_group(groups, stack=stack)
-    from idealized_runtime.cost_model.denoise import fit_denoised
+    from idealized_runtime.cost_model.fitting.denoise import fit_denoised
 
     return {
         model: fit_denoised(t, stack=stack, bootstrap_samples=bootstrap_samples, seed=seed)
@@ -289,6 +293,6 @@ def fit_default(
 def fit_frame(frame: object, method: str = "default") -> dict[str, FittedCostModel]:
     """``fit_measurements`` of a pandas DataFrame of timings (columns as in a timings file:
     model, num_prompt_tokens, num_output_tokens, runtime_s; optional batch_size, ttft_s)."""
-    from idealized_runtime.cost_model.measurements_io import read_measurements
+    from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
 
     return fit_measurements(read_measurements(frame), check_method(method))

@@ -13,9 +13,9 @@ import numpy as np
 from numpy.typing import NDArray
 
 from idealized_runtime.core.types import FitMethod, FittedCostModel, Stack
-from idealized_runtime.cost_model.evaluate import predict_runtime
-from idealized_runtime.cost_model.quality import fit_quality
-from idealized_runtime.cost_model.timings import ModelTimings
+from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
+from idealized_runtime.cost_model.fitting.quality import fit_quality
+from idealized_runtime.cost_model.fitting.timings import ModelTimings
 
 # Up to this many distinct prompt sizes, alpha gets one value per size (a profiling grid);
 # beyond it (e.g. request logs with arbitrary prompts) alpha is fitted at quantile knots.

@@ -1,0 +1,6 @@
+"""The serving simulator: an ideal continuous-batching server under load.
+
+``workload``   request shapes and arrivals (Poisson, traces, closed-loop clients)
+``step_time``  what one scheduler step takes: from the hardware model or fitted to timed steps
+``simulator``  the discrete-event simulation; rows shaped like ``measure``'s
+"""

@@ -1,0 +1,240 @@
+"""A discrete-event simulation of an ideal continuous-batching server.
+
+The server holds up to ``max_batch`` requests. Each scheduler step is one forward pass: every
+running request past its prompt decodes one token, and what is left of a ``token_budget`` goes
+to prompt chunks of the requests still prefilling, first come first served (Dynamic SplitFuse).
+Requests wait in a FCFS queue until a slot is free and the KV cache can hold their whole
+sequence (prompt + output tokens; the capacity comes from the memory planner,
+``hardware.counts.memory_per_gpu``). A request's first token comes with the step that
+finishes its prompt, each further token with one later step.
+
+A step's duration comes from a ``StepTime`` (``step_time``).
+
+Load (``workload``): open-loop arrival times (Poisson at a rate, or a trace's timestamps), or
+closed-loop clients (``concurrency``: each client sends its next request ``think_time_s`` after
+the previous one ends; a real client's re-submit time, one value or the measured sequence
+replayed).
+
+Rows have the shape of ``measure``'s raw rows (model, load, num_prompt_tokens, num_output_tokens,
+ok, runtime_s, ttft_s, inter_token_latencies_s, started_at_s, finished_at_s, ...), so the same
+summaries apply to simulated and measured runs. Pure numpy: no torch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
+from idealized_runtime.core.types import Architecture, Dtype, Hardware, Precision
+from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
+from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB
+from idealized_runtime.cost_model.serving.step_time import StepTime, StepWork
+from idealized_runtime.cost_model.serving.workload import RequestShape, think_times
+
+# --- KV capacity --------------------------------------------------------------------------------
+
+
+def kv_capacity_tokens(
+    arch: Architecture,
+    hardware: Hardware,
+    *,
+    tp: int = 1,
+    dtype: Dtype = "bfloat16",
+    reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
+    precision: Precision | None = None,
+) -> int:
+    """Tokens of KV cache that fit next to the weights on ``tp`` GPUs (the memory planner's
+    accounting); InputError when the weights alone do not fit."""
+    weights, kv_per_token = memory_per_gpu(arch, tp, 1, 1, 1, dtype, precision)
+    usable = hardware.memory_gb * GB * (1.0 - reserve_fraction)
+    if weights >= usable:
+        raise InputError(
+            f"{arch.name} ({dtype}) weights need {weights / GB:.1f} GB per GPU at tensor-parallel "
+            f"size {tp}; {hardware.name} has {usable / GB:.1f} GB usable (raise --tp)"
+        )
+    return int((usable - weights) // kv_per_token)
+
+
+# --- the simulation -----------------------------------------------------------------------------
+
+
+@dataclass
+class _Request:
+    index: int
+    shape: RequestShape
+    arrival_s: float
+    prefilled: int = 0
+    token_times: list[float] = field(default_factory=list)
+
+    @property
+    def need(self) -> int:
+        return self.shape.num_prompt_tokens + self.shape.num_output_tokens
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled == self.shape.num_prompt_tokens
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    max_batch: int = 64
+    token_budget: int = DEFAULT_TOKEN_BUDGET
+    kv_capacity_tokens: int | None = None  # None: unlimited
+    # Seconds from a request's arrival until the scheduler sees it (a real server's HTTP
+    # parsing and tokenization; 0 for the ideal server).
+    request_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.max_batch < 1:
+            raise InputError(f"--max-batch must be >= 1, got {self.max_batch}")
+        if self.token_budget < 1:
+            raise InputError(f"--token-budget must be >= 1, got {self.token_budget}")
+        if self.kv_capacity_tokens is not None and self.kv_capacity_tokens < 1:
+            raise InputError("the KV cache must hold at least one token")
+        if not (math.isfinite(self.request_overhead_s) and self.request_overhead_s >= 0):
+            raise InputError(f"request overhead must be >= 0 s, got {self.request_overhead_s}")
+
+
+def simulate(
+    shapes: Sequence[RequestShape],
+    step_time: StepTime,
+    config: ServerConfig = ServerConfig(),
+    *,
+    concurrency: int | None = None,
+    model: str = "model",
+    load: str = "simulated",
+    stop_after_s: float | None = None,
+    think_time_s: float | Sequence[float] = 0.0,
+) -> list[dict[str, Any]]:
+    """Serve ``shapes`` (with arrival times, or closed loop with ``concurrency`` clients) and
+    return one row per request served, in request order (see the module docstring). Closed
+    loop: clients send no new request after ``stop_after_s``; a client sends its next request
+    ``think_time_s`` after its previous one ended (the client's own time to read the answer
+    and send again): one value for every request, or one per re-submission in order (the k-th
+    request sent after an end waits the k-th, cycled), e.g. a real client's measured gaps."""
+    if concurrency is not None and concurrency < 1:
+        raise InputError(f"--concurrency must be >= 1, got {concurrency}")
+    if concurrency is None and any(s.arrival_s is None for s in shapes):
+        raise InputError("open-loop requests need arrival times")
+    thinks = think_times(think_time_s)
+    if concurrency is None and any(thinks):
+        raise InputError("--think-time applies to closed-loop clients (--concurrency) only")
+    capacity = config.kv_capacity_tokens
+    rows: list[dict[str, Any] | None] = [None] * len(shapes)
+    # Heap of (when the scheduler sees it, request index, arrival time).
+    arrivals: list[tuple[float, int, float]] = []
+    delay = config.request_overhead_s
+    next_closed = 0
+    if concurrency is None:
+        arrivals = [
+            (float(s.arrival_s) + delay, i, float(s.arrival_s))  # type: ignore[arg-type]
+            for i, s in enumerate(shapes)
+        ]
+        heapq.heapify(arrivals)
+    else:
+        for _ in range(min(concurrency, len(shapes))):
+            heapq.heappush(arrivals, (delay, next_closed, 0.0))
+            next_closed += 1
+
+    waiting: deque[_Request] = deque()
+    running: list[_Request] = []
+    reserved = 0
+    now = 0.0
+
+    def finish(request: _Request, ok: bool, error: str | None = None) -> None:
+        nonlocal next_closed
+        rows[request.index] = _row(request, model, load, ok, error, now)
+        more = stop_after_s is None or now < stop_after_s
+        if concurrency is not None and next_closed < len(shapes) and more:
+            sent = now + thinks[(next_closed - concurrency) % len(thinks)]
+            heapq.heappush(arrivals, (sent + delay, next_closed, sent))
+            next_closed += 1
+
+    while arrivals or waiting or running:
+        while arrivals and arrivals[0][0] <= now:
+            _, index, arrival = heapq.heappop(arrivals)
+            request = _Request(index, shapes[index], arrival)
+            if capacity is not None and request.need > capacity:
+                finish(request, False, f"needs {request.need} tokens of KV cache, has {capacity}")
+                continue
+            waiting.append(request)
+        while waiting and len(running) < config.max_batch:
+            if capacity is not None and reserved + waiting[0].need > capacity:
+                break  # FCFS: the head of the queue waits for memory
+            request = waiting.popleft()
+            reserved += request.need
+            running.append(request)
+        if not running:
+            if not arrivals:
+                break
+            now = max(now, arrivals[0][0])
+            continue
+
+        decoding = [r for r in running if r.decoding]
+        contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
+        prefilling = [r for r in running if not r.decoding]
+        left = [r.shape.num_prompt_tokens - r.prefilled for r in prefilling]
+        sizes = prompt_chunks(len(decoding), left, config.token_budget)  # the engine's rule
+        chunks = list(zip(prefilling, sizes, strict=False))
+        if chunks:
+            work = StepWork.of(contexts, [(n, r.prefilled) for r, n in chunks])
+            now += float(step_time.seconds(work)[0])
+            for request in decoding:
+                request.token_times.append(now)
+            for request, n in chunks:
+                request.prefilled += n
+                if request.decoding:
+                    request.token_times.append(now)
+        else:
+            # Decode only: nothing changes the batch until a request ends or one arrives, so
+            # the steps up to then are computed at once (contexts grow by one per step).
+            left = min(r.shape.num_output_tokens - len(r.token_times) for r in decoding)
+            steps = np.arange(left, dtype=np.float64)
+            size = float(len(decoding))
+            context = float(sum(contexts)) + size * steps
+            work = StepWork(np.full(left, size), context + size, np.full(left, size), context)
+            ends = now + np.cumsum(step_time.seconds(work))
+            if arrivals:  # stop at the step during which the next request arrives
+                left = min(left, int(np.searchsorted(ends, arrivals[0][0])) + 1)
+            times = ends[:left].tolist()
+            for request in decoding:
+                request.token_times.extend(times)
+            now = times[-1]
+        for request in [r for r in running if len(r.token_times) == r.shape.num_output_tokens]:
+            running.remove(request)
+            reserved -= request.need
+            finish(request, True)
+    return [row for row in rows if row is not None]
+
+
+def _row(
+    request: _Request, model: str, load: str, ok: bool, error: str | None, now: float
+) -> dict[str, Any]:
+    shape, times = request.shape, request.token_times
+    row: dict[str, Any] = {
+        "model": model,
+        "load": load,
+        "num_prompt_tokens": shape.num_prompt_tokens,
+        "num_output_tokens": shape.num_output_tokens if ok else 0,
+        "requested_prompt_tokens": shape.num_prompt_tokens,
+        "requested_output_tokens": shape.num_output_tokens,
+        "batch_size": 1,
+        "ok": ok,
+        "error": error,
+        "runtime_s": times[-1] - request.arrival_s if ok else None,
+        "ttft_s": times[0] - request.arrival_s if ok else None,
+        "inter_token_latencies_s": [float(x) for x in np.diff(times)] if ok else [],
+        "started_at_s": request.arrival_s,
+        "finished_at_s": times[-1] if ok else now,
+        "request_index": request.index,
+        "source": "simulated",
+    }
+    return row
