@@ -40,7 +40,7 @@ from idealized_runtime.core.types import (
     Hardware,
     LoadSummary,
     Measurement,
-    Stack,
+    Provenance,
 )
 
 IDEALIZED_METHODS = ("helm", "default")
@@ -139,7 +139,7 @@ def all_hardware(session: Session) -> dict[str, Hardware]:
 # --- stacks and measurements -------------------------------------------------------------------
 
 
-def stack_row(session: Session, stack: Stack) -> StackRow:
+def stack_row(session: Session, stack: Provenance) -> StackRow:
     """The row of ``stack``, created if new (identical stacks share one row)."""
     spec = stack.model_dump(mode="json")
     fingerprint = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
@@ -161,7 +161,7 @@ def measurement_set_out(row: MeasurementSetRow) -> MeasurementSetOut:
         name=row.name,
         source=row.source,  # type: ignore[arg-type]
         metadata=row.metadata_,
-        stack=Stack(**row.stack.spec) if row.stack else None,
+        stack=Provenance(**row.stack.spec) if row.stack else None,
         row_count=row.row_count,
         models=list(row.models.get("names", [])),
         created_at=row.created_at,
@@ -174,7 +174,7 @@ def create_measurement_set(
     name: str | None,
     source: str,
     metadata: dict[str, Any],
-    stack: Stack | None,
+    stack: Provenance | None,
     measurements: Sequence[Measurement],
     created_by: int | None,
 ) -> MeasurementSetRow:

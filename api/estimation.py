@@ -23,7 +23,7 @@ from idealized_runtime.api import crud
 from idealized_runtime.api.schemas import Metric
 from idealized_runtime.core.catalog import helm_model_shapes
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware
+from idealized_runtime.core.types import Architecture, FittedCostModel, Hardware, Precision
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from idealized_runtime.cost_model.hardware.estimate import cost_variants
 from idealized_runtime.cost_model.hardware.planner import min_gpus
@@ -163,7 +163,7 @@ def accelerators_for(
                     hardware,
                     context_tokens=architecture.max_context,
                     batch_size=1,
-                    dtype=dtype,
+                    precision=Precision.from_dtype(dtype),
                 )
             )
         except InputError:

@@ -26,7 +26,7 @@ from idealized_runtime.core.types import (
     Hardware,
     LoadSummary,
     Measurement,
-    Stack,
+    Provenance,
 )
 from idealized_runtime.leaderboard import LeaderboardInputs, ProfileInput
 from idealized_runtime.report.load import LoadCurve, curves_from
@@ -147,7 +147,7 @@ def store_measurement_set(
     source: str,
     measurements: list[Measurement],
     fits: list[FittedCostModel],
-    stack: Stack | None = None,
+    stack: Provenance | None = None,
     metadata: dict | None = None,
 ) -> bool:
     """One measurement set and the fits made from it; False if a set of that name exists."""

@@ -21,7 +21,7 @@ from idealized_runtime.core.types import (
     Measurement,
     Name,
     OutputTokenCount,
-    Stack,
+    Provenance,
     TokenCount,
 )
 from idealized_runtime.leaderboard import (
@@ -86,7 +86,7 @@ class MeasurementSetCreate(_Body):
     name: Name | None = Field(default=None, description="Unique; generated when omitted")
     source: MeasurementSource = "import"
     metadata: dict[str, Any] = Field(default_factory=dict)
-    stack: Stack | None = None
+    stack: Provenance | None = None
     measurements: list[Measurement] = Field(min_length=1, max_length=SCHEMA_MAX_ROWS)
 
     model_config = ConfigDict(
@@ -116,7 +116,7 @@ class MeasurementSetOut(BaseModel):
     name: str
     source: MeasurementSource
     metadata: dict[str, Any]
-    stack: Stack | None
+    stack: Provenance | None
     row_count: int
     models: list[str]
     created_at: datetime

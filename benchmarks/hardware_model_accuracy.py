@@ -15,12 +15,12 @@ import time
 import numpy as np
 
 from idealized_runtime.core.catalog import MEGATRON_A100_STACK, get_hardware
+from idealized_runtime.core.types import IDEAL
 from idealized_runtime.cost_model.hardware.calibration import (
     leave_one_out,
     megatron_profiles,
     model_error,
 )
-from idealized_runtime.cost_model.hardware.roofline import IDEAL
 
 
 def main() -> None:

@@ -39,7 +39,14 @@ from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import UnknownNameError, get_hardware, hardware_catalog
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import MAX_TOKENS, Architecture, Dtype, FittedCostModel, Stack
+from idealized_runtime.core.types import (
+    MAX_TOKENS,
+    Architecture,
+    Deployment,
+    Dtype,
+    FittedCostModel,
+    Provenance,
+)
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_FORMAT = "idealized-runtime/bench"
@@ -510,11 +517,11 @@ def _stack_fit(arch: Architecture, label: str, config: BenchConfig) -> FittedCos
     stack = get_stack(config.stack or "")
     hardware = get_hardware(config.hardware)
     tp = min_gpus(arch, hardware, context_tokens=min(arch.max_context, 4096))
+    deployment = Deployment(
+        architecture=arch, hardware=hardware, tp=tp, efficiency=stack.efficiency, stack=stack.name
+    )
     return to_fitted_cost_model(
-        arch,
-        hardware,
-        tp=tp,
-        efficiency=stack.efficiency,
+        deployment,
         method="calibrated",
         model_name=label,
         runner=f"stack:{stack.name}",
@@ -526,11 +533,11 @@ def _local_grid(name: str) -> str:
     return name if name in LOCAL_GRIDS else ("helm" if name.startswith("helm") else "quick")
 
 
-def _profile_stack(meta_file: Path, hardware: str) -> Stack | None:
+def _profile_stack(meta_file: Path, hardware: str) -> Provenance | None:
     """The profiler's recorded stack, named after the configured hardware."""
     try:
         meta = json.loads(meta_file.read_text(encoding="utf-8"))
-        stack = Stack.model_validate(meta["stack"])
+        stack = Provenance.model_validate(meta["stack"])
     except (OSError, ValueError, KeyError):
         return None
     return stack.model_copy(update={"hardware": hardware})
@@ -573,7 +580,8 @@ def _run_api(
     if summary.interrupted:
         raise KeyboardInterrupt
     measurements = read_measurements(output)
-    stack = Stack(runner="api", hardware="unknown", notes=f"{spec.base_url} model {spec.model}")
+    notes = f"{spec.base_url} model {spec.model}"
+    stack = Provenance(runner="api", hardware="unknown", notes=notes)
     fitted = fit_measurements(measurements, method="denoised", stack=stack)
     _write_fits(item_dir, "denoised", fitted)
     return {"denoised": fitted[spec.label]}

@@ -37,7 +37,8 @@ from idealized_runtime.core.types import (
     FittedCostModel,
     Hardware,
     Measurement,
-    Stack,
+    Precision,
+    Provenance,
     utc_now,
 )
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
@@ -433,7 +434,7 @@ def accelerators_needed(model: ModelInput, rates: Mapping[str, CostRates]) -> in
                 hardware,
                 context_tokens=model.architecture.max_context,
                 batch_size=1,
-                dtype=dtype,
+                precision=Precision.from_dtype(dtype),
             )
         )
     except ValueError:
@@ -515,7 +516,7 @@ def build_leaderboard(inputs: LeaderboardInputs, stacks: Sequence[str] = ()) -> 
 # --- stacks ------------------------------------------------------------------------------------
 
 
-def stack_label(stack: Stack | None) -> str | None:
+def stack_label(stack: Provenance | None) -> str | None:
     """The name a fit's stack goes by on the leaderboard: HELM's Megatron A100 profiles are
     ``helm-megatron-2022``, a hardware-model fit on a reference stack is that stack's name,
     anything else ``runner/hardware`` (e.g. ``idealized-runtime/cpu``)."""
@@ -619,11 +620,9 @@ def _compute_hardware_model_runtimes(
     import numpy as np
 
     from idealized_runtime.core.errors import InputError
-    from idealized_runtime.core.types import Precision
+    from idealized_runtime.core.types import Deployment
     from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
-    from idealized_runtime.cost_model.hardware.roofline import (
-        predict_runtime as hardware_model_runtime,
-    )
+    from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
     from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     shapes = {
@@ -643,16 +642,18 @@ def _compute_hardware_model_runtimes(
         )
     except InputError as error:
         return _StackRuntimes({}, hardware=hardware.name, tp=tp, note=str(error))
-    precision = arch.precision or Precision()  # as hardware_model_estimate
+    deployment = Deployment(
+        architecture=arch,
+        hardware=hardware,
+        tp=plan.tp,
+        precision=arch.precision or Precision(),  # as hardware_model_estimate
+        efficiency=get_stack(stack).efficiency,
+        stack=stack,
+    )
     runtimes = hardware_model_runtime(
-        arch,
-        hardware,
+        deployment,
         np.array([p for p, _ in inside.values()]),
         np.array([o for _, o in inside.values()]),
-        tp=plan.tp,
-        dtype=precision.compute_dtype,
-        efficiency=get_stack(stack).efficiency,
-        precision=precision,
     )
     return _StackRuntimes(
         values=dict(zip(inside, (float(r) for r in runtimes), strict=True)),
@@ -802,9 +803,9 @@ def _with_frontier(row: ScenarioRow, on_frontier: dict[FrontierKind, bool]) -> S
     return row.model_copy(update={"on_frontier": on_frontier})
 
 
-def stacks(inputs: LeaderboardInputs) -> list[Stack]:
+def stacks(inputs: LeaderboardInputs) -> list[Provenance]:
     """The distinct stacks the inputs' fits were measured on, for the methodology section."""
-    seen: list[Stack] = []
+    seen: list[Provenance] = []
     fits = [m.idealized_fit for m in inputs.models] + [m.denoised_fit for m in inputs.models]
     fits += [fit for profile in inputs.profiles for fit in profile.fits]
     for fit in fits:

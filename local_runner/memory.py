@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from idealized_runtime.core.types import Architecture
+from idealized_runtime.core.types import Architecture, Precision
 from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 
 # Activations, CUDA graph pools, cuBLAS workspaces: kept free beyond weights and KV cache.
@@ -24,7 +24,10 @@ def bytes_needed(
     """Per-GPU bytes for the weights and KV cache of a (possibly layer-sampled) profile: the
     serving planner's count for one pipeline stage of ``tp`` GPUs."""
     sampled = arch.model_copy(update={"num_layers": layers or arch.num_layers})
-    weights, cache = memory_per_gpu(sampled, tp, 1, seq_len, batch, dtype)  # type: ignore[arg-type]
+    precision = Precision.from_dtype(dtype)  # type: ignore[arg-type]
+    weights, cache = memory_per_gpu(
+        sampled, precision, tp=tp, context_tokens=seq_len, batch_size=batch
+    )
     return int(weights + cache)
 
 

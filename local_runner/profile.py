@@ -4,8 +4,9 @@ Each point is timed ``repeats`` times after ``warmup`` runs (CUDA events on GPU,
 after a synchronize on CPU); the CSV row holds the median, the standard deviation and the median
 time to first token (prefill + first token). Rows are appended and fsynced one by one, so a run
 that is killed and restarted with the same arguments skips what is done and duplicates nothing.
-The sidecar ``<output>.meta.json`` records the stack (an ``idealized_runtime.core.types.Stack``) and
-the settings; resuming into a file written with other settings is refused.
+The sidecar ``<output>.meta.json`` records where the timings come from (an
+``idealized_runtime.core.types.Provenance``, under the key ``stack``) and the settings; resuming
+into a file written with other settings is refused.
 
 Layer sampling (models that do not fit): build ``k`` of the ``L`` layers, time every point with
 the first ``k1 = k // 2`` and with all ``k`` layers, and extrapolate linearly in the layer count:
@@ -39,7 +40,7 @@ import torch
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import append_line_durably, atomic_writer, truncate_partial_line
-from idealized_runtime.core.types import Architecture, Stack
+from idealized_runtime.core.types import Architecture, Provenance
 from idealized_runtime.local_runner.generate import Generator
 from idealized_runtime.local_runner.parallel import SINGLE, TensorParallel, check_divisible
 
@@ -268,7 +269,7 @@ def meta_path(output: Path) -> Path:
     return output.with_name(output.name + ".meta.json")
 
 
-def stack_for(device: torch.device, dtype: str, tp_size: int) -> Stack:
+def stack_for(device: torch.device, dtype: str, tp_size: int) -> Provenance:
     versions = {"torch": torch.__version__, "python": platform.python_version()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
@@ -282,7 +283,7 @@ def stack_for(device: torch.device, dtype: str, tp_size: int) -> Stack:
         name = platform.processor() or platform.machine()
         hardware = "cpu"
         versions["cpu_threads"] = str(torch.get_num_threads())
-    return Stack(
+    return Provenance(
         runner="idealized-runtime",
         hardware=hardware,
         device_name=name,

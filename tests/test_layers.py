@@ -1,43 +1,45 @@
-"""Import direction: a module imports only its own layer or lower ones (see the layer list in the
-developers' guide). Every import statement counts, also those inside functions (lazy imports)."""
+"""Import direction, checked against the layer table in docs/architecture.md.
+
+A module imports only from its own unit and from units on lower layers; units on one layer do not
+import each other. Every import statement counts, also those inside functions (lazy imports). The
+table is read from the document, so the docs and this test cannot state two layerings.
+"""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"
 # The repository's folders and the names they install under (setup.py maps them).
 FOLDERS = {
     "idealized_runtime": "idealized_runtime",
     "cost_model": "idealized_runtime.cost_model",
     "local_runner": "idealized_runtime.local_runner",
     "api": "idealized_runtime.api",
+    "benchmarks": "benchmarks",
 }
-PACKAGES = tuple(FOLDERS)
+ROW = re.compile(r"^\|\s*(\d+)\s*\|\s*`([\w.]+)`\s*\|")
 
-# Longest prefix wins. Lowest layer first.
-LAYERS: dict[str, int] = {
-    "idealized_runtime": 1,  # the package's __init__ only; subpackages are listed below
-    "idealized_runtime.core": 1,
-    "idealized_runtime.cost_model": 2,
-    "idealized_runtime.local_runner": 2,
-    "idealized_runtime.timing": 2,
-    "idealized_runtime.leaderboard": 3,
-    "idealized_runtime.report": 3,
-    "idealized_runtime.api": 4,
-    "idealized_runtime.cli": 5,
-    "idealized_runtime.bench": 5,
-    "idealized_runtime.demo": 5,
-    "idealized_runtime.processes": 5,
-    "idealized_runtime.__main__": 5,
-}
-# Packages of layer 2 are independent of each other, except that the local runner may use the
-# cost model's pure counting functions.
-SIBLINGS_ALLOWED = {("idealized_runtime.local_runner", "idealized_runtime.cost_model")}
+
+def layer_table(text: str | None = None) -> dict[str, int]:
+    """unit -> layer, from the table under "## Layers" in docs/architecture.md."""
+    text = ARCHITECTURE_DOC.read_text(encoding="utf-8") if text is None else text
+    section = text.split("\n## Layers", 1)[1].split("\n## ", 1)[0]
+    table = {}
+    for line in section.splitlines():
+        if match := ROW.match(line):
+            table[match.group(2)] = int(match.group(1))
+    return table
+
+
+LAYERS = layer_table()
 
 
 def _unit(module: str) -> str | None:
+    """The longest unit of the table that ``module`` is or lies in."""
     parts = module.split(".")
     for end in range(len(parts), 0, -1):
         prefix = ".".join(parts[:end])
@@ -70,56 +72,60 @@ def _imports(path: Path, module: str) -> list[tuple[int, str]]:
     return found
 
 
-def _is_package_name(imported: str) -> bool:
-    """``from idealized_runtime import X`` names something of the package's ``__init__``, unless
-    X is one of the subpackages in the table."""
-    return imported.count(".") <= 1 and f"idealized_runtime.{imported.split('.')[-1]}" not in LAYERS
+def _python_files() -> list[Path]:
+    return [path for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))]
 
 
 def layer_violations() -> list[str]:
     problems = []
-    for package in PACKAGES:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            module = _module_name(path)
-            own = _unit(module)
-            if own is None:
+    for path in _python_files():
+        module = _module_name(path)
+        own = _unit(module)
+        if own is None:
+            problems.append(f"{path.relative_to(ROOT)}: {module} is in no unit of the table")
+            continue
+        for line, imported in _imports(path, module):
+            target = _unit(imported)
+            # Outside the project, or its own unit: free. Else strictly lower layers only (an
+            # import of a package's lazy exports counts as that package's unit).
+            if target is None or target == own or LAYERS[target] < LAYERS[own]:
                 continue
-            for line, imported in _imports(path, module):
-                target = _unit(imported)
-                if target is None or target == own:
-                    continue
-                if target == "idealized_runtime" and _is_package_name(imported):
-                    continue
-                higher = LAYERS[target] > LAYERS[own]
-                sibling = (
-                    LAYERS[target] == LAYERS[own] == 2 and (own, target) not in SIBLINGS_ALLOWED
-                )
-                if higher or sibling:
-                    where = path.relative_to(ROOT)
-                    problems.append(
-                        f"{where}:{line}: {own} (layer {LAYERS[own]}) imports {imported} "
-                        f"({target}, layer {LAYERS[target]})"
-                    )
+            where = path.relative_to(ROOT)
+            problems.append(
+                f"{where}:{line}: {own} (layer {LAYERS[own]}) imports {imported} "
+                f"({target}, layer {LAYERS[target]})"
+            )
     return problems
 
 
-def test_no_module_imports_a_higher_layer_or_an_independent_sibling() -> None:
+def test_every_import_runs_down_the_layer_table() -> None:
     problems = layer_violations()
     assert not problems, "layering violations:\n" + "\n".join(problems)
+
+
+def test_the_table_is_read_from_the_document() -> None:
+    assert LAYERS["idealized_runtime.core"] == 1
+    assert (
+        LAYERS["idealized_runtime.cost_model.hardware.counts"]
+        < LAYERS["idealized_runtime.local_runner"]
+    )
+    assert LAYERS["idealized_runtime.api"] < LAYERS["idealized_runtime.cli"]
+    assert LAYERS["benchmarks"] == max(LAYERS.values())
 
 
 def test_the_check_catches_an_upward_import(tmp_path: Path) -> None:
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from idealized_runtime.api.app import create_app\n")
-    assert _imports(module, "idealized_runtime.cost_model.m") == [
-        (2, "idealized_runtime.api.app.create_app")
-    ]
-    assert _unit("idealized_runtime.api.app.create_app") == "idealized_runtime.api"
-    assert _unit("idealized_runtime.cost_model.m") == "idealized_runtime.cost_model"
+    imports = _imports(module, "idealized_runtime.cost_model.fitting.m")
+    assert imports == [(2, "idealized_runtime.api.app.create_app")]
+    own = _unit("idealized_runtime.cost_model.fitting.m")
+    target = _unit(imports[0][1])
+    assert (own, target) == ("idealized_runtime.cost_model.fitting", "idealized_runtime.api")
+    assert LAYERS[target] > LAYERS[own]
 
 
 def _import_cycles(folder: str) -> list[list[str]]:
-    """Cycles among a package's modules, every import statement counted (lazy ones too)."""
+    """Cycles among a folder's modules, every import statement counted (lazy ones too)."""
     paths = {_module_name(path): path for path in sorted((ROOT / folder).rglob("*.py"))}
     graph: dict[str, set[str]] = {module: set() for module in paths}
     for module, path in paths.items():
@@ -149,5 +155,6 @@ def _import_cycles(folder: str) -> list[list[str]]:
     return cycles
 
 
-def test_cost_model_has_no_import_cycles() -> None:
-    assert _import_cycles("cost_model") == []
+def test_no_import_cycles() -> None:
+    cycles = {folder: _import_cycles(folder) for folder in FOLDERS}
+    assert not any(cycles.values()), cycles

@@ -49,8 +49,7 @@ from idealized_runtime.core.scenarios import (
     scenario_workload,
     workload_names,
 )
-from idealized_runtime.core.types import Architecture, Hardware
-from idealized_runtime.cost_model.hardware.roofline import Efficiency
+from idealized_runtime.core.types import Architecture, Deployment, Efficiency, Hardware
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
 ESTIMATE_ERRORS = {**READ_ERRORS, 404: ERRORS[404]}
@@ -167,19 +166,19 @@ def _stack_target(
 
 
 def _stack_runtimes(target: StackTarget, p: np.ndarray, o: np.ndarray) -> np.ndarray:
-    from idealized_runtime.cost_model.hardware.roofline import (
-        predict_runtime as hardware_model_runtime,
-    )
+    from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
 
     try:
         return np.asarray(
             hardware_model_runtime(
-                target.architecture,
-                target.hardware,
+                Deployment(
+                    architecture=target.architecture,
+                    hardware=target.hardware,
+                    tp=target.num_gpus,
+                    efficiency=target.efficiency,
+                ),
                 p,
                 o,
-                tp=target.num_gpus,
-                efficiency=target.efficiency,
             ),
             dtype=np.float64,
         ).reshape(-1)

@@ -24,7 +24,7 @@ from idealized_runtime.api.schemas import MAX_ID, FitCreate, FitOut, Metric, Pag
 from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import FitMethod, Stack
+from idealized_runtime.core.types import FitMethod, Provenance
 from idealized_runtime.cost_model.fitting.helm_format import export_helm_table, import_helm_table
 from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
@@ -58,7 +58,7 @@ def create_fits(
     if set_row is None:
         raise not_found(f"no measurement set {request.measurement_set_id}")
     set_id = set_row.id
-    stack = Stack(**set_row.stack.spec) if set_row.stack else None
+    stack = Provenance(**set_row.stack.spec) if set_row.stack else None
     measurements = crud.set_measurements(session, set_id, request.models)
     if not measurements:
         raise InputError(f"measurement set {set_id} has no rows of the requested models")

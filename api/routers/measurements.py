@@ -30,7 +30,7 @@ from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.settings import get_settings
 from idealized_runtime.api.uploads import parse_measurements_csv
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Dtype, Measurement, Stack
+from idealized_runtime.core.types import Dtype, Measurement, Provenance
 
 router = APIRouter(prefix="/v1/measurement-sets", tags=["measurements"])
 CSV_TYPES = ("text/csv", "application/csv", "text/plain")
@@ -55,7 +55,7 @@ def _store(
     name: str | None,
     source: str,
     metadata: dict[str, Any],
-    stack: Stack | None,
+    stack: Provenance | None,
     measurements: list[Measurement],
 ) -> JSONResponse:
     _check_rows(len(measurements))
@@ -178,7 +178,7 @@ def upload_csv(
         name=name,
         source=source,
         metadata={"format": "csv"},
-        stack=Stack(**given) if given else None,
+        stack=Provenance(**given) if given else None,
         measurements=measurements,
     )
 
@@ -251,7 +251,7 @@ def upload_helm(
         name=name,
         source="import",
         metadata={"format": "helm", "runs": int(frame["run"].nunique())},
-        stack=Stack(runner="api"),
+        stack=Provenance(runner="api"),
         measurements=measurements,
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from idealized_runtime.core.types import FitMethod, FittedCostModel, Stack
+from idealized_runtime.core.types import FitMethod, FittedCostModel, Provenance
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from idealized_runtime.cost_model.fitting.quality import fit_quality
 from idealized_runtime.cost_model.fitting.timings import ModelTimings
@@ -33,7 +33,7 @@ def finish_fit(
     beta: float,
     beta_context: float = 0.0,
     overhead: float | None = None,
-    stack: Stack | None,
+    stack: Provenance | None,
     confidence_intervals: Mapping[str, tuple[float, float]] | None = None,
 ) -> FittedCostModel:
     fit = FittedCostModel(

@@ -24,7 +24,7 @@ from numpy.typing import NDArray
 from scipy.optimize import linprog
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import FittedCostModel, Stack
+from idealized_runtime.core.types import FittedCostModel, Provenance
 from idealized_runtime.cost_model.fitting.basis import alpha_knots, finish_fit, interpolation_basis
 from idealized_runtime.cost_model.fitting.timings import ModelTimings
 
@@ -133,7 +133,7 @@ def _parameters(coef: NDArray[np.float64], knots: NDArray[np.float64]) -> dict[s
 def fit_denoised(
     timings: ModelTimings,
     *,
-    stack: Stack | None = None,
+    stack: Provenance | None = None,
     bootstrap_samples: int = 200,
     seed: int = 0,
     quantile: float = DEFAULT_QUANTILE,

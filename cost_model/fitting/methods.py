@@ -30,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import FitMethod, FittedCostModel, Measurement, Stack
+from idealized_runtime.core.types import FitMethod, FittedCostModel, Measurement, Provenance
 from idealized_runtime.cost_model.fitting.basis import alpha_knots, finish_fit, interpolation_basis
 from idealized_runtime.cost_model.fitting.timings import (
     ModelTimings,
@@ -56,7 +56,7 @@ def fit_measurements(
     measurements: Sequence[Measurement],
     method: FitMethod = "default",
     *,
-    stack: Stack | None = None,
+    stack: Provenance | None = None,
     bootstrap_samples: int = 200,
     seed: int = 0,
 ) -> dict[str, FittedCostModel]:
@@ -82,7 +82,7 @@ def fit_measurements(
 # --- HELM -------------------------------------------------------------------------------------
 
 
-def fit_helm(timings: ModelTimings, *, stack: Stack | None = None) -> FittedCostModel:
+def fit_helm(timings: ModelTimings, *, stack: Provenance | None = None) -> FittedCostModel:
     """HELM's method, exactly (see the module docstring)."""
     p, o, y = timings.num_prompt_tokens, timings.num_output_tokens, timings.runtime_s
     first = o == 1
@@ -253,7 +253,7 @@ def tabulate_alpha(
 def fit_default_group(
     groups: Mapping[str, ModelTimings],
     *,
-    stack: Stack | None = None,
+    stack: Provenance | None = None,
     prompt_tile: int | str | None = "auto",
 ) -> dict[str, FittedCostModel]:
     """The default method for models profiled together (one tile height for all of them).
@@ -282,7 +282,10 @@ def fit_default_group(
 
 
 def fit_default(
-    timings: ModelTimings, *, stack: Stack | None = None, prompt_tile: int | str | None = "auto"
+    timings: ModelTimings,
+    *,
+    stack: Provenance | None = None,
+    prompt_tile: int | str | None = "auto",
 ) -> FittedCostModel:
     """The default method for one model."""
     return fit_default_group({timings.model: timings}, stack=stack, prompt_tile=prompt_tile)[

@@ -43,11 +43,18 @@ from idealized_runtime.core.catalog import (
 )
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.types import Architecture, Dtype, Hardware, Measurement
-from idealized_runtime.cost_model.hardware.roofline import (
+from idealized_runtime.core.types import (
+    Architecture,
+    Deployment,
+    Dtype,
     Efficiency,
-    predict_alpha,
-    predict_runtime,
+    Hardware,
+    Measurement,
+    Precision,
+)
+from idealized_runtime.cost_model.hardware.roofline import (
+    hardware_model_alpha,
+    hardware_model_runtime,
 )
 
 SHIPPED_CALIBRATION = "a100-megatron-2022"
@@ -102,7 +109,7 @@ class ModelError:
 
 
 @dataclass(frozen=True)
-class Calibration:
+class ProfileCalibration:
     """Efficiency factors of one stack, with how well they reproduce its profiles."""
 
     name: str
@@ -148,7 +155,7 @@ class Calibration:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping) -> Calibration:
+    def from_json(cls, data: Mapping) -> ProfileCalibration:
         try:
             per_model = data.get("in_sample", {}).get("per_model", {})
             return cls(
@@ -240,9 +247,15 @@ def predict_targets(
     model: ProfiledModel, hardware: Hardware, efficiency: Efficiency, dtype: Dtype = "float16"
 ) -> tuple[NDArray[np.float64], float]:
     """(alpha at the profiled prompt sizes, pooled beta over the profiled grid) predicted."""
-    kwargs = {"tp": model.tp, "dtype": dtype, "efficiency": efficiency}
-    alpha = predict_alpha(model.architecture, hardware, model.prompt_sizes, **kwargs)
-    grid = predict_runtime(model.architecture, hardware, model.grid_p, model.grid_o, **kwargs)
+    deployment = Deployment(
+        architecture=model.architecture,
+        hardware=hardware,
+        tp=model.tp,
+        precision=Precision.from_dtype(dtype),
+        efficiency=efficiency,
+    )
+    alpha = hardware_model_alpha(deployment, model.prompt_sizes)
+    grid = hardware_model_runtime(deployment, model.grid_p, model.grid_o)
     return alpha, pooled_beta(model.grid_p, model.grid_o, grid)
 
 
@@ -302,10 +315,10 @@ def calibrate(
     runner: str,
     dtype: Dtype = "float16",
     notes: str = "",
-) -> Calibration:
+) -> ProfileCalibration:
     """Fit a stack's efficiency factors and record the in-sample error per model."""
     efficiency = fit_efficiency(models, hardware, dtype=dtype)
-    return Calibration(
+    return ProfileCalibration(
         name=name,
         hardware=hardware.name,
         runner=runner,
@@ -336,28 +349,28 @@ def calibration_path(name: str = SHIPPED_CALIBRATION) -> Path:
     return data_path(CALIBRATIONS_DIR, f"{name}.json")
 
 
-def load_calibration(path: str | Path) -> Calibration:
+def load_calibration(path: str | Path) -> ProfileCalibration:
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InputError(f"{path}: no such calibration file") from None
     except json.JSONDecodeError as error:
         raise InputError(f"{path}: not JSON ({error})") from None
-    return Calibration.from_json(data)
+    return ProfileCalibration.from_json(data)
 
 
-def shipped_calibration(name: str = SHIPPED_CALIBRATION) -> Calibration:
+def shipped_calibration(name: str = SHIPPED_CALIBRATION) -> ProfileCalibration:
     """A calibration shipped in ``data/calibrations/``."""
     return load_calibration(calibration_path(name))
 
 
-def save_calibration(calibration: Calibration, path: str | Path) -> None:
+def save_calibration(calibration: ProfileCalibration, path: str | Path) -> None:
     with atomic_writer(path) as handle:
         json.dump(calibration.to_json(), handle, indent=2, sort_keys=False)
         handle.write("\n")
 
 
-def calibrate_megatron_a100() -> Calibration:
+def calibrate_megatron_a100() -> ProfileCalibration:
     """Calibrate on the paper's whole A100 Megatron grid (what ships as the default)."""
     hardware = get_hardware(MEGATRON_A100_STACK.hardware)
     return calibrate(

@@ -51,7 +51,6 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
     BF16,
     Architecture,
-    Dtype,
     Precision,
 )
 
@@ -320,17 +319,15 @@ def forward_costs(
     context_tokens: ArrayLike = 0,
     *,
     batch: int = 1,
-    dtype: Dtype = "bfloat16",
     tp: int = 1,
-    precision: Precision | None = None,
+    precision: Precision = BF16,
 ) -> PhaseCosts:
     """Work per GPU of one forward pass over ``batch`` sequences (see the module docstring).
 
-    ``precision`` (default: ``dtype`` everywhere) sets the bytes of weights (quantized linear
+    ``precision`` (default: bf16 everywhere) sets the bytes of weights (quantized linear
     layers with their scales), of the KV cache, and the GEMM element size for alignment."""
     check_size(arch)
     _check_tp(arch, tp)
-    precision = precision or Precision.from_dtype(dtype)
     n = np.asarray(new_tokens, dtype=np.float64)
     c = np.asarray(context_tokens, dtype=np.float64)
     n, c = np.broadcast_arrays(n, c)
@@ -451,9 +448,8 @@ def request_costs(
     num_output_tokens: ArrayLike,
     *,
     batch: int = 1,
-    dtype: Dtype = "bfloat16",
     tp: int = 1,
-    precision: Precision | None = None,
+    precision: Precision = BF16,
 ) -> RequestCosts:
     """FLOPs and bytes per GPU of a whole request: prompt pass + sum of o - 1 decode steps.
 
@@ -466,7 +462,7 @@ def request_costs(
     if np.any(p < 1) or np.any(o < 0):
         raise InputError("prompt token counts must be >= 1 and output token counts >= 0")
     steps = np.maximum(o - 1.0, 0.0)  # o = 0: the prompt pass only, as in HELM
-    kwargs = {"batch": batch, "dtype": dtype, "tp": tp, "precision": precision}
+    kwargs = {"batch": batch, "tp": tp, "precision": precision}
     prompt = forward_costs(arch, p, 0.0, **kwargs)  # type: ignore[arg-type]
     mean_context = p + steps / 2.0 - 0.5  # mean of p + i - 1 over i = 1..steps
     step = forward_costs(arch, np.ones_like(p * o), mean_context, **kwargs)  # type: ignore[arg-type]
@@ -496,14 +492,13 @@ def prompt_costs(
     num_prompt_tokens: ArrayLike,
     *,
     batch: int = 1,
-    dtype: Dtype = "bfloat16",
     tp: int = 1,
-    precision: Precision | None = None,
+    precision: Precision = BF16,
     last_token_in_decode: bool = False,
 ) -> PromptCosts:
     """Per-GPU work of the first output token of prompts of ``num_prompt_tokens`` tokens."""
     p = np.asarray(num_prompt_tokens, dtype=np.float64)
-    kwargs = {"batch": batch, "dtype": dtype, "tp": tp, "precision": precision}
+    kwargs = {"batch": batch, "tp": tp, "precision": precision}
     if not last_token_in_decode:
         return PromptCosts(forward_costs(arch, p, 0.0, **kwargs), np.ones(p.shape, dtype=bool))
     head = forward_costs(arch, np.maximum(p - 1.0, 1.0), 0.0, **kwargs)
@@ -513,20 +508,19 @@ def prompt_costs(
 
 def memory_per_gpu(
     arch: Architecture,
-    tp: int,
-    pp: int,
+    precision: Precision = BF16,
+    *,
+    tp: int = 1,
+    pp: int = 1,
     context_tokens: int,
-    batch_size: int,
-    dtype: Dtype,
-    precision: Precision | None = None,
+    batch_size: int = 1,
 ) -> tuple[float, float]:
     """(weight bytes, KV bytes) on the fullest GPU of a tp x pp layout.
 
-    Weights at ``precision`` (default: ``dtype``), quantized ones with their scales; the KV
-    cache holds ``context_tokens`` per sequence, at most the window in sliding-window layers.
-    Stages hold consecutive blocks of ceil(layers / pp) layers, the embedding on the first and
-    the LM head on the last; the fullest stage is the one that counts."""
-    precision = precision or Precision.from_dtype(dtype)
+    Weights at ``precision``, quantized ones with their scales; the KV cache holds
+    ``context_tokens`` per sequence, at most the window in sliding-window layers. Stages hold
+    consecutive blocks of ceil(layers / pp) layers, the embedding on the first and the LM head
+    on the last; the fullest stage is the one that counts."""
     check_size(arch)
     per_stage = math.ceil(arch.num_layers / pp)
     kv_token_layer = kv_bytes_per_token_layer(arch, precision, tp)

@@ -2,7 +2,7 @@
 
 ``estimate_from_fit``
     A fitted (profiled) model's runtime of a request, and its costs on the fit's hardware.
-``estimate_from_architecture`` / ``hardware_model_estimate`` / ``estimate_request``
+``plan_request`` / ``estimate_from_deployment`` / ``hardware_model_estimate`` / ``estimate_request``
     The hardware model's runtime of a request on the GPUs the planner chooses, on a reference
     stack (``stacks``) or the ideal roofline: what ``idealized-runtime estimate --arch`` and
     the REST API give.
@@ -23,22 +23,28 @@ from typing import Protocol
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
+    BF16,
+    IDEAL,
     Architecture,
-    Dtype,
+    Deployment,
+    Efficiency,
     FittedCostModel,
     Hardware,
     Precision,
     parse_precision,
 )
-from idealized_runtime.cost_model.hardware.counts import (
-    memory_per_gpu,
+from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
+from idealized_runtime.cost_model.hardware.planner import (
+    DEFAULT_RESERVE_FRACTION,
+    GB,
+    plan_deployment,
 )
-from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB, plan_gpus
 from idealized_runtime.cost_model.hardware.roofline import (
-    IDEAL,
-    Efficiency,
     check_precision,
     decode_step_time,
+    hardware_model_alpha,
+    hardware_model_beta,
+    hardware_model_runtime,
 )
 from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, get_stack
 
@@ -85,54 +91,36 @@ class ThroughputPoint:
 
 
 def decode_throughput(
-    arch: Architecture,
-    hardware: Hardware,
+    deployment: Deployment,
     *,
     context_tokens: int,
     batch_sizes: Sequence[int] = BATCH_SIZES,
-    tp: int | None = None,
-    dtype: Dtype = "bfloat16",
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
 ) -> list[ThroughputPoint]:
-    """Idealized decode throughput per batch size at a context length.
-
-    ``tp`` defaults to the GPUs the model needs at batch 1 (a single-node layout); batches
-    whose KV cache would not fit on them are still computed but flagged ``fits=False``.
-    """
-    if tp is None:
-        plan = plan_gpus(
-            arch, hardware, context_tokens=context_tokens, dtype=dtype, precision=precision
+    """Idealized decode throughput per batch size at a context length, on the deployment's
+    GPUs (one node: ``plan_deployment`` at batch 1 chooses them). Batches whose KV cache would
+    not fit on them are still computed but flagged ``fits=False``."""
+    arch, hardware, tp = deployment.architecture, deployment.hardware, deployment.tp
+    if deployment.pp > 1:
+        raise InputError(
+            f"{arch.name} needs {deployment.num_gpus} {hardware.name} GPUs over {deployment.pp} "
+            "pipeline stages; the throughput table models one node (pass tp explicitly)"
         )
-        if plan.pp > 1:
-            raise InputError(
-                f"{arch.name} needs {plan.num_gpus} {hardware.name} GPUs over {plan.pp} pipeline "
-                "stages; the throughput table models one node (pass tp explicitly)"
-            )
-        tp = plan.tp
+    usable = hardware.memory_gb * GB * (1.0 - DEFAULT_RESERVE_FRACTION)
     points = []
     for batch in batch_sizes:
-        step = decode_step_time(
-            arch,
-            hardware,
-            context_tokens,
-            tp=tp,
-            dtype=dtype,
-            batch=batch,
-            efficiency=efficiency,
-            precision=precision,
-        )
+        at_batch = deployment.model_copy(update={"batch_size": batch})
+        step = decode_step_time(at_batch, context_tokens)
         seconds = float(step.total_s)
-        tokens_per_s = batch / seconds
         cost = cost_variants(seconds, tp, hardware)
-        weights, kv = memory_per_gpu(arch, tp, 1, context_tokens, batch, dtype, precision)
-        usable = hardware.memory_gb * GB * (1.0 - DEFAULT_RESERVE_FRACTION)
+        weights, kv = memory_per_gpu(
+            arch, deployment.precision, tp=tp, context_tokens=context_tokens, batch_size=batch
+        )
         points.append(
             ThroughputPoint(
                 batch_size=batch,
                 num_gpus=tp,
                 step_s=seconds,
-                tokens_per_s=tokens_per_s,
+                tokens_per_s=batch / seconds,
                 usd_per_million_tokens=cost["cost_usd"] / batch * 1e6,
                 joules_per_token=cost["energy_j"] / batch,
                 memory_bound=bool(step.memory_bound),
@@ -248,7 +236,7 @@ def estimate_from_fit(
     )
 
 
-def estimate_from_architecture(
+def plan_request(
     arch: Architecture,
     hardware: Hardware,
     num_prompt_tokens: int,
@@ -256,75 +244,69 @@ def estimate_from_architecture(
     *,
     batch_size: int = 1,
     tp: int | None = None,
-    dtype: Dtype = "bfloat16",
+    precision: Precision = BF16,
     efficiency: Efficiency = IDEAL,
-    source: str = "analytic",
-    precision: Precision | None = None,
-) -> Estimate:
-    """The hardware model's figures for one request (``batch_size`` identical sequences).
-
-    The GPUs are the smallest layout holding the weights and the KV cache of p + o tokens per
-    sequence (``plan_gpus``). With pipeline stages the request still runs its layers one stage
-    after another, so its time is that of all layers at the stage's tensor-parallel size.
-    """
-    from idealized_runtime.cost_model.hardware.roofline import (
-        predict_alpha,
-        predict_beta,
-        predict_runtime,
-    )
-
+    stack: str | None = None,
+) -> Deployment:
+    """The deployment a request of ``batch_size`` identical sequences runs on: the smallest
+    layout holding the weights and the KV cache of p + o tokens per sequence
+    (``planner.plan_deployment``; ``tp`` fixes the tensor-parallel size). InputError for a
+    request the model cannot serve (tokens, context length, a precision the GPU lacks)."""
     _check_tokens(num_prompt_tokens, num_output_tokens, batch_size)
-    precision = precision or Precision.from_dtype(dtype)
     check_precision(hardware, precision)
     if num_prompt_tokens + num_output_tokens > arch.max_context:
         raise InputError(
             f"{num_prompt_tokens} prompt + {num_output_tokens} output tokens exceed the context "
             f"length of {arch.name} ({arch.max_context} tokens)"
         )
-    plan = plan_gpus(
+    return plan_deployment(
         arch,
         hardware,
         context_tokens=num_prompt_tokens + num_output_tokens,
         batch_size=batch_size,
-        dtype=dtype,
-        tp=tp,
         precision=precision,
+        tp=tp,
+        efficiency=efficiency,
+        stack=stack,
     )
-    kwargs = {
-        "tp": plan.tp,
-        "dtype": dtype,
-        "batch": batch_size,
-        "efficiency": efficiency,
-        "precision": precision,
-    }
-    runtime = float(predict_runtime(arch, hardware, num_prompt_tokens, num_output_tokens, **kwargs))
-    alpha = float(predict_alpha(arch, hardware, num_prompt_tokens, **kwargs))
+
+
+def estimate_from_deployment(
+    deployment: Deployment, num_prompt_tokens: int, num_output_tokens: int
+) -> Estimate:
+    """The hardware model's figures for one request (the deployment's batch of identical
+    sequences), on all of the deployment's GPUs. With pipeline stages the request still runs
+    its layers one stage after another, so its time is that of all layers at the stage's
+    tensor-parallel size. Source ``calibrated`` on a named stack, else ``analytic``."""
+    _check_tokens(num_prompt_tokens, num_output_tokens, deployment.batch_size)
+    runtime = float(hardware_model_runtime(deployment, num_prompt_tokens, num_output_tokens))
+    alpha = float(hardware_model_alpha(deployment, num_prompt_tokens))
     steps = max(num_output_tokens - 1, 0)
     # With one output token there is no decode step to average over: report the time of the
     # step that would come next, at this context.
     beta = (
         (runtime - alpha) / steps
         if steps
-        else float(predict_beta(arch, hardware, num_prompt_tokens, **kwargs))
+        else float(hardware_model_beta(deployment, num_prompt_tokens))
     )
     notes = []
-    if plan.pp > 1:
-        notes.append(f"{plan.pp} pipeline stages of tensor-parallel size {plan.tp}")
+    if deployment.pp > 1:
+        notes.append(f"{deployment.pp} pipeline stages of tensor-parallel size {deployment.tp}")
     return Estimate(
-        source=source,
-        model=arch.name,
-        hardware=hardware.name,
+        source="calibrated" if deployment.stack else "analytic",
+        model=deployment.architecture.name,
+        hardware=deployment.hardware.name,
         num_prompt_tokens=num_prompt_tokens,
         num_output_tokens=num_output_tokens,
-        batch_size=batch_size,
+        batch_size=deployment.batch_size,
         runtime_s=runtime,
         alpha_s=alpha,
         beta_s=beta,
-        tp=plan.tp,
-        num_gpus=plan.num_gpus,
-        costs=cost_variants(runtime, plan.num_gpus, hardware),
+        tp=deployment.tp,
+        num_gpus=deployment.num_gpus,
+        costs=cost_variants(runtime, deployment.num_gpus, deployment.hardware),
         notes=tuple(notes),
-        precision=precision.label,
+        precision=deployment.precision.label,
     )
 
 
@@ -347,28 +329,26 @@ def hardware_model_estimate(
     reference stack (source ``calibrated``; the stack's name is returned; default
     ``DEFAULT_STACK``) or the ideal roofline (``ideal``: source ``analytic``,
     name ""). ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
-    precision = precision or arch.precision or Precision()
+    precision = precision or arch.precision or BF16
     if ideal:
         if stack is not None:
             raise InputError("a reference stack and the ideal roofline exclude one another")
-        efficiency, source, calibration = IDEAL, "analytic", ""
+        efficiency, calibration = IDEAL, ""
     else:
         chosen = get_stack(stack or DEFAULT_STACK)
-        efficiency = chosen.efficiency_for(precision.weights)
-        source, calibration = "calibrated", chosen.name
-    estimate = estimate_from_architecture(
+        efficiency, calibration = chosen.efficiency_for(precision.weights), chosen.name
+    deployment = plan_request(
         arch,
         hardware,
         num_prompt_tokens,
         num_output_tokens,
         batch_size=batch_size,
         tp=tp,
-        dtype=precision.compute_dtype,
-        efficiency=efficiency,
-        source=source,
         precision=precision,
+        efficiency=efficiency,
+        stack=calibration or None,
     )
-    return estimate, calibration
+    return estimate_from_deployment(deployment, num_prompt_tokens, num_output_tokens), calibration
 
 
 class HardwareModelRequest(Protocol):

@@ -18,14 +18,15 @@ from dataclasses import dataclass
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
+    BF16,
+    IDEAL,
     Architecture,
-    Dtype,
+    Deployment,
+    Efficiency,
     Hardware,
     Precision,
 )
-from idealized_runtime.cost_model.hardware.counts import (
-    memory_per_gpu,
-)
+from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 
 GPUS_PER_NODE = 8
 DEFAULT_RESERVE_FRACTION = 0.10
@@ -67,11 +68,10 @@ def plan_gpus(
     *,
     context_tokens: int,
     batch_size: int = 1,
-    dtype: Dtype = "bfloat16",
+    precision: Precision = BF16,
     reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
     gpus_per_node: int = GPUS_PER_NODE,
     tp: int | None = None,
-    precision: Precision | None = None,
 ) -> GpuPlan:
     """The smallest layout that fits (see the module docstring); InputError if none does.
 
@@ -99,7 +99,9 @@ def plan_gpus(
         sizes = [tp]
 
     def plan(tp: int, pp: int) -> GpuPlan | None:
-        weights, kv = memory_per_gpu(arch, tp, pp, context_tokens, batch_size, dtype, precision)
+        weights, kv = memory_per_gpu(
+            arch, precision, tp=tp, pp=pp, context_tokens=context_tokens, batch_size=batch_size
+        )
         if weights + kv > usable:
             return None
         return GpuPlan(tp * pp, tp, pp, weights, kv, usable)
@@ -112,13 +114,17 @@ def plan_gpus(
         if found := plan(widest, pp):
             return found
     weights, kv = memory_per_gpu(
-        arch, widest, arch.num_layers, context_tokens, batch_size, dtype, precision
+        arch,
+        precision,
+        tp=widest,
+        pp=arch.num_layers,
+        context_tokens=context_tokens,
+        batch_size=batch_size,
     )
-    label = precision.label if precision else dtype
     raise InputError(
-        f"{arch.name} ({label}, {batch_size} x {context_tokens} tokens of context) does not fit "
-        f"on {memory_gb:g} GB GPUs: even one layer per pipeline stage at tensor-parallel size "
-        f"{widest} needs {(weights + kv) / GB:.1f} GB per GPU, {usable / GB:.1f} GB usable"
+        f"{arch.name} ({precision.label}, {batch_size} x {context_tokens} tokens of context) does "
+        f"not fit on {memory_gb:g} GB GPUs: even one layer per pipeline stage at tensor-parallel "
+        f"size {widest} needs {(weights + kv) / GB:.1f} GB per GPU, {usable / GB:.1f} GB usable"
     )
 
 
@@ -128,9 +134,8 @@ def min_gpus(
     *,
     context_tokens: int,
     batch_size: int = 1,
-    dtype: Dtype = "bfloat16",
+    precision: Precision = BF16,
     reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
-    precision: Precision | None = None,
 ) -> int:
     """Minimum number of GPUs of a kind to serve ``arch`` (see ``plan_gpus`` for the layout)."""
     return plan_gpus(
@@ -138,7 +143,40 @@ def min_gpus(
         hardware_or_memory_gb,
         context_tokens=context_tokens,
         batch_size=batch_size,
-        dtype=dtype,
-        reserve_fraction=reserve_fraction,
         precision=precision,
+        reserve_fraction=reserve_fraction,
     ).num_gpus
+
+
+def plan_deployment(
+    arch: Architecture,
+    hardware: Hardware,
+    *,
+    context_tokens: int,
+    batch_size: int = 1,
+    precision: Precision = BF16,
+    tp: int | None = None,
+    efficiency: Efficiency = IDEAL,
+    stack: str | None = None,
+) -> Deployment:
+    """The ``Deployment`` of ``arch`` on the fewest GPUs of ``hardware`` that hold it (``tp``
+    fixes the tensor-parallel size; pipeline stages are added when one stage does not fit),
+    timed at ``efficiency`` (the stack named ``stack``)."""
+    plan = plan_gpus(
+        arch,
+        hardware,
+        context_tokens=context_tokens,
+        batch_size=batch_size,
+        precision=precision,
+        tp=tp,
+    )
+    return Deployment(
+        architecture=arch,
+        hardware=hardware,
+        tp=plan.tp,
+        pp=plan.pp,
+        precision=precision,
+        batch_size=batch_size,
+        efficiency=efficiency,
+        stack=stack,
+    )

@@ -19,21 +19,21 @@ A request's alpha (prompt up to the first token), beta (a decode step) and runti
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
-    Architecture,
-    Dtype,
+    BF16,
+    IDEAL,
+    Deployment,
+    Efficiency,
     FittedCostModel,
     Hardware,
     Precision,
-    Stack,
+    Provenance,
 )
 from idealized_runtime.cost_model.hardware.counts import (
     Array,
@@ -51,75 +51,6 @@ HELM_PROMPT_SIZES: tuple[int, ...] = (
 # Decode steps of a request are summed in this many equal chunks (exact when the step time is
 # linear in the context, within a fraction of a percent at the roofline's kinks).
 DECODE_CHUNKS = 16
-
-
-@dataclass(frozen=True)
-class Efficiency:
-    """How far a software stack is from the hardware's peaks. Defaults: the ideal roofline."""
-
-    compute: float = 1.0  # fraction of peak dense tensor FLOP/s the matmuls reach
-    bandwidth: float = 1.0  # fraction of peak memory bandwidth reached
-    interconnect: float = 1.0  # fraction of the per-GPU interconnect bandwidth reached
-    layer_overhead_s: float = 0.0  # host time per layer per forward pass (launches, dispatch)
-    # Latency of one all-reduce (tp > 1 only); with ``ring_allreduce``, of each of its tp - 1
-    # ring steps instead.
-    allreduce_latency_s: float = 0.0
-    fixed_overhead_s: float = 0.0  # per forward pass (embedding, sampling, synchronisation)
-    attention_score_passes: float = 0.0  # times an unfused stack moves the score matrix
-    host_overlap: float = 1.0  # k in (gpu^k + host^k)^(1/k): 1 adds, large k overlaps
-    # s in (compute^(1/s) + memory^(1/s))^s: 0 is the roofline's max (loads hide behind math),
-    # 1 their sum. Real kernels near the ridge point (prefill of a few hundred tokens, batched
-    # decode) overlap them only partly.
-    compute_memory_serialization: float = 0.0
-    gemm_half_tokens: float = 0.0
-    # Engines of the FasterTransformer line (TurboMind up to v0.1.0a1) prefill a prompt without
-    # its last token and feed that token to the first decode step, so the first output token
-    # costs a pass over p - 1 tokens plus one decode step, not one pass over p tokens.
-    last_prompt_token_in_decode: bool = False
-    # Stacks that all-reduce through NCCL's ring (gpt-fast, TurboMind v0.1) pay the latency once
-    # per step around the ring, tp - 1 times: reduce-scatter and all-gather each pass every
-    # GPU's chunk on to its neighbour. False: one latency whatever tp, as for one-shot kernels
-    # that read every peer's buffer directly over NVLink (TensorRT-LLM's custom all-reduce).
-    ring_allreduce: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("compute", "bandwidth", "interconnect"):
-            value = getattr(self, name)
-            if not (0 < value <= 1):
-                raise InputError(f"efficiency {name} must be in (0, 1], got {value}")
-        for name in (
-            "layer_overhead_s",
-            "allreduce_latency_s",
-            "fixed_overhead_s",
-            "attention_score_passes",
-        ):
-            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
-                raise InputError(f"efficiency {name} must be finite and >= 0")
-        if not (self.host_overlap >= 1 and math.isfinite(self.host_overlap)):
-            raise InputError(f"efficiency host_overlap must be >= 1, got {self.host_overlap}")
-        if not (0 <= self.compute_memory_serialization <= 1):
-            raise InputError(
-                "efficiency compute_memory_serialization must be in [0, 1], got "
-                f"{self.compute_memory_serialization}"
-            )
-
-    def to_dict(self) -> dict[str, float | bool]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, float | bool]) -> Efficiency:
-        known = {f.name for f in fields(cls)}
-        unknown = set(values) - known
-        if unknown:
-            raise InputError(f"unknown efficiency factors: {', '.join(sorted(unknown))}")
-        flags = {f.name for f in fields(cls) if f.type in (bool, "bool")}
-        for name in flags & set(values):
-            if not isinstance(values[name], bool):
-                raise InputError(f"efficiency {name} must be true or false")
-        return cls(**{k: v if k in flags else float(v) for k, v in values.items()})
-
-
-IDEAL = Efficiency()
 
 
 @dataclass(frozen=True)
@@ -243,112 +174,61 @@ def prompt_time(
     return seconds
 
 
-def predict_alpha(
-    arch: Architecture,
-    hardware: Hardware,
-    num_prompt_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-) -> Array:
+def hardware_model_alpha(deployment: Deployment, num_prompt_tokens: ArrayLike) -> Array:
     """alpha(p): the prompt's processing up to and including the first output token."""
+    arch, efficiency = deployment.architecture, deployment.efficiency
     costs = prompt_costs(
         arch,
         num_prompt_tokens,
-        batch=batch,
-        dtype=dtype,
-        tp=tp,
-        precision=precision,
+        batch=deployment.batch_size,
+        tp=deployment.tp,
+        precision=deployment.precision,
         last_token_in_decode=efficiency.last_prompt_token_in_decode,
     )
-    hardware = compute_hardware(hardware, precision)
-    return prompt_time(costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency)
+    hardware = compute_hardware(deployment.hardware, deployment.precision)
+    return prompt_time(
+        costs, hardware, num_layers=arch.num_layers, tp=deployment.tp, efficiency=efficiency
+    )
 
 
-def decode_step_time(
-    arch: Architecture,
-    hardware: Hardware,
-    context_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-) -> PhaseTime:
-    """One decode step of ``batch`` sequences, each with ``context_tokens`` cached tokens."""
+def decode_step_time(deployment: Deployment, context_tokens: ArrayLike) -> PhaseTime:
+    """One decode step of the deployment's batch, each sequence with ``context_tokens`` cached
+    tokens."""
+    arch = deployment.architecture
     c = np.asarray(context_tokens, dtype=np.float64)
     costs = forward_costs(
-        arch, np.ones_like(c), c, batch=batch, dtype=dtype, tp=tp, precision=precision
-    )
-    hardware = compute_hardware(hardware, precision)
-    return pass_time(costs, hardware, num_layers=arch.num_layers, tp=tp, efficiency=efficiency)
-
-
-def predict_beta(
-    arch: Architecture,
-    hardware: Hardware,
-    context_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-) -> Array:
-    """beta(context): seconds of a decode step at a context length."""
-    return decode_step_time(
         arch,
+        np.ones_like(c),
+        c,
+        batch=deployment.batch_size,
+        tp=deployment.tp,
+        precision=deployment.precision,
+    )
+    hardware = compute_hardware(deployment.hardware, deployment.precision)
+    return pass_time(
+        costs,
         hardware,
-        context_tokens,
-        tp=tp,
-        dtype=dtype,
-        batch=batch,
-        efficiency=efficiency,
-        precision=precision,
-    ).total_s
+        num_layers=arch.num_layers,
+        tp=deployment.tp,
+        efficiency=deployment.efficiency,
+    )
 
 
-def predict_alpha_beta(
-    arch: Architecture,
-    hardware: Hardware,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
-    prompt_sizes: ArrayLike = HELM_PROMPT_SIZES,
+def hardware_model_beta(deployment: Deployment, context_tokens: ArrayLike) -> Array:
+    """beta(context): seconds of a decode step at a context length."""
+    return decode_step_time(deployment, context_tokens).total_s
+
+
+def hardware_model_alpha_beta(
+    deployment: Deployment, prompt_sizes: ArrayLike = HELM_PROMPT_SIZES
 ) -> tuple[Array, Array]:
     """(alpha at ``prompt_sizes``, beta at contexts ``prompt_sizes``): a quick table."""
-    kwargs = {
-        "tp": tp,
-        "dtype": dtype,
-        "batch": batch,
-        "efficiency": efficiency,
-        "precision": precision,
-    }
     sizes = np.asarray(prompt_sizes, dtype=np.float64)
-    return (
-        predict_alpha(arch, hardware, sizes, **kwargs),
-        predict_beta(arch, hardware, sizes, **kwargs),
-    )
+    return hardware_model_alpha(deployment, sizes), hardware_model_beta(deployment, sizes)
 
 
-def predict_runtime(
-    arch: Architecture,
-    hardware: Hardware,
-    num_prompt_tokens: ArrayLike,
-    num_output_tokens: ArrayLike,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
+def hardware_model_runtime(
+    deployment: Deployment, num_prompt_tokens: ArrayLike, num_output_tokens: ArrayLike
 ) -> Array:
     """runtime(p, o) = alpha(p) + sum over decode steps i = 1..o-1 of beta(p + i - 1).
 
@@ -360,32 +240,19 @@ def predict_runtime(
     if np.any(p < 1) or np.any(o < 0):
         raise InputError("prompt token counts must be >= 1 and output token counts >= 0")
     p, o = np.broadcast_arrays(p, o)
-    kwargs = {
-        "tp": tp,
-        "dtype": dtype,
-        "batch": batch,
-        "efficiency": efficiency,
-        "precision": precision,
-    }
-    alpha = predict_alpha(arch, hardware, p, **kwargs)
+    alpha = hardware_model_alpha(deployment, p)
     steps = np.maximum(o - 1.0, 0.0)[..., None]  # o = 0: prompt only, no decode step
     edges = steps * np.linspace(0.0, 1.0, DECODE_CHUNKS + 1)
     counts = np.diff(edges, axis=-1)
     # Steps (s0, s1] have contexts p + i - 1 whose mean is p - 1 + (s0 + s1 + 1) / 2.
     contexts = p[..., None] - 1.0 + (edges[..., :-1] + edges[..., 1:] + 1.0) / 2.0
-    beta = predict_beta(arch, hardware, contexts, **kwargs)
+    beta = hardware_model_beta(deployment, contexts)
     return alpha + np.sum(counts * beta, axis=-1)
 
 
 def to_fitted_cost_model(
-    arch: Architecture,
-    hardware: Hardware,
+    deployment: Deployment,
     *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    batch: int = 1,
-    efficiency: Efficiency = IDEAL,
-    precision: Precision | None = None,
     method: str = "analytic",
     model_name: str | None = None,
     prompt_sizes: ArrayLike = HELM_PROMPT_SIZES,
@@ -398,18 +265,12 @@ def to_fitted_cost_model(
     summarised by a least-squares line over contexts up to ``max_context`` (default: the
     largest prompt size + 2048, capped at the architecture's context window).
     """
+    arch, precision = deployment.architecture, deployment.precision
     sizes = np.asarray(prompt_sizes, dtype=np.float64)
-    kwargs = {
-        "tp": tp,
-        "dtype": dtype,
-        "batch": batch,
-        "efficiency": efficiency,
-        "precision": precision,
-    }
-    alphas = predict_alpha(arch, hardware, sizes, **kwargs)
+    alphas = hardware_model_alpha(deployment, sizes)
     limit = max_context or min(int(sizes.max()) + 2048, max(arch.max_context, 2))
     contexts = np.linspace(1.0, float(limit), 64)
-    betas = predict_beta(arch, hardware, contexts, **kwargs)
+    betas = hardware_model_beta(deployment, contexts)
     slope, intercept = np.polyfit(contexts, betas, 1)
     if slope < 0:  # cannot happen physically; keep the table valid anyway
         slope, intercept = 0.0, float(np.mean(betas))
@@ -421,13 +282,13 @@ def to_fitted_cost_model(
         prompt_runtimes_s=[float(a) for a in alphas],
         beta_s=max(0.0, float(intercept)),
         beta_per_context_token_s=float(slope),
-        stack=Stack(
+        stack=Provenance(
             runner=runner,
-            hardware=hardware.name,
-            num_devices=tp,
-            tensor_parallel_size=tp,
-            dtype=dtype,
-            notes=f"{method} hardware model, batch {batch}"
-            + (f", precision {precision.label}" if precision else ""),
+            hardware=deployment.hardware.name,
+            num_devices=deployment.tp,
+            tensor_parallel_size=deployment.tp,
+            dtype=precision.compute_dtype,
+            notes=f"{method} hardware model, batch {deployment.batch_size}"
+            + (f", precision {precision.label}" if precision != BF16 else ""),
         ),
     )

@@ -33,7 +33,7 @@ import numpy as np
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
-from idealized_runtime.core.types import Architecture, Dtype, Hardware, Precision
+from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB
 from idealized_runtime.cost_model.serving.step_time import StepTime, StepWork
@@ -43,22 +43,18 @@ from idealized_runtime.cost_model.serving.workload import RequestShape, think_ti
 
 
 def kv_capacity_tokens(
-    arch: Architecture,
-    hardware: Hardware,
-    *,
-    tp: int = 1,
-    dtype: Dtype = "bfloat16",
-    reserve_fraction: float = DEFAULT_RESERVE_FRACTION,
-    precision: Precision | None = None,
+    deployment: Deployment, *, reserve_fraction: float = DEFAULT_RESERVE_FRACTION
 ) -> int:
-    """Tokens of KV cache that fit next to the weights on ``tp`` GPUs (the memory planner's
-    accounting); InputError when the weights alone do not fit."""
-    weights, kv_per_token = memory_per_gpu(arch, tp, 1, 1, 1, dtype, precision)
+    """Tokens of KV cache that fit next to the weights on the deployment's ``tp`` GPUs (the
+    memory planner's accounting); InputError when the weights alone do not fit."""
+    arch, hardware, tp = deployment.architecture, deployment.hardware, deployment.tp
+    weights, kv_per_token = memory_per_gpu(arch, deployment.precision, tp=tp, context_tokens=1)
     usable = hardware.memory_gb * GB * (1.0 - reserve_fraction)
     if weights >= usable:
         raise InputError(
-            f"{arch.name} ({dtype}) weights need {weights / GB:.1f} GB per GPU at tensor-parallel "
-            f"size {tp}; {hardware.name} has {usable / GB:.1f} GB usable (raise --tp)"
+            f"{arch.name} ({deployment.precision.compute_dtype}) weights need "
+            f"{weights / GB:.1f} GB per GPU at tensor-parallel size {tp}; {hardware.name} has "
+            f"{usable / GB:.1f} GB usable (raise --tp)"
         )
     return int((usable - weights) // kv_per_token)
 

@@ -22,16 +22,12 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture, Dtype, Hardware, Precision
+from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import PhaseCosts, forward_costs
-from idealized_runtime.cost_model.hardware.roofline import (
-    IDEAL,
-    Efficiency,
-    compute_hardware,
-    pass_time,
-)
+from idealized_runtime.cost_model.hardware.roofline import compute_hardware, pass_time
 
 STEP_FIT_KIND = "step_time_fit"
 
@@ -95,38 +91,40 @@ _COST_FIELDS = (
 class HardwareStepTime:
     """A step's time from the roofline model: the FLOPs and bytes of its decode tokens and
     prompt chunks added up, the weights read once (they are shared by every token of the pass;
-    mixture-of-experts: the experts the step's tokens touch)."""
+    mixture-of-experts: the experts the step's tokens touch). The deployment's batch size is
+    not used: each step counts its own sequences."""
 
-    arch: Architecture
-    hardware: Hardware
-    tp: int = 1
-    dtype: Dtype = "bfloat16"
-    efficiency: Efficiency = IDEAL
-    precision: Precision | None = None  # None: ``dtype`` everywhere
+    deployment: Deployment
 
     @functools.cached_property
     def _coefficients(self) -> dict[str, np.ndarray]:
         n = np.array([p[0] for p in _PROBES], dtype=np.float64)
         c = np.array([p[1] for p in _PROBES], dtype=np.float64)
-        probe = forward_costs(self.arch, n, c, **self._counting)
+        probe = self._forward_costs(n, c)
         features = np.stack([n, n * c + n * (n + 1) / 2, np.ones_like(n), c], axis=1)
         return {name: np.linalg.solve(features, getattr(probe, name)) for name in _COST_FIELDS}
 
     @functools.cached_property
     def _dense_pass(self) -> tuple[float, float]:
         """(weight bytes, all-reduces) of a pass, the same whatever its tokens (dense models)."""
-        one = forward_costs(self.arch, 1.0, 0.0, **self._counting)
+        one = self._forward_costs(1.0, 0.0)
         return float(one.weight_bytes), float(one.num_allreduces)
 
-    @property
-    def _counting(self) -> dict:
-        return {"dtype": self.dtype, "tp": self.tp, "precision": self.precision}
+    def _forward_costs(self, new_tokens: ArrayLike, context_tokens: ArrayLike) -> PhaseCosts:
+        deployment = self.deployment
+        return forward_costs(
+            deployment.architecture,
+            new_tokens,
+            context_tokens,
+            tp=deployment.tp,
+            precision=deployment.precision,
+        )
 
     def costs(self, work: StepWork) -> PhaseCosts:
         features = np.stack([work.tokens, work.attended, work.sequences, work.context], axis=1)
         fields = {name: features @ k for name, k in self._coefficients.items()}
-        if self.arch.num_experts > 1:  # the experts touched depend on the step's tokens
-            weight_bytes = forward_costs(self.arch, work.tokens, 0.0, **self._counting).weight_bytes
+        if self.deployment.architecture.num_experts > 1:  # experts touched depend on the tokens
+            weight_bytes = self._forward_costs(work.tokens, 0.0).weight_bytes
         else:
             weight_bytes = np.full_like(work.tokens, self._dense_pass[0])
         return PhaseCosts(
@@ -137,12 +135,13 @@ class HardwareStepTime:
         )
 
     def seconds(self, work: StepWork) -> np.ndarray:
+        deployment = self.deployment
         time = pass_time(
             self.costs(work),
-            compute_hardware(self.hardware, self.precision),
-            num_layers=self.arch.num_layers,
-            tp=self.tp,
-            efficiency=self.efficiency,
+            compute_hardware(deployment.hardware, deployment.precision),
+            num_layers=deployment.architecture.num_layers,
+            tp=deployment.tp,
+            efficiency=deployment.efficiency,
         )
         return np.asarray(time.total_s, dtype=np.float64)
 

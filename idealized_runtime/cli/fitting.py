@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from idealized_runtime.cli import app
+from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
 from idealized_runtime.core.errors import InputError
 

@@ -8,7 +8,7 @@ from typing import Optional
 
 import typer
 
-from idealized_runtime.cli import app
+from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
 from idealized_runtime.core.errors import InputError
 

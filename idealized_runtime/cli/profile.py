@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from idealized_runtime.cli import app
+from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from idealized_runtime.cli import app
+from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail, stderr_console
 
 if TYPE_CHECKING:  # the leaderboard (numpy, pydantic) and rich load only when a report runs

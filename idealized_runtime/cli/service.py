@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import typer
 
-from idealized_runtime.cli import app
+from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
 
 db_app = typer.Typer(help="Database maintenance (migrations, seed data).", no_args_is_help=True)

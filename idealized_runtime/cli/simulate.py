@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import typer
 
-from idealized_runtime.cli import app
+from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
 from idealized_runtime.core.errors import InputError
 
@@ -152,8 +152,7 @@ def _step_time(
     stack: str | None = None,
     precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
 ) -> tuple[Any, str, int | None]:
-    from idealized_runtime.core.types import DTYPE_BYTES
-    from idealized_runtime.cost_model.hardware.roofline import IDEAL
+    from idealized_runtime.core.types import DTYPE_BYTES, IDEAL
     from idealized_runtime.cost_model.serving.simulator import kv_capacity_tokens
     from idealized_runtime.cost_model.serving.step_time import HardwareStepTime, read_step_fit
 
@@ -167,43 +166,40 @@ def _step_time(
         step_time = read_step_fit(fit)
         return step_time, arch or step_time.model, kv_tokens
     from idealized_runtime.core.catalog import get_hardware
-    from idealized_runtime.core.types import Precision, parse_precision
-    from idealized_runtime.cost_model.hardware.planner import plan_gpus
+    from idealized_runtime.core.types import Deployment, Precision, parse_precision
+    from idealized_runtime.cost_model.hardware.planner import plan_deployment
 
     architecture = _architecture(str(arch))
     accelerator = get_hardware(str(hardware))
     # As `estimate`: the checkpoint's own precision (quantization_config), else --dtype.
     default = architecture.precision or Precision.from_dtype(dtype)  # type: ignore[arg-type]
-    precision = parse_precision(*precision_options, default=default)
-    if tp is None:
-        plan = plan_gpus(
-            architecture,
-            accelerator,
-            context_tokens=1,
-            dtype=dtype,  # type: ignore[arg-type]
-            precision=precision,
-        )
-        tp = plan.tp
-    capacity = kv_tokens or kv_capacity_tokens(
-        architecture,
-        accelerator,
-        tp=tp,
-        dtype=dtype,  # type: ignore[arg-type]
-        precision=precision,
-    )
-    efficiency = IDEAL
+    efficiency, stack_name = IDEAL, None
     if stack is not None:
         from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
-        efficiency = get_stack(stack).efficiency
-    step_time = HardwareStepTime(
-        architecture,
-        accelerator,
-        tp=tp,
-        dtype=dtype,  # type: ignore[arg-type]
-        efficiency=efficiency,
-        precision=precision,
-    )
+        chosen = get_stack(stack)
+        efficiency, stack_name = chosen.efficiency, chosen.name
+    precision = parse_precision(*precision_options, default=default)
+    if tp is None:  # the fewest GPUs that hold the weights
+        deployment = plan_deployment(
+            architecture,
+            accelerator,
+            context_tokens=1,
+            precision=precision,
+            efficiency=efficiency,
+            stack=stack_name,
+        )
+    else:
+        deployment = Deployment(
+            architecture=architecture,
+            hardware=accelerator,
+            tp=tp,
+            precision=precision,
+            efficiency=efficiency,
+            stack=stack_name,
+        )
+    capacity = kv_tokens or kv_capacity_tokens(deployment)
+    step_time = HardwareStepTime(deployment)
     return step_time, architecture.name, capacity
 
 

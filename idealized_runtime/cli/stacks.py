@@ -6,7 +6,7 @@ import json
 
 import typer
 
-from idealized_runtime.cli import app
+from idealized_runtime.cli.app import app
 
 
 def _percent(value: float | None) -> str:

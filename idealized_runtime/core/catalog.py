@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from idealized_runtime.core.types import Architecture, Hardware, Measurement, Stack
+from idealized_runtime.core.types import Architecture, Hardware, Measurement, Provenance
 
 REFERENCE_DIR = "reference"
 # mt_nlg was profiled with 35 of its 105 layers; the paper multiplied its runtimes by 3.
@@ -80,7 +80,7 @@ def megatron_profile_name(model: str) -> str:
     return "megatron-" + model.replace("_", "-")
 
 
-MEGATRON_A100_STACK = Stack(
+MEGATRON_A100_STACK = Provenance(
     runner="megatron-lm-2022",
     hardware="a100-80gb",
     device_name="NVIDIA A100",

@@ -7,6 +7,8 @@ that the CLI, the JSON files and the REST API validate and serialise them the sa
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
 from datetime import datetime, timezone
 from typing import Annotated, Any, Literal
 
@@ -19,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from idealized_runtime.core.errors import plain
+from idealized_runtime.core.errors import InputError, plain
 
 Name = Annotated[str, Field(min_length=1, max_length=200)]
 PositiveInt = Annotated[int, Field(gt=0)]
@@ -325,6 +327,9 @@ class Hardware(_Frozen):
     hourly_price_usd: float = Field(default=0, ge=0)
     sources: dict[str, str] = Field(default_factory=dict)
 
+    def __hash__(self) -> int:  # ``sources`` is a dict: hash the GPU's figures by their text
+        return hash(self.model_dump_json())
+
 
 # --- Numeric precision ------------------------------------------------------------------------
 # Formats by their short names. Weights may be quantized (weight-only: dequantized into the
@@ -563,8 +568,10 @@ def parse_precision(
         raise InputError(str(error)) from None
 
 
-class Stack(_Frozen):
-    """The hardware/software stack a measurement was taken on."""
+class Provenance(_Frozen):
+    """Where timings came from: the runner, the device and the software versions a measurement
+    or a fit was taken on (a label; an engine stack's calibration is a ``StackCalibration``).
+    Files and the REST API keep it under the key ``stack``."""
 
     runner: str = "idealized-runtime"  # e.g. "megatron-2022", "idealized-runtime", "api"
     hardware: str = "unknown"  # a Hardware.name, or "cpu"
@@ -574,6 +581,108 @@ class Stack(_Frozen):
     dtype: Dtype = "bfloat16"
     versions: dict[str, str] = Field(default_factory=dict)  # torch, cuda, driver, runner
     notes: str = ""
+
+
+# --- deployments: a model on hardware, and the software stack's efficiency ----------------------
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """How far a software stack is from the hardware's peaks (the hardware model's parameters of
+    an engine stack, fitted by ``cost_model.hardware.stacks``). Defaults: the ideal roofline."""
+
+    compute: float = 1.0  # fraction of peak dense tensor FLOP/s the matmuls reach
+    bandwidth: float = 1.0  # fraction of peak memory bandwidth reached
+    interconnect: float = 1.0  # fraction of the per-GPU interconnect bandwidth reached
+    layer_overhead_s: float = 0.0  # host time per layer per forward pass (launches, dispatch)
+    # Latency of one all-reduce (tp > 1 only); with ``ring_allreduce``, of each of its tp - 1
+    # ring steps instead.
+    allreduce_latency_s: float = 0.0
+    fixed_overhead_s: float = 0.0  # per forward pass (embedding, sampling, synchronisation)
+    attention_score_passes: float = 0.0  # times an unfused stack moves the score matrix
+    host_overlap: float = 1.0  # k in (gpu^k + host^k)^(1/k): 1 adds, large k overlaps
+    # s in (compute^(1/s) + memory^(1/s))^s: 0 is the roofline's max (loads hide behind math),
+    # 1 their sum. Real kernels near the ridge point (prefill of a few hundred tokens, batched
+    # decode) overlap them only partly.
+    compute_memory_serialization: float = 0.0
+    gemm_half_tokens: float = 0.0
+    # Engines of the FasterTransformer line (TurboMind up to v0.1.0a1) prefill a prompt without
+    # its last token and feed that token to the first decode step, so the first output token
+    # costs a pass over p - 1 tokens plus one decode step, not one pass over p tokens.
+    last_prompt_token_in_decode: bool = False
+    # Stacks that all-reduce through NCCL's ring (gpt-fast, TurboMind v0.1) pay the latency once
+    # per step around the ring, tp - 1 times: reduce-scatter and all-gather each pass every
+    # GPU's chunk on to its neighbour. False: one latency whatever tp, as for one-shot kernels
+    # that read every peer's buffer directly over NVLink (TensorRT-LLM's custom all-reduce).
+    ring_allreduce: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("compute", "bandwidth", "interconnect"):
+            value = getattr(self, name)
+            if not (0 < value <= 1):
+                raise InputError(f"efficiency {name} must be in (0, 1], got {value}")
+        for name in (
+            "layer_overhead_s",
+            "allreduce_latency_s",
+            "fixed_overhead_s",
+            "attention_score_passes",
+        ):
+            if not (getattr(self, name) >= 0 and math.isfinite(getattr(self, name))):
+                raise InputError(f"efficiency {name} must be finite and >= 0")
+        if not (self.host_overlap >= 1 and math.isfinite(self.host_overlap)):
+            raise InputError(f"efficiency host_overlap must be >= 1, got {self.host_overlap}")
+        if not (0 <= self.compute_memory_serialization <= 1):
+            raise InputError(
+                "efficiency compute_memory_serialization must be in [0, 1], got "
+                f"{self.compute_memory_serialization}"
+            )
+
+    def to_dict(self) -> dict[str, float | bool]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, float | bool]) -> Efficiency:
+        known = {f.name for f in fields(cls)}
+        unknown = set(values) - known
+        if unknown:
+            raise InputError(f"unknown efficiency factors: {', '.join(sorted(unknown))}")
+        flags = {f.name for f in fields(cls) if f.type in (bool, "bool")}
+        for name in flags & set(values):
+            if not isinstance(values[name], bool):
+                raise InputError(f"efficiency {name} must be true or false")
+        return cls(**{k: v if k in flags else float(v) for k, v in values.items()})
+
+
+IDEAL = Efficiency()
+
+
+class Deployment(_Frozen):
+    """A model served on hardware: the architecture, the GPU, the layout (``tp`` GPUs per
+    pipeline stage, ``pp`` stages), the number format, the sequences run together in a batch, and
+    the software stack that times it: its ``efficiency`` (default: the ideal roofline) and, when
+    it is a shipped calibrated stack, its name (``stack``).
+
+    The hardware model's functions take one ``Deployment`` instead of loose arguments;
+    ``cost_model.hardware.planner.plan_deployment`` chooses the layout for one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    architecture: Architecture
+    hardware: Hardware
+    tp: PositiveInt = 1
+    pp: PositiveInt = 1
+    precision: Precision = BF16
+    batch_size: PositiveInt = 1
+    efficiency: Efficiency = IDEAL
+    stack: str | None = None
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp
+
+    def with_efficiency(self, efficiency: Efficiency) -> Deployment:
+        """The same deployment timed at another efficiency (a stack's fit tries many)."""
+        return self.model_copy(update={"efficiency": efficiency})
 
 
 def check_runtime(value: float) -> str | None:
@@ -641,7 +750,7 @@ class FittedCostModel(_Frozen):
     beta_s: float = Field(ge=0)
     beta_per_context_token_s: float = Field(default=0.0, ge=0)
     overhead_s: float | None = None  # fixed per-request overhead (remote APIs); None: not given
-    stack: Stack | None = None
+    stack: Provenance | None = None
     quality: FitQuality | None = None
     # Bootstrap confidence intervals, parameter name -> (low, high); denoised fits.
     confidence_intervals: dict[str, tuple[float, float]] = Field(default_factory=dict)

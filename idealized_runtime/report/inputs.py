@@ -26,7 +26,7 @@ from idealized_runtime.core.scenarios import (
     scenario_workload,
     workload_names,
 )
-from idealized_runtime.core.types import Architecture, FittedCostModel, Measurement, Stack
+from idealized_runtime.core.types import Architecture, FittedCostModel, Measurement, Provenance
 from idealized_runtime.leaderboard import CostRates, LeaderboardInputs, ModelInput, ProfileInput
 
 HELM_HARDWARE = "a100-80gb"  # the paper profiled on A100 80 GB (fp16, Megatron-LM)
@@ -99,7 +99,7 @@ def fit_profiles(
     measurements: Sequence[Measurement],
     methods: Sequence[str] = PROFILE_METHODS,
     *,
-    stack: Stack | None = None,
+    stack: Provenance | None = None,
 ) -> list[ProfileInput]:
     """Fit timings with each method; one ``ProfileInput`` per model (empty without fitting)."""
     try:

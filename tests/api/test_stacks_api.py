@@ -10,7 +10,8 @@ import pytest
 
 from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import get_hardware
-from idealized_runtime.cost_model.hardware.roofline import predict_runtime
+from idealized_runtime.core.types import Deployment
+from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
 from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK, get_stack
 from tests.api.conftest import Service
 
@@ -23,13 +24,15 @@ def client(service: Service) -> Iterator[httpx.Client]:
 
 def _expected(stack: str, p: float, o: float, tp: int, hardware: str = "a100-80gb") -> float:
     return float(
-        predict_runtime(
-            load_architecture("llama-3.1-8b"),
-            get_hardware(hardware),
+        hardware_model_runtime(
+            Deployment(
+                architecture=load_architecture("llama-3.1-8b"),
+                hardware=get_hardware(hardware),
+                tp=tp,
+                efficiency=get_stack(stack).efficiency,
+            ),
             p,
             o,
-            tp=tp,
-            efficiency=get_stack(stack).efficiency,
         )
     )
 

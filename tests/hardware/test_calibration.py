@@ -7,8 +7,9 @@ import pytest
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import IDEAL, Deployment
 from idealized_runtime.cost_model.hardware.calibration import (
-    Calibration,
+    ProfileCalibration,
     load_calibration,
     megatron_profiles,
     model_error,
@@ -16,7 +17,7 @@ from idealized_runtime.cost_model.hardware.calibration import (
     save_calibration,
     shipped_calibration,
 )
-from idealized_runtime.cost_model.hardware.roofline import IDEAL, predict_runtime
+from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
 
 
 def test_pooled_beta_recovers_a_slope() -> None:
@@ -43,7 +44,7 @@ def test_round_trip(tmp_path) -> None:
     path = tmp_path / "c.json"
     save_calibration(calibration, path)
     again = load_calibration(path)
-    assert isinstance(again, Calibration)
+    assert isinstance(again, ProfileCalibration)
     assert again.efficiency == calibration.efficiency
     assert again.models == calibration.models
 
@@ -59,9 +60,21 @@ def test_transfer_to_faster_hardware() -> None:
     efficiency = shipped_calibration().efficiency
     arch = get_architecture("llama-3.1-70b")
     a100 = float(
-        predict_runtime(arch, get_hardware("a100-80gb"), 1000, 100, tp=4, efficiency=efficiency)
+        hardware_model_runtime(
+            Deployment(
+                architecture=arch, hardware=get_hardware("a100-80gb"), tp=4, efficiency=efficiency
+            ),
+            1000,
+            100,
+        )
     )
     h100 = float(
-        predict_runtime(arch, get_hardware("h100-sxm"), 1000, 100, tp=4, efficiency=efficiency)
+        hardware_model_runtime(
+            Deployment(
+                architecture=arch, hardware=get_hardware("h100-sxm"), tp=4, efficiency=efficiency
+            ),
+            1000,
+            100,
+        )
     )
     assert h100 < a100

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from idealized_runtime.core.types import FittedCostModel, Stack
+from idealized_runtime.core.types import FittedCostModel, Provenance
 from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
 
 
@@ -30,7 +30,7 @@ def fit_file(tmp_path_factory) -> str:
         prompt_sizes=[1, 1000],
         prompt_runtimes_s=[0.05, 0.25],
         beta_s=0.02,
-        stack=Stack(hardware="a100-80gb", num_devices=2, tensor_parallel_size=2),
+        stack=Provenance(hardware="a100-80gb", num_devices=2, tensor_parallel_size=2),
     )
     path = tmp_path_factory.mktemp("fits") / "fits.json"
     write_fit_file({"my-model": fit}, path)

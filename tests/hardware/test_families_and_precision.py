@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from idealized_runtime.core.architectures import architecture_from_hf_file
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import BF16, parse_precision
+from idealized_runtime.core.types import BF16, Deployment, parse_precision
 from idealized_runtime.cost_model.hardware.counts import (
     forward_costs,
     kv_cache_bytes,
@@ -23,9 +23,12 @@ from idealized_runtime.cost_model.hardware.counts import (
     memory_per_gpu,
     weight_bytes,
 )
-from idealized_runtime.cost_model.hardware.estimate import estimate_from_architecture
-from idealized_runtime.cost_model.hardware.planner import min_gpus, plan_gpus
-from idealized_runtime.cost_model.hardware.roofline import compute_hardware, predict_runtime
+from idealized_runtime.cost_model.hardware.estimate import (
+    estimate_from_deployment,
+    plan_request,
+)
+from idealized_runtime.cost_model.hardware.planner import min_gpus, plan_deployment, plan_gpus
+from idealized_runtime.cost_model.hardware.roofline import compute_hardware, hardware_model_runtime
 
 CONFIGS = Path(__file__).parent / "hf_configs"
 H100, H200, A100 = get_hardware("h100-sxm"), get_hardware("h200"), get_hardware("a100-80gb")
@@ -130,7 +133,9 @@ def test_planner_gpu_counts_match_hand_arithmetic() -> None:
     assert min_gpus(llama, H100, context_tokens=context, precision=int4) == 1
     assert 2 * llama.num_parameters() > USABLE_H100  # bf16: 141 GB does not fit on one
     assert min_gpus(llama, H100, context_tokens=context) == 2
-    assert memory_per_gpu(llama, 1, 1, context, 1, "bfloat16", int4) == pytest.approx((weights, kv))
+    assert memory_per_gpu(
+        llama, int4, tp=1, pp=1, context_tokens=context, batch_size=1
+    ) == pytest.approx((weights, kv))
     # DeepSeek-V3 fp8: 673 GB of weights; 8 H200 hold 8 x 126.9 GB usable, 4 do not.
     deepseek = get_architecture("deepseek-v3")
     total = weight_bytes(deepseek, deepseek.precision)
@@ -199,27 +204,45 @@ def test_estimates_fall_monotonically_with_precision_bytes(
         (parse_precision(w, kv) for w in MONOTONE), key=lambda p: -p.bytes_per_weight
     )
     runtimes = [
-        float(predict_runtime(arch, H100, prompt, output, batch=batch, precision=p))
+        float(
+            hardware_model_runtime(
+                Deployment(architecture=arch, hardware=H100, batch_size=batch, precision=p),
+                prompt,
+                output,
+            )
+        )
         for p in precisions
     ]
     assert all(a >= b * (1 - 1e-12) for a, b in itertools.pairwise(runtimes))
     gpus = [min_gpus(arch, 24.0, context_tokens=prompt + output, precision=p) for p in precisions]
     assert gpus == sorted(gpus, reverse=True)
     # fp8 compute (W8A8) is no slower than weight-only fp8, which moves the same bytes.
-    w8a8 = predict_runtime(
-        arch, H100, prompt, output, batch=batch, precision=parse_precision("fp8")
+    w8a8 = hardware_model_runtime(
+        Deployment(
+            architecture=arch, hardware=H100, batch_size=batch, precision=parse_precision("fp8")
+        ),
+        prompt,
+        output,
     )
     weight_only = parse_precision("fp8", activations="bf16")
-    assert w8a8 <= predict_runtime(arch, H100, prompt, output, batch=batch, precision=weight_only)
+    assert w8a8 <= hardware_model_runtime(
+        Deployment(architecture=arch, hardware=H100, batch_size=batch, precision=weight_only),
+        prompt,
+        output,
+    )
 
 
 def test_fp8_compute_is_refused_without_fp8_tensor_cores_but_weight_only_runs() -> None:
     arch = get_architecture("llama-3.1-8b")
     with pytest.raises(InputError, match="a100-80gb has no fp8 tensor cores") as caught:
-        estimate_from_architecture(arch, A100, 128, 16, precision=parse_precision("fp8"))
+        estimate_from_deployment(
+            plan_request(arch, A100, 128, 16, precision=parse_precision("fp8")), 128, 16
+        )
     assert "\n" not in str(caught.value)
     weight_only = parse_precision("fp8", activations="bf16")
-    estimate = estimate_from_architecture(arch, A100, 128, 16, precision=weight_only)
+    estimate = estimate_from_deployment(
+        plan_request(arch, A100, 128, 16, precision=weight_only), 128, 16
+    )
     assert estimate.precision == "fp8 (weight-only)"
     assert compute_hardware(H100, parse_precision("fp8")).peak_dense_tflops == 1979
 
@@ -227,15 +250,19 @@ def test_fp8_compute_is_refused_without_fp8_tensor_cores_but_weight_only_runs() 
 def test_int4_speeds_up_memory_bound_decode_by_the_byte_ratio() -> None:
     llama = get_architecture("llama-3.1-70b")
     int4 = parse_precision("int4")
-    fits = estimate_from_architecture(llama, H100, 1, 257, precision=int4)
+    fits = estimate_from_deployment(plan_request(llama, H100, 1, 257, precision=int4), 1, 257)
     assert (fits.num_gpus, fits.precision) == (1, "int4-g128 (weight-only)")
-    two = estimate_from_architecture(llama, H100, 1, 257)  # bf16 needs tp 2
+    two = estimate_from_deployment(plan_request(llama, H100, 1, 257), 1, 257)  # bf16 needs tp 2
     assert two.num_gpus == 2 and fits.beta_s < two.beta_s
     # Same GPU count: batch-1 decode is memory bound, so the speed-up is the bytes ratio.
     step_bf16 = forward_costs(llama, 1, 128)
     step_int4 = forward_costs(llama, 1, 128, precision=int4)
-    speedup = float(predict_runtime(llama, H100, 128, 2)) / float(
-        predict_runtime(llama, H100, 128, 2, precision=int4)
+    speedup = float(
+        hardware_model_runtime(Deployment(architecture=llama, hardware=H100), 128, 2)
+    ) / float(
+        hardware_model_runtime(
+            Deployment(architecture=llama, hardware=H100, precision=int4), 128, 2
+        )
     )
     decode_ratio = float(step_bf16.bytes) / float(step_int4.bytes)
     assert 3.5 < decode_ratio < 3.9
@@ -279,10 +306,14 @@ def test_decode_throughput_and_labels_carry_the_precision() -> None:
     llama = get_architecture("llama-3.1-70b")
     int4 = parse_precision("int4", "fp8")
     points = decode_throughput(
-        llama, H100, context_tokens=2048, batch_sizes=(1, 64), precision=int4
+        plan_deployment(llama, H100, context_tokens=2048, precision=int4),
+        context_tokens=2048,
+        batch_sizes=(1, 64),
     )
     assert all(point.num_gpus == 1 for point in points)
-    bf16 = decode_throughput(llama, H100, context_tokens=2048, batch_sizes=(1,), tp=1)
+    bf16 = decode_throughput(
+        Deployment(architecture=llama, hardware=H100, tp=1), context_tokens=2048, batch_sizes=(1,)
+    )
     assert points[0].tokens_per_s > 3 * bf16[0].tokens_per_s
     assert int4.label == "int4-g128 (weight-only), kv fp8"
     assert parse_precision("fp8").label == "fp8 (fp8 compute)"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture
+from idealized_runtime.core.types import IDEAL, Architecture, Deployment, Efficiency, Precision
 from idealized_runtime.cost_model.hardware.calibration import shipped_calibration
 from idealized_runtime.cost_model.hardware.counts import (
     expected_experts_touched,
@@ -19,13 +19,11 @@ from idealized_runtime.cost_model.hardware.counts import (
     request_costs,
 )
 from idealized_runtime.cost_model.hardware.roofline import (
-    IDEAL,
-    Efficiency,
     decode_step_time,
+    hardware_model_alpha,
+    hardware_model_beta,
+    hardware_model_runtime,
     pass_time,
-    predict_alpha,
-    predict_beta,
-    predict_runtime,
     to_fitted_cost_model,
     unaligned_factor,
 )
@@ -61,7 +59,7 @@ MOE = Architecture(
 
 
 def test_gpt_prompt_pass_by_hand() -> None:
-    costs = forward_costs(GPT, 10, 0, dtype="float16")
+    costs = forward_costs(GPT, 10, 0, precision=Precision.from_dtype("float16"))
     # Matmul weights per layer: attention 4 x 64 x 64 = 16384, MLP 64 x 256 + 256 x 64 = 32768.
     # 2 FLOPs x 49152 x 10 tokens x 2 layers = 1,966,080.
     # Causal attention: token i attends to i positions, sum 1..10 = 55;
@@ -79,7 +77,7 @@ def test_gpt_prompt_pass_by_hand() -> None:
 
 
 def test_moe_gqa_decode_step_by_hand() -> None:
-    costs = forward_costs(MOE, 1, 9, dtype="bfloat16")
+    costs = forward_costs(MOE, 1, 9, precision=Precision.from_dtype("bfloat16"))
     # Attention matmuls: q 32x32 + k,v 2 x 32x16 + out 32x32 = 3072; one expert 2 x 32x64 +
     # 64x32 = 6144, two active; router 32 x 4 = 128: 2 x (3072 + 12288 + 128) = 30,976.
     # Attention over 9 cached + itself = 10 positions: 4 x 4 heads x 8 x 10 = 1,280.
@@ -91,7 +89,7 @@ def test_moe_gqa_decode_step_by_hand() -> None:
     # KV: 2 x 2 KV heads x 8 x 2 bytes = 64 per token; read 10 (9 + itself), write 1.
     assert float(costs.kv_bytes) == 64 * 11
     # Tensor-parallel 2: one KV head per GPU, 2 all-reduces of 32 x 2 bytes.
-    split = forward_costs(MOE, 1, 9, dtype="bfloat16", tp=2)
+    split = forward_costs(MOE, 1, 9, precision=Precision.from_dtype("bfloat16"), tp=2)
     assert float(split.kv_bytes) == 32 * 11
     assert float(split.flops) == float(costs.flops) / 2
     assert float(split.num_allreduces) == 2 and float(split.allreduce_bytes) == 64
@@ -103,15 +101,18 @@ def test_moe_touches_all_experts_at_large_batch() -> None:
 
 
 def test_request_costs_sum_decode_steps() -> None:
-    costs = request_costs(GPT, 10, 5, dtype="float16")
-    steps = [forward_costs(GPT, 1, 10 + i - 1, dtype="float16") for i in range(1, 5)]
+    costs = request_costs(GPT, 10, 5, precision=Precision.from_dtype("float16"))
+    steps = [
+        forward_costs(GPT, 1, 10 + i - 1, precision=Precision.from_dtype("float16"))
+        for i in range(1, 5)
+    ]
     assert float(costs.decode.flops) == pytest.approx(sum(float(s.flops) for s in steps))
     assert float(costs.decode.kv_bytes) == pytest.approx(sum(float(s.kv_bytes) for s in steps))
 
 
 def test_ideal_decode_is_weights_over_bandwidth() -> None:
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
-    beta = float(predict_beta(arch, hw, 1))
+    beta = float(hardware_model_beta(Deployment(architecture=arch, hardware=hw), 1))
     weights = float(forward_costs(arch, 1, 1).weight_bytes)
     assert weights / (hw.memory_bandwidth_gbps * 1e9) == pytest.approx(beta, rel=0.02)
 
@@ -119,9 +120,14 @@ def test_ideal_decode_is_weights_over_bandwidth() -> None:
 def test_runtime_is_alpha_plus_decode_steps() -> None:
     arch, hw = get_architecture("mistral-7b"), get_hardware("a100-80gb")
     p, o = 300, 40
-    steps = sum(float(predict_beta(arch, hw, p + i - 1)) for i in range(1, o))
-    expected = float(predict_alpha(arch, hw, p)) + steps
-    assert float(predict_runtime(arch, hw, p, o)) == pytest.approx(expected, rel=1e-9)
+    steps = sum(
+        float(hardware_model_beta(Deployment(architecture=arch, hardware=hw), p + i - 1))
+        for i in range(1, o)
+    )
+    expected = float(hardware_model_alpha(Deployment(architecture=arch, hardware=hw), p)) + steps
+    assert float(
+        hardware_model_runtime(Deployment(architecture=arch, hardware=hw), p, o)
+    ) == pytest.approx(expected, rel=1e-9)
 
 
 def test_bad_tensor_parallel_size() -> None:
@@ -135,10 +141,10 @@ def test_fitted_cost_model_matches_roofline() -> None:
     from idealized_runtime.cost_model.fitting.evaluate import predict_runtime as evaluate
 
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
-    fit = to_fitted_cost_model(arch, hw)
+    fit = to_fitted_cost_model(Deployment(architecture=arch, hardware=hw))
     assert fit.method == "analytic"
     for p, o in [(128, 1), (512, 64), (1920, 200)]:
-        direct = float(predict_runtime(arch, hw, p, o))
+        direct = float(hardware_model_runtime(Deployment(architecture=arch, hardware=hw), p, o))
         assert float(evaluate(fit, p, o)) == pytest.approx(direct, rel=0.02)
 
 
@@ -162,9 +168,25 @@ HARDWARE = st.sampled_from(["a100-80gb", "h100-sxm", "l4", "mi300x"])
 )
 def test_runtime_monotone_in_tokens(arch, hw, eff, p, o, dp, do) -> None:
     a, h = get_architecture(arch), get_hardware(hw)
-    base = float(predict_runtime(a, h, p, o, efficiency=eff))
-    assert float(predict_runtime(a, h, p + dp, o, efficiency=eff)) > base
-    assert float(predict_runtime(a, h, p, o + do, efficiency=eff)) > base
+    base = float(
+        hardware_model_runtime(Deployment(architecture=a, hardware=h, efficiency=eff), p, o)
+    )
+    assert (
+        float(
+            hardware_model_runtime(
+                Deployment(architecture=a, hardware=h, efficiency=eff), p + dp, o
+            )
+        )
+        > base
+    )
+    assert (
+        float(
+            hardware_model_runtime(
+                Deployment(architecture=a, hardware=h, efficiency=eff), p, o + do
+            )
+        )
+        > base
+    )
 
 
 @settings(max_examples=40, deadline=None)
@@ -189,9 +211,23 @@ def test_runtime_monotone_in_model_size(eff, hw, layers, extra_layers, width, p,
         )
 
     h = get_hardware(hw)
-    base = float(predict_runtime(arch(layers, width), h, p, o, efficiency=eff))
-    deeper = float(predict_runtime(arch(layers + extra_layers, width), h, p, o, efficiency=eff))
-    wider = float(predict_runtime(arch(layers, 2 * width), h, p, o, efficiency=eff))
+    base = float(
+        hardware_model_runtime(
+            Deployment(architecture=arch(layers, width), hardware=h, efficiency=eff), p, o
+        )
+    )
+    deeper = float(
+        hardware_model_runtime(
+            Deployment(architecture=arch(layers + extra_layers, width), hardware=h, efficiency=eff),
+            p,
+            o,
+        )
+    )
+    wider = float(
+        hardware_model_runtime(
+            Deployment(architecture=arch(layers, 2 * width), hardware=h, efficiency=eff), p, o
+        )
+    )
     assert deeper > base and wider > base
 
 
@@ -199,9 +235,15 @@ def test_vectorized_runtime_matches_scalar() -> None:
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
     p = np.array([1, 100, 1000])
     o = np.array([1, 10, 100])
-    many = predict_runtime(arch, hw, p, o, efficiency=CALIBRATED)
+    many = hardware_model_runtime(
+        Deployment(architecture=arch, hardware=hw, efficiency=CALIBRATED), p, o
+    )
     one = [
-        float(predict_runtime(arch, hw, a, b, efficiency=CALIBRATED))
+        float(
+            hardware_model_runtime(
+                Deployment(architecture=arch, hardware=hw, efficiency=CALIBRATED), a, b
+            )
+        )
         for a, b in zip(p, o, strict=True)
     ]
     np.testing.assert_allclose(many, one)
@@ -225,14 +267,22 @@ def test_unaligned_ffn_width_slows_the_prompt_at_equal_flops() -> None:
     aligned, unaligned = _mlp_probe(4104, "swiglu"), _mlp_probe(6156, "gelu")
     a100 = get_hardware("a100-80gb")
     p = np.array([512.0, 2048.0])
-    cost_a = forward_costs(aligned, p, dtype="float16")
-    cost_u = forward_costs(unaligned, p, dtype="float16")
+    cost_a = forward_costs(aligned, p, precision=Precision.from_dtype("float16"))
+    cost_u = forward_costs(unaligned, p, precision=Precision.from_dtype("float16"))
     np.testing.assert_allclose(cost_a.flops, cost_u.flops)
     assert np.all(cost_a.unaligned_flops == 0)
     mlp_flops = 2.0 * 3 * 1024 * 4104 * p * 4
     np.testing.assert_allclose(cost_u.unaligned_flops, mlp_flops)
-    slow = predict_alpha(unaligned, a100, p, dtype="float16")
-    fast = predict_alpha(aligned, a100, p, dtype="float16")
+    slow = hardware_model_alpha(
+        Deployment(
+            architecture=unaligned, hardware=a100, precision=Precision.from_dtype("float16")
+        ),
+        p,
+    )
+    fast = hardware_model_alpha(
+        Deployment(architecture=aligned, hardware=a100, precision=Precision.from_dtype("float16")),
+        p,
+    )
     assert np.all(slow > 1.5 * fast)  # compute-bound: the MLP's FLOPs run 4x slower
     # Only the unaligned GEMMs slow down, at the datasheet ratio 78 / 312 TFLOP/s.
     rate = a100.peak_dense_tflops * 1e12
@@ -247,24 +297,49 @@ def test_unaligned_factor_is_one_when_aligned() -> None:
     assert unaligned_factor(get_hardware("mi300x")) == 1.0  # figure not listed: no penalty
     # Aligned shapes: no unaligned FLOPs, so the factor changes nothing.
     arch = get_architecture("megatron-gptj-6b")
-    costs = forward_costs(arch, np.array([1.0, 128.0, 1920.0]), dtype="float16")
+    costs = forward_costs(
+        arch, np.array([1.0, 128.0, 1920.0]), precision=Precision.from_dtype("float16")
+    )
     assert np.all(costs.unaligned_flops == 0)
     no_penalty = a100.model_copy(update={"unaligned_matmul_tflops": None})
     for eff in (IDEAL, CALIBRATED):
         np.testing.assert_allclose(
-            predict_alpha(arch, a100, [1, 512, 1920], dtype="float16", efficiency=eff),
-            predict_alpha(arch, no_penalty, [1, 512, 1920], dtype="float16", efficiency=eff),
+            hardware_model_alpha(
+                Deployment(
+                    architecture=arch,
+                    hardware=a100,
+                    efficiency=eff,
+                    precision=Precision.from_dtype("float16"),
+                ),
+                [1, 512, 1920],
+            ),
+            hardware_model_alpha(
+                Deployment(
+                    architecture=arch,
+                    hardware=no_penalty,
+                    efficiency=eff,
+                    precision=Precision.from_dtype("float16"),
+                ),
+                [1, 512, 1920],
+            ),
         )
 
 
 def test_yalm_ffn_is_the_unaligned_gemm() -> None:
     yalm = get_architecture("megatron-yalm")  # ffn 27308 / tp 4 = 6827 per GPU
-    costs = forward_costs(yalm, 1024.0, dtype="float16", tp=4)
+    costs = forward_costs(yalm, 1024.0, precision=Precision.from_dtype("float16"), tp=4)
     h, f = yalm.hidden_size, yalm.ffn_hidden_size
     mlp = 2.0 * 2 * h * f * 1024 * yalm.num_layers / 4
     assert float(costs.unaligned_flops) == pytest.approx(mlp)
     # At tp 1 the whole width (27308 x 2 = 54616 bytes) is off alignment too.
-    assert float(forward_costs(yalm, 1024.0, dtype="float16", tp=1).unaligned_flops) > 0
+    assert (
+        float(
+            forward_costs(
+                yalm, 1024.0, precision=Precision.from_dtype("float16"), tp=1
+            ).unaligned_flops
+        )
+        > 0
+    )
 
 
 def test_held_back_last_prompt_token_costs_a_shorter_pass_and_a_decode_step() -> None:
@@ -274,19 +349,40 @@ def test_held_back_last_prompt_token_costs_a_shorter_pass_and_a_decode_step() ->
     prompts = np.array([1.0, 2.0, 128.0, 2048.0])
     layers = {"num_layers": arch.num_layers, "efficiency": eff}
     head = pass_time(forward_costs(arch, prompts - 1, 0.0), hw, **layers).total_s
-    step = decode_step_time(arch, hw, prompts - 1, efficiency=eff).total_s
+    step = decode_step_time(
+        Deployment(architecture=arch, hardware=hw, efficiency=eff), prompts - 1
+    ).total_s
     expected = np.where(prompts > 1, head, 0.0) + step
-    np.testing.assert_allclose(predict_alpha(arch, hw, prompts, efficiency=held), expected)
+    np.testing.assert_allclose(
+        hardware_model_alpha(Deployment(architecture=arch, hardware=hw, efficiency=held), prompts),
+        expected,
+    )
     # A one-token prompt is one pass either way; longer ones pay a whole extra pass.
-    whole = predict_alpha(arch, hw, prompts, efficiency=eff)
-    assert predict_alpha(arch, hw, 1, efficiency=held) == pytest.approx(whole[0])
-    assert np.all(predict_alpha(arch, hw, prompts[1:], efficiency=held) > whole[1:])
+    whole = hardware_model_alpha(
+        Deployment(architecture=arch, hardware=hw, efficiency=eff), prompts
+    )
+    assert hardware_model_alpha(
+        Deployment(architecture=arch, hardware=hw, efficiency=held), 1
+    ) == pytest.approx(whole[0])
+    assert np.all(
+        hardware_model_alpha(
+            Deployment(architecture=arch, hardware=hw, efficiency=held), prompts[1:]
+        )
+        > whole[1:]
+    )
     # The decode steps after the first token are the same steps.
     o = 64
     np.testing.assert_allclose(
-        predict_runtime(arch, hw, prompts, o, efficiency=held)
-        - predict_alpha(arch, hw, prompts, efficiency=held),
-        predict_runtime(arch, hw, prompts, o, efficiency=eff) - whole,
+        hardware_model_runtime(
+            Deployment(architecture=arch, hardware=hw, efficiency=held), prompts, o
+        )
+        - hardware_model_alpha(
+            Deployment(architecture=arch, hardware=hw, efficiency=held), prompts
+        ),
+        hardware_model_runtime(
+            Deployment(architecture=arch, hardware=hw, efficiency=eff), prompts, o
+        )
+        - whole,
     )
 
 

@@ -9,10 +9,12 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.cost_model.hardware.estimate import (
     cost_variants,
     decode_throughput,
-    estimate_from_architecture,
+    estimate_from_deployment,
+    plan_request,
 )
 from idealized_runtime.cost_model.hardware.planner import (
     min_gpus,
+    plan_deployment,
     plan_gpus,
     valid_tensor_parallel_sizes,
 )
@@ -70,7 +72,10 @@ def test_cost_variants_by_hand() -> None:
 
 
 def test_batching_raises_throughput_and_lowers_cost() -> None:
-    points = decode_throughput(get_architecture("llama-3.1-8b"), H100, context_tokens=512)
+    points = decode_throughput(
+        plan_deployment(get_architecture("llama-3.1-8b"), H100, context_tokens=512),
+        context_tokens=512,
+    )
     rates = [p.tokens_per_s for p in points]
     costs = [p.usd_per_million_tokens for p in points]
     assert rates == sorted(rates) and costs == sorted(costs, reverse=True)
@@ -80,13 +85,13 @@ def test_batching_raises_throughput_and_lowers_cost() -> None:
 def test_estimate_beyond_the_context_length_is_refused() -> None:
     arch = get_architecture("llama-3.1-8b")
     with pytest.raises(InputError, match=r"exceed the context length of llama-3\.1-8b"):
-        estimate_from_architecture(arch, get_hardware("h200"), 131_072, 1)
+        estimate_from_deployment(plan_request(arch, get_hardware("h200"), 131_072, 1), 131_072, 1)
 
 
 def test_single_output_token_still_reports_the_next_decode_step() -> None:
     arch, hardware = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
-    one = estimate_from_architecture(arch, hardware, 1024, 1)
-    many = estimate_from_architecture(arch, hardware, 1024, 3)
+    one = estimate_from_deployment(plan_request(arch, hardware, 1024, 1), 1024, 1)
+    many = estimate_from_deployment(plan_request(arch, hardware, 1024, 3), 1024, 3)
     assert one.beta_s > 0
     # The decode step at context 1024 is the first of the two steps of the 3-token request.
     assert one.beta_s == pytest.approx(many.beta_s, rel=0.01)

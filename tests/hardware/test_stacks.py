@@ -17,7 +17,8 @@ from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.published import PublishedRow
-from idealized_runtime.cost_model.hardware.roofline import decode_step_time, predict_alpha
+from idealized_runtime.core.types import Deployment
+from idealized_runtime.cost_model.hardware.roofline import decode_step_time, hardware_model_alpha
 from idealized_runtime.cost_model.hardware.stacks.calibrate import calibrate_stack
 from idealized_runtime.cost_model.hardware.stacks.catalog import (
     DEFAULT_STACK,
@@ -157,7 +158,10 @@ def test_tensor_parallel_physics(model: str, stack: str, context: int, gpu: str)
     efficiency = get_stack(stack).efficiency
     sizes = [tp for tp in (1, 2, 4, 8) if arch.num_heads % tp == 0]
     steps = [
-        decode_step_time(arch, hardware, context, tp=tp, efficiency=efficiency) for tp in sizes
+        decode_step_time(
+            Deployment(architecture=arch, hardware=hardware, tp=tp, efficiency=efficiency), context
+        )
+        for tp in sizes
     ]
     memory = [float(s.memory_s) for s in steps]
     total = [float(s.total_s) for s in steps]
@@ -179,14 +183,20 @@ def test_moe_batch_physics(stack: str, batch: int, context: int, tp: int) -> Non
     arch, hardware = load_architecture("mixtral-8x7b"), get_hardware("h100-sxm")
     efficiency = get_stack(stack).efficiency
     kwargs = {"tp": tp, "efficiency": efficiency}
-    one = decode_step_time(arch, hardware, context, batch=batch, **kwargs)
-    more = decode_step_time(arch, hardware, context, batch=batch + 1, **kwargs)
+    one = decode_step_time(
+        Deployment(architecture=arch, hardware=hardware, batch_size=batch, **kwargs), context
+    )
+    more = decode_step_time(
+        Deployment(architecture=arch, hardware=hardware, batch_size=batch + 1, **kwargs), context
+    )
     assert float(more.memory_s) >= float(one.memory_s)
     assert float(more.total_s) >= float(one.total_s) * (1 - 1e-12)
     assert float(more.total_s) / (batch + 1) <= float(one.total_s) / batch * (1 + 1e-12)
     # A longer prompt never takes less time to process.
     prompts = np.array([16.0, 256.0, 4096.0])
-    alphas = predict_alpha(arch, hardware, prompts, **kwargs)
+    alphas = hardware_model_alpha(
+        Deployment(architecture=arch, hardware=hardware, **kwargs), prompts
+    )
     assert np.all(np.diff(alphas) >= 0)
 
 
@@ -250,7 +260,7 @@ def test_quantized_figures_are_predicted_from_their_bytes() -> None:
 
 
 def test_cached_counts_predict_what_the_roofline_predicts() -> None:
-    from idealized_runtime.cost_model.hardware.roofline import predict_runtime
+    from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
 
     efficiency = get_stack("tensorrt-llm").efficiency
     split_checked = ring_checked = 0
@@ -262,13 +272,23 @@ def test_cached_counts_predict_what_the_roofline_predicts() -> None:
             last_prompt_token_in_decode=target.last_prompt_token_in_decode,
             ring_allreduce=target.ring_allreduce,
         )
-        kwargs = {"tp": target.tp, "batch": target.batch, "efficiency": engine}
+        kwargs = {"tp": target.tp, "batch_size": target.batch, "efficiency": engine}
         kwargs["precision"] = target.precision
         if target.metric == "ttft_s":
-            expected = float(predict_alpha(arch, hardware, target.prompt_tokens, **kwargs))
+            expected = float(
+                hardware_model_alpha(
+                    Deployment(architecture=arch, hardware=hardware, **kwargs), target.prompt_tokens
+                )
+            )
         elif target.metric == "decode_tokens_per_s":
             o = target.output_tokens
-            expected = o / float(predict_runtime(arch, hardware, target.prompt_tokens, o, **kwargs))
+            expected = o / float(
+                hardware_model_runtime(
+                    Deployment(architecture=arch, hardware=hardware, **kwargs),
+                    target.prompt_tokens,
+                    o,
+                )
+            )
         else:
             continue
         assert predict_target(target, efficiency) == pytest.approx(expected, rel=1e-12)
@@ -278,8 +298,9 @@ def test_cached_counts_predict_what_the_roofline_predicts() -> None:
 
 
 def test_compute_memory_serialization_blends_max_into_sum() -> None:
+    from idealized_runtime.core.types import Efficiency
     from idealized_runtime.cost_model.hardware.counts import forward_costs
-    from idealized_runtime.cost_model.hardware.roofline import Efficiency, pass_time
+    from idealized_runtime.cost_model.hardware.roofline import pass_time
 
     arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
     costs = forward_costs(arch, 128.0)  # near the ridge point: compute and memory comparable
@@ -335,8 +356,9 @@ def test_thin_held_out_groups_lean_on_the_other_stacks() -> None:
 @given(tokens=st.integers(1, 4096), half=st.floats(1.0, 512.0))
 @settings(max_examples=25, deadline=None)
 def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: float) -> None:
+    from idealized_runtime.core.types import Efficiency
     from idealized_runtime.cost_model.hardware.counts import forward_costs
-    from idealized_runtime.cost_model.hardware.roofline import Efficiency, pass_time
+    from idealized_runtime.cost_model.hardware.roofline import pass_time
 
     arch, a100 = load_architecture("llama-2-7b"), get_hardware("a100-80gb")
     costs = forward_costs(arch, float(tokens))
@@ -350,7 +372,7 @@ def test_gemm_efficiency_saturates_with_tokens_in_flight(tokens: int, half: floa
 
 
 def test_figures_beyond_the_roofline_are_marked_reported_and_not_fitted() -> None:
-    from idealized_runtime.cost_model.hardware.roofline import IDEAL
+    from idealized_runtime.core.types import IDEAL
     from idealized_runtime.cost_model.hardware.stacks.fit import fit_stack
     from idealized_runtime.cost_model.hardware.stacks.targets import (
         BEYOND_ROOFLINE,

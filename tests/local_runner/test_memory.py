@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from idealized_runtime.core.catalog import get_architecture
+from idealized_runtime.core.types import Precision
 from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 from idealized_runtime.local_runner.memory import bytes_needed
 
@@ -14,7 +15,9 @@ def test_llama_8b_bf16_weights_and_cache() -> None:
     needed = bytes_needed(arch, "bfloat16", tp=1, layers=None, batch=1, seq_len=4096)
     # 8.03B parameters x 2 bytes + 4096 tokens x 128 KiB of KV cache per token.
     assert needed == pytest.approx(8.03e9 * 2 + 4096 * 131072, rel=5e-3)
-    weights, kv = memory_per_gpu(arch, 1, 1, 4096, 1, "bfloat16")
+    weights, kv = memory_per_gpu(
+        arch, Precision.from_dtype("bfloat16"), tp=1, pp=1, context_tokens=4096, batch_size=1
+    )
     assert needed == int(weights + kv)
 
 

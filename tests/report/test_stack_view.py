@@ -25,7 +25,7 @@ from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import MEGATRON_A100_STACK, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import Workload
-from idealized_runtime.core.types import FittedCostModel, Stack
+from idealized_runtime.core.types import FittedCostModel, Provenance
 from idealized_runtime.cost_model.hardware.calibration import megatron_tensor_parallel_sizes
 from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
 from idealized_runtime.cost_model.hardware.stacks.catalog import (
@@ -71,8 +71,13 @@ def pair_board(helm_inputs: LeaderboardInputs) -> Leaderboard:
 def test_stack_labels() -> None:
     assert stack_label(None) is None
     assert stack_label(MEGATRON_A100_STACK) == HELM_STACK
-    assert stack_label(Stack(runner="stack:tensorrt-llm", hardware="h100-sxm")) == "tensorrt-llm"
-    assert stack_label(Stack(runner="idealized-runtime", hardware="cpu")) == "idealized-runtime/cpu"
+    assert (
+        stack_label(Provenance(runner="stack:tensorrt-llm", hardware="h100-sxm")) == "tensorrt-llm"
+    )
+    assert (
+        stack_label(Provenance(runner="idealized-runtime", hardware="cpu"))
+        == "idealized-runtime/cpu"
+    )
 
 
 def test_every_idealized_runtime_names_its_stack(pair_board: Leaderboard) -> None:
@@ -100,7 +105,7 @@ def test_a_local_profile_is_named_by_runner_and_hardware() -> None:
         prompt_sizes=[1, 1000],
         prompt_runtimes_s=[0.01, 0.02],
         beta_s=0.001,
-        stack=Stack(runner="idealized-runtime", hardware="cpu", dtype="float32"),
+        stack=Provenance(runner="idealized-runtime", hardware="cpu", dtype="float32"),
     )
     workload = Workload("w", 10.0, 5.0, 1)
     inputs = LeaderboardInputs(

@@ -16,9 +16,7 @@ from pathlib import Path
 from idealized_runtime.core.catalog import data_path
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.cost_model.hardware.roofline import (
-    Efficiency,
-)
+from idealized_runtime.core.types import Efficiency
 from idealized_runtime.cost_model.hardware.stacks.fit import format_efficiency, kernel_format
 
 STACKS_DIR = "stacks"

@@ -13,10 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from idealized_runtime.cost_model.hardware.roofline import (
-    IDEAL,
-    Efficiency,
-)
+from idealized_runtime.core.types import IDEAL, Efficiency
 from idealized_runtime.cost_model.hardware.stacks.fit import (
     MIN_OWN_ROWS,
     fit_all_format_factors,

@@ -17,9 +17,7 @@ from functools import lru_cache
 import numpy as np
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.hardware.roofline import (
-    Efficiency,
-)
+from idealized_runtime.core.types import Efficiency
 from idealized_runtime.cost_model.hardware.stacks.targets import Target, fittable, predict_target
 
 # Fitted parameters: (lower, upper, typical value the fit is lightly pulled toward, scale).

@@ -17,7 +17,15 @@ import numpy as np
 
 from idealized_runtime.core.catalog import get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Architecture, Hardware, Precision, parse_precision
+from idealized_runtime.core.types import (
+    IDEAL,
+    Architecture,
+    Deployment,
+    Efficiency,
+    Hardware,
+    Precision,
+    parse_precision,
+)
 from idealized_runtime.cost_model.hardware.counts import (
     PhaseCosts,
     PromptCosts,
@@ -27,11 +35,9 @@ from idealized_runtime.cost_model.hardware.counts import (
 from idealized_runtime.cost_model.hardware.planner import min_gpus
 from idealized_runtime.cost_model.hardware.roofline import (
     DECODE_CHUNKS,
-    IDEAL,
-    Efficiency,
     compute_hardware,
+    hardware_model_alpha,
     pass_time,
-    predict_alpha,
     prompt_time,
 )
 
@@ -185,7 +191,8 @@ def _fits_in_memory(
         kwargs = {"context_tokens": context, "batch_size": batch, "precision": precision}
         if min_gpus(arch, hardware, **kwargs) > tp:
             return False
-        predict_alpha(arch, hardware, 1, tp=tp, precision=precision)  # refused formats raise
+        deployment = Deployment(architecture=arch, hardware=hardware, tp=tp, precision=precision)
+        hardware_model_alpha(deployment, 1)  # a format the GPU cannot run raises
         return True
     except (InputError, LookupError):
         return False
@@ -232,7 +239,8 @@ def _target_work(target: Target) -> _TargetWork:
     )
     if target.metric == "ttft_s":
         return _TargetWork(hardware, arch.num_layers, prompt, None, None)
-    # The decode steps in DECODE_CHUNKS chunks at their mean contexts, as predict_runtime sums.
+    # The decode steps in DECODE_CHUNKS chunks at their mean contexts, as
+    # hardware_model_runtime sums them.
     steps = max(target.output_tokens - 1.0, 0.0)
     edges = steps * np.linspace(0.0, 1.0, DECODE_CHUNKS + 1)
     contexts = p - 1.0 + (edges[:-1] + edges[1:] + 1.0) / 2.0
@@ -242,9 +250,9 @@ def _target_work(target: Target) -> _TargetWork:
 
 def predict_target(target: Target, efficiency: Efficiency) -> float:
     """The figure ``target`` publishes, predicted by the time model with ``efficiency``
-    (``roofline.predict_alpha`` / ``predict_runtime`` on the target's row, counted once). The
-    first token and the all-reduces come the way the target's engine runs them (its work is
-    counted that way, its all-reduce timed that way), whatever ``efficiency`` says."""
+    (``roofline.hardware_model_alpha`` / ``hardware_model_runtime`` on the target's row, counted
+    once). The first token and the all-reduces come the way the target's engine runs them (its
+    work is counted that way, its all-reduce timed that way), whatever ``efficiency`` says."""
     work = _target_work(target)
     if target.tp > 1 and efficiency.ring_allreduce != target.ring_allreduce:
         efficiency = _with_ring_allreduce(efficiency, target.ring_allreduce)
