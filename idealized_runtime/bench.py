@@ -551,8 +551,9 @@ def _run_api(
 ) -> dict[str, FittedCostModel]:
     from idealized_runtime.cost_model.fitting import fit_measurements
     from idealized_runtime.cost_model.measurements_io import read_measurements
-    from idealized_runtime.timing.client import MeasureConfig, run_measure
+    from idealized_runtime.timing.config import MeasureConfig
     from idealized_runtime.timing.grids import load_grid
+    from idealized_runtime.timing.measure import run_measure
 
     check_reachable(spec.base_url)
     output = item_dir / "timings.jsonl"
