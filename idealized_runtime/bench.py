@@ -469,7 +469,12 @@ def _run_local(
 ) -> dict[str, FittedCostModel]:
     from idealized_runtime.cost_model.fitting import fit_measurements
     from idealized_runtime.cost_model.measurements_io import read_measurements
-    from idealized_runtime.local_runner.profile import make_grid, meta_path, profile_grid
+    from idealized_runtime.local_runner.profile import (
+        ProfileSettings,
+        make_grid,
+        meta_path,
+        profile_grid,
+    )
 
     arch = load_architecture(spec.architecture)
     output = item_dir / "measurements.csv"
@@ -477,11 +482,13 @@ def _run_local(
         arch,
         make_grid(spec.grid or _local_grid(config.grid), arch),
         output,
-        device=config.device,
-        dtype=spec.dtype or config.dtype,
-        layers=spec.layers,
-        repeats=spec.repeats or config.repeats,
-        warmup=spec.warmup if spec.warmup is not None else config.warmup,
+        ProfileSettings(
+            device=config.device,
+            dtype=spec.dtype or config.dtype,
+            layers=spec.layers,
+            repeats=spec.repeats or config.repeats,
+            warmup=spec.warmup if spec.warmup is not None else config.warmup,
+        ),
         progress=progress,
         command=" ".join(sys.argv),
     )
