@@ -28,8 +28,9 @@ from pathlib import Path
 import httpx
 
 from idealized_runtime.processes import free_port, stop_process, wait_until_healthy
-from idealized_runtime.timing.client import MeasureConfig, measure
+from idealized_runtime.timing.config import MeasureConfig
 from idealized_runtime.timing.grids import GridPoint
+from idealized_runtime.timing.measure import measure
 
 PROMPT, OUTPUT = 4, 1
 ANSWER = json.dumps(

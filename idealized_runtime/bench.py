@@ -476,7 +476,12 @@ def _run_local(
 ) -> dict[str, FittedCostModel]:
     from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
     from idealized_runtime.cost_model.fitting.methods import fit_measurements
-    from idealized_runtime.local_runner.profile import make_grid, meta_path, profile_grid
+    from idealized_runtime.local_runner.profile import (
+        ProfileSettings,
+        make_grid,
+        meta_path,
+        profile_grid,
+    )
 
     arch = load_architecture(spec.architecture)
     output = item_dir / "measurements.csv"
@@ -484,11 +489,13 @@ def _run_local(
         arch,
         make_grid(spec.grid or _local_grid(config.grid), arch),
         output,
-        device=config.device,
-        dtype=spec.dtype or config.dtype,
-        layers=spec.layers,
-        repeats=spec.repeats or config.repeats,
-        warmup=spec.warmup if spec.warmup is not None else config.warmup,
+        ProfileSettings(
+            device=config.device,
+            dtype=spec.dtype or config.dtype,
+            layers=spec.layers,
+            repeats=spec.repeats or config.repeats,
+            warmup=spec.warmup if spec.warmup is not None else config.warmup,
+        ),
         progress=progress,
         command=" ".join(sys.argv),
     )
@@ -558,8 +565,9 @@ def _run_api(
 ) -> dict[str, FittedCostModel]:
     from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
     from idealized_runtime.cost_model.fitting.methods import fit_measurements
-    from idealized_runtime.timing.client import MeasureConfig, run_measure
+    from idealized_runtime.timing.config import MeasureConfig
     from idealized_runtime.timing.grids import load_grid
+    from idealized_runtime.timing.measure import run_measure
 
     check_reachable(spec.base_url)
     output = item_dir / "timings.jsonl"

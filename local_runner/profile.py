@@ -31,7 +31,7 @@ import statistics
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -102,6 +102,82 @@ class GridPoint:
     @property
     def max_seq_len(self) -> int:
         return self.num_prompt_tokens + self.num_output_tokens - 1
+
+
+@dataclass(frozen=True)
+class ProfileSettings:
+    """How a profile run times its grid: device and precision, tensor-parallel size, layer
+    sampling and runs per point. One value from the command (``profile``, ``bench``) through the
+    checks, the generator, the timer and the metadata; ``resume_record`` derives from it what
+    must match to resume into a file, in the layout ``.meta.json`` has always had.
+
+    It lives here rather than with the domain types of ``core.types``: only the profiler and the
+    commands that start it use it (the cost model and the API read the CSV and its ``Provenance``,
+    never these settings). The grid is not part of it: a run is given its points, which the
+    resume check compares themselves. Progress bar, seed and command line change no timing and
+    are not recorded as settings: they stay arguments of ``profile_grid``.
+    """
+
+    device: str = "cpu"
+    dtype: str = "float32"
+    tp_size: int = 1
+    layers: int | None = None  # build and time this many layers, extrapolate to all; None: all
+    repeats: int = 3  # timed runs per point (the median is kept)
+    warmup: int = 1  # untimed runs per point
+    weights: str | None = None  # int8, int4[-gN], fp8; None: the dtype
+    kv_cache: str | None = None  # fp8, int8; None: the dtype
+
+    def resume_record(self, arch: Architecture, points: Iterable[GridPoint]) -> dict[str, Any]:
+        """What must match for a run to resume into an existing file (``.meta.json``'s
+        ``settings``); the precision labels must be canonical (``check_profile`` makes them)."""
+        record = {
+            "architecture": arch.model_dump(mode="json"),
+            "device": torch.device(self.device).type,
+            "dtype": self.dtype,
+            "tensor_parallel_size": self.tp_size,
+            "layers": self.layers,
+            "repeats": self.repeats,
+            "warmup": self.warmup,
+            "grid": [asdict(point) for point in sorted(dict.fromkeys(points))],
+        }
+        # Only quantized runs record a precision, so files of dense runs resume as before.
+        record.update(
+            {k: v for k, v in (("weights", self.weights), ("kv_cache", self.kv_cache)) if v}
+        )
+        return record
+
+    def sampling(self, arch: Architecture) -> LayerSampling:
+        if self.layers is None or self.layers >= arch.num_layers:
+            return LayerSampling(arch.num_layers, arch.num_layers, arch.num_layers)
+        return LayerSampling(arch.num_layers, self.layers, max(1, self.layers // 2))
+
+
+@dataclass(frozen=True)
+class LayerSampling:
+    """Which depths are timed: ``depth`` layers are built; with fewer than ``total`` layers each
+    point is timed at ``shallow`` and at ``depth`` and extrapolated (module docstring)."""
+
+    total: int
+    depth: int
+    shallow: int
+
+    @property
+    def sampled(self) -> bool:
+        return self.depth < self.total
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "total_layers": self.total,
+            "profiled_layers": [self.shallow, self.depth] if self.sampled else [self.total],
+            "rule": (
+                "none"
+                if not self.sampled
+                else "proportional (t * L / k)"
+                if self.shallow == self.depth
+                else "linear in layer count from two depths (proportional where noise gives a "
+                "negative per-layer slope: see the extrapolation column)"
+            ),
+        }
 
 
 def make_grid(
@@ -294,46 +370,21 @@ def stack_for(device: torch.device, dtype: str, tp_size: int) -> Provenance:
     )
 
 
-def _settings(
-    arch: Architecture,
-    points: Sequence[GridPoint],
-    *,
-    device: str,
-    dtype: str,
-    tp_size: int,
-    layers: int | None,
-    repeats: int,
-    warmup: int,
-) -> dict[str, Any]:
-    """What must match for a run to resume into an existing file."""
-    return {
-        "architecture": arch.model_dump(mode="json"),
-        "device": torch.device(device).type,
-        "dtype": dtype,
-        "tensor_parallel_size": tp_size,
-        "layers": layers,
-        "repeats": repeats,
-        "warmup": warmup,
-        "grid": [asdict(point) for point in points],
-    }
-
-
-def _precision(
-    arch: Architecture, weights: str | None, kv_cache: str | None, tp_size: int
-) -> tuple[str | None, str | None]:
-    """Canonical labels of a quantized precision (None: the compute dtype), checked against
-    the model's weight shapes."""
+def _canonical_precision(arch: Architecture, settings: ProfileSettings) -> ProfileSettings:
+    """The settings with canonical labels of a quantized precision (None: the compute dtype),
+    checked against the model's weight shapes."""
     from idealized_runtime.local_runner.quantize import (
         check_weight_format,
         parse_kv_format,
         parse_weight_format,
     )
 
-    weight_format = parse_weight_format(weights) if weights else None
+    weight_format = parse_weight_format(settings.weights) if settings.weights else None
     if weight_format is not None:
-        check_weight_format(arch, weight_format, tp_size)
+        check_weight_format(arch, weight_format, settings.tp_size)
     label = weight_format.label if weight_format and weight_format.quantized else None
-    return label, parse_kv_format(kv_cache) if kv_cache else None
+    kv_cache = parse_kv_format(settings.kv_cache) if settings.kv_cache else None
+    return replace(settings, weights=label, kv_cache=kv_cache)
 
 
 def model_label(name: str, weights: str | None, kv_cache: str | None) -> str:
@@ -412,25 +463,19 @@ def check_profile(
     arch: Architecture,
     points: Sequence[GridPoint],
     output_path: str | Path,
-    *,
-    device: str = "cpu",
-    dtype: str = "float32",
-    tp_size: int = 1,
-    layers: int | None = None,
-    repeats: int = 3,
-    warmup: int = 1,
-    weights: str | None = None,
-    kv_cache: str | None = None,
-) -> dict[str, Any]:
+    settings: ProfileSettings = ProfileSettings(),
+) -> ProfileSettings:
     """Everything about a profile run that can be refused before any work (the CLI calls it
     before relaunching under torchrun, so that a bad input is one line, not a failure per rank):
-    the settings, the output path, and resuming into an existing file. Returns the settings."""
+    the settings, the output path, and resuming into an existing file. Returns the settings with
+    canonical precision labels."""
     output = Path(output_path)
+    layers = settings.layers
     if not points:
         raise InputError("empty grid")
-    if repeats < 1 or warmup < 0:
+    if settings.repeats < 1 or settings.warmup < 0:
         raise InputError("repeats must be >= 1 and warmup >= 0")
-    check_divisible(arch, tp_size)
+    check_divisible(arch, settings.tp_size)
     if layers is not None and not 1 <= layers <= arch.num_layers:
         raise InputError(f"--layers must be in [1, {arch.num_layers}] for {arch.name!r}")
     if layers is not None and layers < arch.num_layers and not representative_sample(arch, layers):
@@ -448,20 +493,8 @@ def check_profile(
             f"of {arch.name!r}"
         )
     _check_output_path(output)
-    weights, kv_cache = _precision(arch, weights, kv_cache, tp_size)
-    settings = _settings(
-        arch,
-        sorted(dict.fromkeys(points)),
-        device=device,
-        dtype=dtype,
-        tp_size=tp_size,
-        layers=layers,
-        repeats=repeats,
-        warmup=warmup,
-    )
-    # Only quantized runs record a precision, so files of dense runs resume as before.
-    settings.update({k: v for k, v in (("weights", weights), ("kv_cache", kv_cache)) if v})
-    _check_resume(output, settings)
+    settings = _canonical_precision(arch, settings)
+    _check_resume(output, settings.resume_record(arch, points))
     return settings
 
 
@@ -469,55 +502,31 @@ def profile_grid(
     arch: Architecture,
     grid_points: Iterable[GridPoint],
     output_path: str | Path,
+    settings: ProfileSettings = ProfileSettings(),
     *,
-    device: str = "cpu",
-    dtype: str = "float32",
-    tp_size: int = 1,
-    layers: int | None = None,
-    repeats: int = 3,
-    warmup: int = 1,
     progress: bool = True,
     seed: int = 0,
     command: str | None = None,
-    weights: str | None = None,
-    kv_cache: str | None = None,
     timer: TimePoint = time_point,
 ) -> Path:
     """Time every grid point not already in ``output_path`` and append it there. Returns the
-    CSV path. With ``tp_size`` > 1 this must run under torchrun (one process per rank); rank 0
-    writes the files. ``timer`` times one point (``time_point``; tests inject timings)."""
+    CSV path. With ``settings.tp_size`` > 1 this must run under torchrun (one process per rank);
+    rank 0 writes the files. ``timer`` times one point (``time_point``; tests inject timings)."""
     output = Path(output_path)
     points = sorted(dict.fromkeys(grid_points))
-    settings = check_profile(
-        arch,
-        points,
-        output,
-        device=device,
-        dtype=dtype,
-        tp_size=tp_size,
-        layers=layers,
-        repeats=repeats,
-        warmup=warmup,
-        weights=weights,
-        kv_cache=kv_cache,
-    )
-    weights, kv_cache = settings.get("weights"), settings.get("kv_cache")
-    label = model_label(arch.name, weights, kv_cache)
+    settings = check_profile(arch, points, output, settings)
+    label = model_label(arch.name, settings.weights, settings.kv_cache)
     max_seq_len = max(point.max_seq_len for point in points)
     done = _read_done(output)
     todo = [point for point in points if point not in done]
 
-    tp, device = _join_group(device, tp_size)
+    tp, device = _join_group(settings.device, settings.tp_size)
     writer = tp.rank == 0
-    sampled = layers is not None and layers < arch.num_layers
-    depth = layers if sampled else arch.num_layers
-    shallow = max(1, depth // 2) if sampled else depth
+    sampling = settings.sampling(arch)
 
     if writer:
         try:
-            _write_meta(
-                output, arch, settings, device, dtype, tp_size, depth, shallow, sampled, command
-            )
+            _write_meta(output, arch, points, settings, device, sampling, command)
             truncate_partial_line(output)
             if not output.exists() or output.stat().st_size == 0:
                 with output.open("a", encoding="utf-8") as handle:
@@ -530,22 +539,20 @@ def profile_grid(
     generator = Generator(
         arch,
         device=device,
-        dtype=dtype,
+        dtype=settings.dtype,
         max_batch_size=max(point.batch_size for point in points),
         max_seq_len=max_seq_len,
         seed=seed,
-        num_layers=depth,
+        num_layers=sampling.depth,
         tensor_parallel=tp,
-        weights=weights,
-        kv_cache=kv_cache,
+        weights=settings.weights,
+        kv_cache=settings.kv_cache,
     )
     with _progress(progress and writer, len(todo), label) as advance:
         handle = output.open("a", encoding="utf-8") if writer else None
         try:
             for point in todo:
-                timing = _time_sampled(
-                    generator, point, repeats, warmup, shallow, depth, sampled, timer
-                )
+                timing = _time_sampled(generator, point, settings, sampling, timer)
                 if handle is not None:
                     append_line_durably(handle, _csv_line(label, point, timing))
                 advance(point)
@@ -558,21 +565,20 @@ def profile_grid(
 def _time_sampled(
     generator: Generator,
     point: GridPoint,
-    repeats: int,
-    warmup: int,
-    shallow: int,
-    depth: int,
-    sampled: bool,
+    settings: ProfileSettings,
+    sampling: LayerSampling,
     timer: TimePoint = time_point,
 ) -> Timing:
-    if not sampled:
-        return timer(generator, point, repeats=repeats, warmup=warmup)
+    runs = {"repeats": settings.repeats, "warmup": settings.warmup}
+    if not sampling.sampled:
+        return timer(generator, point, **runs)
+    depth, shallow = sampling.depth, sampling.shallow
     generator.set_active_layers(depth)
-    deep = timer(generator, point, repeats=repeats, warmup=warmup)
+    deep = timer(generator, point, **runs)
     if shallow == depth:
         return extrapolate_layers(deep, deep, depth, depth, generator.arch.num_layers)
     generator.set_active_layers(shallow)
-    low = timer(generator, point, repeats=repeats, warmup=warmup)
+    low = timer(generator, point, **runs)
     generator.set_active_layers(depth)
     return extrapolate_layers(low, deep, shallow, depth, generator.arch.num_layers)
 
@@ -628,42 +634,31 @@ def _join_group(device: str, tp_size: int) -> tuple[TensorParallel, str]:
 def _write_meta(
     output: Path,
     arch: Architecture,
-    settings: dict[str, Any],
+    points: Sequence[GridPoint],
+    settings: ProfileSettings,
     device: str,
-    dtype: str,
-    tp_size: int,
-    depth: int,
-    shallow: int,
-    sampled: bool,
+    sampling: LayerSampling,
     command: str | None,
 ) -> None:
+    """``<output>.meta.json``: what was profiled, on which stack, with which settings; a resumed
+    run keeps its start time and adds a resume time. ``device`` is this rank's."""
     meta_file = meta_path(output)
     previous: dict[str, Any] = {}
     if meta_file.exists() and output.exists():  # resuming (else a leftover of another run)
         previous = json.loads(meta_file.read_text(encoding="utf-8"))
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    dtype = settings.dtype
     meta = {
-        "model": model_label(arch.name, settings.get("weights"), settings.get("kv_cache")),
+        "model": model_label(arch.name, settings.weights, settings.kv_cache),
         "architecture": arch.name,
         "precision": {
             "compute": dtype,
-            "weights": settings.get("weights") or dtype,
-            "kv_cache": settings.get("kv_cache") or dtype,
+            "weights": settings.weights or dtype,
+            "kv_cache": settings.kv_cache or dtype,
         },
-        "stack": stack_for(torch.device(device), dtype, tp_size).model_dump(mode="json"),
-        "settings": settings,
-        "layer_sampling": {
-            "total_layers": arch.num_layers,
-            "profiled_layers": [shallow, depth] if sampled else [arch.num_layers],
-            "rule": (
-                "none"
-                if not sampled
-                else "proportional (t * L / k)"
-                if shallow == depth
-                else "linear in layer count from two depths (proportional where noise gives a "
-                "negative per-layer slope: see the extrapolation column)"
-            ),
-        },
+        "stack": stack_for(torch.device(device), dtype, settings.tp_size).model_dump(mode="json"),
+        "settings": settings.resume_record(arch, points),
+        "layer_sampling": sampling.to_json(),
         "started_at": previous.get("started_at", now),
         "resumed_at": [*previous.get("resumed_at", []), now] if previous else [],
         "command": command or " ".join(sys.argv),

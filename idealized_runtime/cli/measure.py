@@ -1,5 +1,5 @@
 """CLI: ``measure`` (time an OpenAI-compatible API) and ``serve-model`` (the local runner behind
-an OpenAI-compatible endpoint). Thin layers over ``idealized_runtime.timing.client`` and
+an OpenAI-compatible endpoint). Thin layers over ``idealized_runtime.timing.levels`` and
 ``local_runner.openai_server``."""
 
 from __future__ import annotations
@@ -80,8 +80,9 @@ def measure_command(
     import asyncio
 
     from idealized_runtime.core.load_levels import parse_load_levels
-    from idealized_runtime.timing.client import MeasureConfig, measure_levels, measure_sweep
+    from idealized_runtime.timing.config import MeasureConfig
     from idealized_runtime.timing.grids import load_grid
+    from idealized_runtime.timing.levels import measure_levels, measure_sweep
     from idealized_runtime.timing.load_patterns import parse_start_time, read_workload
 
     if endpoint not in ("completions", "chat"):

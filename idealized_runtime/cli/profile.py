@@ -6,11 +6,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
+
+if TYPE_CHECKING:  # the runner (torch) is imported only when a command runs
+    from idealized_runtime.local_runner.profile import ProfileSettings
 
 
 @app.command("profile")
@@ -35,7 +39,12 @@ def profile_command(
 ) -> None:
     """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
     from idealized_runtime.core.architectures import load_architecture
-    from idealized_runtime.local_runner.profile import check_profile, make_grid, profile_grid
+    from idealized_runtime.local_runner.profile import (
+        ProfileSettings,
+        check_profile,
+        make_grid,
+        profile_grid,
+    )
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")
@@ -51,7 +60,7 @@ def profile_command(
     points = make_grid(
         grid, architecture, max_prompt_tokens=max_prompt_tokens, batch_sizes=batch_size
     )
-    settings = dict(
+    settings = ProfileSettings(
         device=device,
         dtype=dtype,
         tp_size=tp,
@@ -63,16 +72,16 @@ def profile_command(
     )
     # Everything that can be refused is refused here, once: under torchrun every rank would
     # fail on its own, and the CUDA memory check needs valid settings.
-    check_profile(architecture, points, output, **settings)
+    check_profile(architecture, points, output, settings)
     if device == "cuda":
-        _check_cuda(architecture, dtype, tp, layers, points)
+        _check_cuda(architecture, settings, points)
     if tp > 1 and "WORLD_SIZE" not in os.environ:
         raise typer.Exit(_relaunch_under_torchrun(tp))
     profile_grid(
         architecture,
         points,
         output,
-        **settings,
+        settings,
         progress=progress,
         command=" ".join(["idealized-runtime", *sys.argv[1:]]),
     )
@@ -80,16 +89,17 @@ def profile_command(
         typer.echo(str(output))
 
 
-def _check_cuda(architecture, dtype: str, tp: int, layers: int | None, points) -> None:
+def _check_cuda(architecture, settings: ProfileSettings, points) -> None:
     import torch
 
+    tp = settings.tp_size
     if not torch.cuda.is_available():
         fail("--device cuda: no CUDA device is available (torch sees none)")
     if tp > torch.cuda.device_count():
         fail(f"--tp {tp} needs {tp} GPUs; {torch.cuda.device_count()} visible")
     from idealized_runtime.local_runner.memory import check_fits
 
-    message = check_fits(architecture, dtype, tp, layers, points)
+    message = check_fits(architecture, settings.dtype, tp, settings.layers, points)
     if message:
         fail(message)
 

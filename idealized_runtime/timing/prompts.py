@@ -13,10 +13,15 @@ Two ways to know how a server counts:
 
 Prompts vary with the repeat index, so that a provider's prefix cache does not turn repeats into
 cache hits (calibrated prompts cycle over the accepted units).
+
+What was learned is cached beside a run's output (``raw.jsonl.calibration.json``) and reused by
+a run of the same command (``prepare_prompts``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
@@ -25,6 +30,8 @@ from typing import Literal, Protocol
 
 from idealized_runtime.core.byte_tokenizer import ByteTokenizer
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import atomic_writer
+from idealized_runtime.timing.config import MeasureConfig
 
 # Common English words; most BPE vocabularies have each of them (with its leading space) as one
 # token. Which ones really are is checked against the tokenizer at hand.
@@ -222,3 +229,40 @@ async def calibrate(
             "could not find a prompt unit the server counts as one token: pass --tokenizer"
         )
     return PromptRecipe("calibrated", offset, units)
+
+
+def calibration_cache_path(output: Path) -> Path:
+    return output.with_name(output.name + ".calibration.json")
+
+
+async def prepare_prompts(config: MeasureConfig, probe: Probe, cache: Path) -> PromptBuilder:
+    """The prompt builder of a run: from ``cache`` when it was made for the same server, model,
+    endpoint, tokenizer and number of units, else learned with ``probe`` and cached."""
+    tokenizer: LocalTokenizer | None = (
+        load_tokenizer(config.tokenizer) if config.tokenizer else None
+    )
+    identity = {
+        "url": config.url,
+        "model": config.model,
+        "endpoint": config.endpoint,
+        "tokenizer": config.tokenizer,
+        # Calibrated prompts cycle over this many units (one per repeat, up to 3): a resume
+        # with more repeats must not reuse a recipe of fewer units (identical prompts would
+        # be prefix-cache hits on a provider).
+        "units": min(config.repeats, 3),
+    }
+    recipe = None
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        saved = json.loads(cache.read_text(encoding="utf-8"))
+        if saved["server"] == identity:
+            recipe = PromptRecipe(**saved["recipe"])
+    if recipe is None:
+        recipe = await calibrate(
+            probe,
+            tokenizer,
+            wanted_units=min(config.repeats, 3),
+            chat=config.endpoint == "chat",
+        )
+        with atomic_writer(cache) as handle:
+            json.dump({"server": identity, "recipe": recipe.to_json()}, handle, indent=1)
+    return PromptBuilder(recipe, tokenizer)

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,7 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.local_runner.profile import (
     CSV_COLUMNS,
     GridPoint,
+    ProfileSettings,
     Timing,
     check_profile,
     extrapolate_layers,
@@ -85,7 +87,8 @@ def test_profile_writes_csv_meta_and_sampled_layers(tmp_path: Path) -> None:
     out = tmp_path / "m.csv"
     points = [GridPoint(8, 2), GridPoint(1, 1), GridPoint(8, 2)]
     timer = _layer_timer({2: 0.001, 4: 0.001})  # exactly linear in the layer count
-    profile_grid(arch, points, out, layers=4, repeats=1, warmup=0, progress=False, timer=timer)
+    settings = ProfileSettings(layers=4, repeats=1, warmup=0)
+    profile_grid(arch, points, out, settings, progress=False, timer=timer)
     rows = _rows(out)
     assert tuple(rows[0]) == CSV_COLUMNS
     assert [(r["num_prompt_tokens"], r["num_output_tokens"]) for r in rows] == [
@@ -113,8 +116,8 @@ def test_noisy_shallow_timing_falls_back_to_proportional_and_stays_positive(
     arch = get_architecture("tiny-llama").model_copy(update={"num_layers": 32})
     out = tmp_path / "m.csv"
     timer = _layer_timer({2: 0.004, 4: 0.0005}, fixed_s=0.0)
-    profile_grid(arch, [GridPoint(1, 1)], out, layers=4, repeats=1, warmup=0, progress=False,
-                 timer=timer)  # fmt: skip
+    settings = ProfileSettings(layers=4, repeats=1, warmup=0)
+    profile_grid(arch, [GridPoint(1, 1)], out, settings, progress=False, timer=timer)
     (row,) = _rows(out)
     assert row["extrapolation"] == "proportional"
     assert float(row["runtime_s"]) == pytest.approx(0.0005 * 4 * 32 / 4)
@@ -133,12 +136,12 @@ def test_unsampled_rows_say_none_and_a_non_positive_timing_is_never_written(
     def broken_clock(_generator, _point, *, repeats: int, warmup: int) -> Timing:
         return Timing(0.0, 0.0, 0.0, repeats)
 
-    settings = {"repeats": 1, "warmup": 0, "progress": False}
-    profile_grid(arch, [GridPoint(1, 1)], out, timer=steady, **settings)
+    settings = ProfileSettings(repeats=1, warmup=0)
+    profile_grid(arch, [GridPoint(1, 1)], out, settings, progress=False, timer=steady)
     assert _rows(out)[0]["extrapolation"] == "none"
     broken = tmp_path / "broken.csv"
     with pytest.raises(RuntimeError, match="non-positive timing"):
-        profile_grid(arch, [GridPoint(1, 1)], broken, timer=broken_clock, **settings)
+        profile_grid(arch, [GridPoint(1, 1)], broken, settings, progress=False, timer=broken_clock)
     assert _rows(broken) == []  # header only
 
 
@@ -257,16 +260,74 @@ def test_output_paths_that_cannot_be_written_are_input_errors(tmp_path: Path) ->
         (tmp_path / "a_file" / "deeper" / "m.csv", "a_file is a file"),
     ):
         with pytest.raises(InputError, match=message):
-            profile_grid(arch, points, output, repeats=1, warmup=0, progress=False)
+            profile_grid(arch, points, output, ProfileSettings(repeats=1, warmup=0), progress=False)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]
     # A folder that does not exist yet is created (as every output of the CLI).
-    check_profile(arch, points, tmp_path / "new" / "m.csv", repeats=1, warmup=0)
+    check_profile(arch, points, tmp_path / "new" / "m.csv", ProfileSettings(repeats=1, warmup=0))
+
+
+def _settings_as_written_before_profile_settings(arch, **changes) -> dict:
+    """The ``settings`` of a .meta.json as profile wrote them when its settings travelled as
+    loose arguments: keys and order spelled out here, not derived from ``ProfileSettings``."""
+    settings = {
+        "architecture": arch.model_dump(mode="json"),
+        "device": "cpu",
+        "dtype": "float32",
+        "tensor_parallel_size": 1,
+        "layers": None,
+        "repeats": 1,
+        "warmup": 0,
+        "grid": [
+            {"num_prompt_tokens": 1, "num_output_tokens": 1, "batch_size": 1},
+            {"num_prompt_tokens": 8, "num_output_tokens": 2, "batch_size": 1},
+        ],
+    }
+    return {**settings, **changes}
+
+
+@pytest.mark.parametrize(
+    ("old", "settings"),
+    [
+        ({"layers": 4}, ProfileSettings(layers=4, repeats=1, warmup=0)),
+        # Only quantized runs recorded their precision, after the grid.
+        (
+            {"dtype": "bfloat16", "weights": "int8", "kv_cache": "fp8"},
+            ProfileSettings(dtype="bfloat16", weights="int8", kv_cache="fp8", repeats=1, warmup=0),
+        ),
+    ],
+)
+def test_metadata_written_before_profile_settings_still_resumes(
+    tmp_path: Path, old: dict, settings: ProfileSettings
+) -> None:
+    arch = get_architecture("tiny-llama").model_copy(update={"num_layers": 6})
+    out = tmp_path / "m.csv"
+    done_row = f"{arch.name},1,1,1,0.002,0.0,0.001,1,none"
+    out.write_text(",".join(CSV_COLUMNS) + "\n" + done_row + "\n")
+    recorded = _settings_as_written_before_profile_settings(arch, **old)
+    meta_file = tmp_path / "m.csv.meta.json"
+    started = "2026-01-01T00:00:00+00:00"
+    meta_file.write_text(json.dumps({"settings": recorded, "started_at": started}))
+
+    def steady(_generator, _point, *, repeats: int, warmup: int) -> Timing:
+        return Timing(0.002, 0.0, 0.001, repeats)
+
+    points = [GridPoint(8, 2), GridPoint(1, 1)]
+    profile_grid(arch, points, out, settings, progress=False, timer=steady)
+    lines = out.read_text().splitlines()
+    assert lines[1] == done_row and [line.split(",")[1:3] for line in lines[2:]] == [["8", "2"]]
+    meta = json.loads(meta_file.read_text())
+    assert meta["settings"] == recorded and list(meta["settings"]) == list(recorded)
+    assert meta["started_at"] == started and len(meta["resumed_at"]) == 1
+    # The comparison still bites: other settings against the same file are refused.
+    with pytest.raises(InputError, match=r"different settings \(repeats\)"):
+        check_profile(arch, points, out, replace(settings, repeats=2))
 
 
 def test_stale_metadata_without_its_csv_is_replaced(tmp_path: Path) -> None:
     out = tmp_path / "m.csv"
     (tmp_path / "m.csv.meta.json").write_text("{not json")  # left by an earlier, other run
-    profile_grid(get_architecture("tiny-gpt2"), [GridPoint(1, 1)], out, repeats=1, progress=False)
+    arch = get_architecture("tiny-gpt2")
+    profile_grid(arch, [GridPoint(1, 1)], out, ProfileSettings(repeats=1), progress=False)
     meta = json.loads((tmp_path / "m.csv.meta.json").read_text())
     assert meta["resumed_at"] == [] and len(_rows(out)) == 1
 
@@ -290,9 +351,9 @@ def test_layer_sampling_must_cover_typical_layers(tmp_path: Path) -> None:
     assert [k for k in range(1, 3) if representative_sample(deepseek, k)] == [2]
     assert [k for k in range(1, 7) if representative_sample(gemma3, k)] == [5, 6]
     points = [GridPoint(4, 2)]
-    check_profile(deepseek, points, tmp_path / "ds.csv", layers=2)
+    check_profile(deepseek, points, tmp_path / "ds.csv", ProfileSettings(layers=2))
     with pytest.raises(InputError, match=r"--layers 4 does not sample .g3. evenly.*one of 5, 6"):
-        check_profile(gemma3, points, tmp_path / "g3.csv", layers=4)
+        check_profile(gemma3, points, tmp_path / "g3.csv", ProfileSettings(layers=4))
     assert list(tmp_path.iterdir()) == []
 
 

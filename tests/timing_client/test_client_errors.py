@@ -12,14 +12,11 @@ import httpx
 import pytest
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.timing.client import (
-    MeasureConfig,
-    _Client,
-    _ConnectionPool,
-    measure,
-    one_line,
-)
+from idealized_runtime.timing.config import MeasureConfig
 from idealized_runtime.timing.grids import GridPoint, load_grid
+from idealized_runtime.timing.measure import measure
+from idealized_runtime.timing.prompts import prepare_prompts
+from idealized_runtime.timing.transport import ConnectionPool, EndpointClient, one_line
 from tests.timing_client.conftest import measure_args, read_rows, run_cli
 
 HTML_501 = """<!DOCTYPE HTML>
@@ -60,8 +57,8 @@ def _attempt(handler, *, stream: bool, api_key: str | None = None):
     config = _config(stream=stream)
 
     async def go():
-        pool = _ConnectionPool(1, {}, 5.0)
-        client = _Client(config, pool, api_key)
+        pool = ConnectionPool(1, {}, 5.0)
+        client = EndpointClient(config, pool, api_key)
         http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
         pool._clients.append(http)
         pool.release(http)
@@ -185,21 +182,17 @@ def test_cli_read_only_folder(start_fake, tmp_path: Path) -> None:  # pragma: no
     assert result.returncode == 2 and "cannot write" in result.stderr
 
 
-def test_calibration_cache_is_redone_when_more_repeats_need_more_units(
-    tmp_path: Path, monkeypatch
-) -> None:
+def test_calibration_cache_is_redone_when_more_repeats_need_more_units(tmp_path: Path) -> None:
     probes: list[str] = []
 
-    async def probe(self, text: str) -> int:
+    async def probe(text: str) -> int:
         probes.append(text)
         return len(text.encode())  # one token per byte, nothing added
 
-    monkeypatch.setattr(_Client, "probe", probe)
     cache = tmp_path / "raw.jsonl.calibration.json"
 
     def units(repeats: int) -> list[str]:
-        client = _Client(_config(repeats=repeats), _ConnectionPool(1, {}, 1.0), None)
-        return asyncio.run(client.prepare_prompts(cache)).recipe.units
+        return asyncio.run(prepare_prompts(_config(repeats=repeats), probe, cache)).recipe.units
 
     assert len(units(1)) == 1
     count = len(probes)

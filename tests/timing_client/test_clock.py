@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from idealized_runtime.timing import client as client_module
-from idealized_runtime.timing.client import MeasureConfig, _Attempt, _Client, _ConnectionPool
+from idealized_runtime.timing import transport
+from idealized_runtime.timing.config import MeasureConfig
 from idealized_runtime.timing.grids import GridPoint
+from idealized_runtime.timing.transport import Attempt, ConnectionPool, EndpointClient
 
 
 class FakeClock:
@@ -56,18 +57,18 @@ class TracingTransport(httpx.AsyncBaseTransport):
         return httpx.Response(200, content=body(), headers={"content-type": "text/event-stream"})
 
 
-def _stream_once(monkeypatch: pytest.MonkeyPatch, trace: bool) -> _Attempt:
+def _stream_once(monkeypatch: pytest.MonkeyPatch, trace: bool) -> Attempt:
     clock = FakeClock()
-    monkeypatch.setattr(client_module, "time", clock)
+    monkeypatch.setattr(transport, "time", clock)
     config = MeasureConfig(base_url="http://127.0.0.1:9/v1", model="m", grid=[GridPoint(4, 2)])
 
-    async def go() -> _Attempt:
-        pool = _ConnectionPool(1, {}, 5.0)
+    async def go() -> Attempt:
+        pool = ConnectionPool(1, {}, 5.0)
         http = httpx.AsyncClient(transport=TracingTransport(clock, trace))
         pool._clients.append(http)
         pool.release(http)
         try:
-            client = _Client(config, pool, None)
+            client = EndpointClient(config, pool, None)
             return await client.attempt(client.payload("abcd", 2, stream=True, fixed=False))
         finally:
             await pool.aclose()

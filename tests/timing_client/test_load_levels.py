@@ -14,13 +14,9 @@ from pathlib import Path
 import pytest
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.timing.client import (
-    MeasureConfig,
-    levels_state_path,
-    measure_levels,
-    sweep_rates,
-)
+from idealized_runtime.timing.config import MeasureConfig
 from idealized_runtime.timing.grids import GridPoint
+from idealized_runtime.timing.levels import levels_state_path, measure_levels, sweep_rates
 from idealized_runtime.timing.load_patterns import (
     parse_start_time,
     read_workload,

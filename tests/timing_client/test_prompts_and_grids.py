@@ -12,7 +12,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.timing.client import backoff_delay, read_done_keys, retry_after_seconds
 from idealized_runtime.timing.grids import (
     HELM_OUTPUT_LENGTHS,
     HELM_PROMPT_SIZES,
@@ -27,6 +26,8 @@ from idealized_runtime.timing.prompts import (
     calibrate,
     load_tokenizer,
 )
+from idealized_runtime.timing.rows import read_done_keys
+from idealized_runtime.timing.transport import backoff_delay, retry_after_seconds
 
 
 def _train(kind: str, path: Path) -> Path:
