@@ -14,6 +14,11 @@ Two granularities, because they answer different questions:
   at the same mean prompt/output tokens, so these are comparable across all models, including
   ones HELM never ran (a locally profiled architecture).
 
+Rows are grouped by architecture (``groups``): the names one architecture is listed under
+(HELM's provider names mapped to one profiled shape, the shape's own name) form one
+``ModelGroup``, which shows the figures of the architecture once and keeps what was measured
+under each name with that name.
+
 Every idealized runtime names the stack it was computed on (``stack``: HELM's tables are
 ``helm-megatron-2022``). ``build_leaderboard(inputs, stacks=[...])`` also puts the same models
 side by side under several reference stacks (``compare_stacks``): a model's own fit where it was
@@ -23,7 +28,7 @@ measured on that stack, else the hardware model's estimate for its architecture 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -53,6 +58,10 @@ StackSource = Literal["fit", "hardware-model"]
 HELM_RUNNER = "megatron-lm-2022"  # the runner of HELM's Megatron A100 profiles
 STACK_RUNNER_PREFIX = "stack:"  # a hardware-model fit on a reference stack (bench's calibrated)
 STACK_FIELD = "Stack the idealized runtime was computed on (HELM's tables: helm-megatron-2022)"
+GROUP_FIELD = (
+    "The architecture the model is grouped under on the leaderboard (its profiled shape, e.g. "
+    "megatron-gptj-6b for gooseai/gpt-j-6b); the model's own name when its shape is unknown"
+)
 REQUESTS_PER_COST_UNIT = 1000  # costs are quoted per 1,000 requests
 
 
@@ -179,6 +188,15 @@ class ModelRow(_Row):
     cost: Cost
     frontier_count: dict[FrontierKind, int]
     stack: str | None = Field(default=None, description=STACK_FIELD)
+    group: str | None = Field(default=None, description=GROUP_FIELD)
+    also_listed_as: list[str] = Field(
+        default_factory=list, description="The other names of the same group, in board order"
+    )
+    group_headline: bool = Field(
+        default=True,
+        description="The one row of its group whose parameters, accelerators, hardware, stack, "
+        "idealized runtime and cost the grouped leaderboard shows for the whole group",
+    )
 
 
 class _StackRow(_Row):
@@ -239,6 +257,96 @@ class StackComparison:
         return table
 
 
+def _architecture_figures(row: ModelRow) -> tuple[object, ...]:
+    """What a row shares with the other names of its architecture when they run the same fit:
+    the idealized runtime and what it was computed on (cost follows from these)."""
+    return (row.idealized_runtime_s, row.stack, row.hardware, row.num_gpus)
+
+
+@dataclass(frozen=True)
+class ModelGroup:
+    """One leaderboard entry: an architecture and every name the board lists it under (HELM's
+    provider names mapped to one profiled shape, the shape's own name, a label given to it).
+
+    The names share what belongs to the architecture, shown once from ``headline``:
+    parameters, accelerators, hardware, and the idealized runtime with its stack and cost. What
+    was measured under a name (denoised and raw runtime, accuracy, scenarios, frontier counts)
+    stays with that name, and so does an idealized runtime that differs from the headline's
+    (a fit of its own)."""
+
+    key: str  # the architecture's name, or the model's own name when its shape is unknown
+    headline: ModelRow
+    members: tuple[ModelRow, ...]  # every name, in board order
+
+    @property
+    def label(self) -> str:
+        """What the entry is called: the architecture for several names, else the name."""
+        return self.key if self.has_aliases else self.headline.model
+
+    @property
+    def has_aliases(self) -> bool:
+        return len(self.members) > 1
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(row.model for row in self.members)
+
+    def differs_from_headline(self, row: ModelRow) -> bool:
+        """Whether ``row`` has an idealized runtime of its own (another fit, stack or GPU); a
+        name without one takes the architecture's."""
+        if row.idealized_runtime_s is None:
+            return False
+        return _architecture_figures(row) != _architecture_figures(self.headline)
+
+
+def group_models(rows: Sequence[ModelRow]) -> tuple[ModelGroup, ...]:
+    """Rows grouped by architecture, groups in the order of their first name, each row told its
+    group (``group``, ``also_listed_as``, ``group_headline``)."""
+    by_key: dict[str, list[ModelRow]] = {}
+    for row in rows:
+        by_key.setdefault(row.architecture or row.model, []).append(row)
+    groups = []
+    for key, members in by_key.items():
+        headline = _headline(key, members)
+        marked = tuple(
+            row.model_copy(
+                update={
+                    "group": key,
+                    "also_listed_as": [m.model for m in members if m.model != row.model],
+                    "group_headline": row.model == headline.model,
+                }
+            )
+            for row in members
+        )
+        groups.append(ModelGroup(key, next(r for r in marked if r.group_headline), marked))
+    return tuple(groups)
+
+
+def _headline(key: str, members: Sequence[ModelRow]) -> ModelRow:
+    """The name whose architecture figures the group shows: those most of its names share, so
+    that the fewest names need a line of their own; a tie goes to the architecture's own name
+    (its profile), then to the name listed first."""
+    counts = Counter(
+        _architecture_figures(row) for row in members if row.idealized_runtime_s is not None
+    )
+    if counts:
+        most = max(counts.values())
+        members = [
+            row
+            for row in members
+            if row.idealized_runtime_s is not None and counts[_architecture_figures(row)] == most
+        ]
+    return next((row for row in members if row.model == key), members[0])
+
+
+def ranked_groups(groups: Iterable[ModelGroup]) -> list[ModelGroup]:
+    """Fastest idealized runtime first, groups without one last (board order among ties)."""
+    return sorted(
+        groups,
+        key=lambda g: (g.headline.idealized_runtime_s is None, g.headline.idealized_runtime_s or 0),
+    )
+
+
 @dataclass(frozen=True)
 class Leaderboard:
     models: tuple[ModelRow, ...]
@@ -248,6 +356,11 @@ class Leaderboard:
     frontier_points: Mapping[FrontierKind, Mapping[str, tuple[FrontierPoint, ...]]]
     inputs: LeaderboardInputs
     stack_comparison: StackComparison | None = None  # with build_leaderboard(..., stacks=...)
+    groups: tuple[ModelGroup, ...] = ()  # ``models`` by architecture (``group_models``)
+
+    def group_keys(self) -> dict[str, str]:
+        """Model name -> the key of its group."""
+        return {name: group.key for group in self.groups for name in group.names}
 
     def frontier(self, kind: FrontierKind, scenario: str) -> list[str]:
         """Models on the accuracy-vs-runtime frontier of a scenario, fastest first."""
@@ -503,13 +616,16 @@ def build_leaderboard(inputs: LeaderboardInputs, stacks: Sequence[str] = ()) -> 
                 stack=_fit_stack(model.idealized_fit) if idealized is not None else None,
             )
         )
+    groups = group_models(summaries)
+    grouped = {row.model: row for group in groups for row in group.members}
     return Leaderboard(
-        models=tuple(summaries),
+        models=tuple(grouped[row.model] for row in summaries),
         scenario_rows=tuple(scenario_rows),
         workload_rows=tuple(workload_rows),
         frontier_points=frontier_points,
         inputs=inputs,
         stack_comparison=comparison,
+        groups=groups,
     )
 
 

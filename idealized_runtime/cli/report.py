@@ -14,96 +14,7 @@ import typer
 from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail, stderr_console
 
-if TYPE_CHECKING:  # the leaderboard (numpy, pydantic) and rich load only when a report runs
-    from rich.table import Table
-
-    from idealized_runtime.leaderboard import Leaderboard
-
-SUMMARY_ROWS = 15
-
-
-def _seconds(value: float | None) -> str:
-    return "–" if value is None else f"{value:.3g}"
-
-
-def summary_table(
-    board: Leaderboard, *, highlight: set[str] = frozenset(), limit: int = SUMMARY_ROWS
-) -> Table:
-    """The fastest models by idealized runtime (highlighted ones always shown)."""
-    from rich.table import Table
-
-    from idealized_runtime.report.render import fmt_params
-
-    table = Table(title="Leaderboard (idealized runtime: mean over HELM scenario workloads)")
-    for column in ("model", "parameters", "idealized s", "denoised s", "raw s", "accuracy",
-                   "frontier (ideal./raw)"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "model" else "right")
-    table.add_column("stack", no_wrap=True)  # whole names: the other columns give way
-    ranked = sorted(
-        board.models,
-        key=lambda row: (row.idealized_runtime_s is None, row.idealized_runtime_s or 0.0),
-    )
-    shown = [row for row in ranked if row.model in highlight]
-    shown += [row for row in ranked if row.model not in highlight][: max(limit - len(shown), 0)]
-    for row in shown:
-        table.add_row(
-            f"[bold]{row.model}[/]" if row.model in highlight else row.model,
-            fmt_params(row.num_parameters),
-            _seconds(row.idealized_runtime_s),
-            _seconds(row.denoised_runtime_s),
-            _seconds(row.raw_runtime_s),
-            "–" if row.accuracy is None else f"{row.accuracy:.3f}",
-            f"{row.frontier_count['idealized']}/{row.frontier_count['raw']}",
-            row.stack or "–",
-        )
-    if len(board.models) > len(shown):
-        table.caption = f"{len(shown)} of {len(board.models)} models; all in the report"
-    return table
-
-
-def _seconds_or_na(value: float | None) -> str:
-    return "n/a" if value is None else _seconds(value)
-
-
-def stack_table(board: Leaderboard) -> Table:
-    """The models side by side under the compared stacks, with the ratios to the first."""
-    from rich.table import Table
-
-    from idealized_runtime.report.render import fmt_ratio, stack_model_pivot
-
-    comparison = board.stack_comparison
-    assert comparison is not None
-    first, others = comparison.stacks[0], comparison.stacks[1:]
-    table = Table(
-        title=f"Idealized runtime under each stack on {comparison.hardware} "
-        "(mean over the HELM workloads all of them cover)"
-    )
-    table.add_column("model")
-    for stack in comparison.stacks:
-        table.add_column(f"{stack} s", justify="right")
-    for stack in others:
-        table.add_column(f"{stack} / {first}", justify="right")
-    table.add_column("workloads", justify="right")
-    table.add_column("note")
-    missing: dict[str, list[str]] = {}  # note -> models n/a under every stack
-    for entry in stack_model_pivot(comparison):
-        rows = entry["rows"]
-        if all(row.idealized_runtime_s is None for row in rows.values()):
-            missing.setdefault(str(entry["note"]), []).append(str(entry["model"]))
-            continue
-        table.add_row(
-            str(entry["model"]),
-            *(_seconds_or_na(rows[s].idealized_runtime_s) for s in comparison.stacks),
-            *(fmt_ratio(rows[s].ratio) for s in others),
-            str(entry["num_workloads"]),
-            str(entry["note"]),
-        )
-    if missing:
-        table.caption = "; ".join(
-            f"n/a under every stack ({note}): {', '.join(models)}"
-            for note, models in missing.items()
-        )
-    return table
+SUMMARY_ROWS = 15  # models (architectures) in the terminal's leaderboard
 
 
 def parse_stacks(value: str | None) -> tuple[str, ...]:
@@ -157,6 +68,7 @@ def demo_command(
     from rich.console import Console
 
     from idealized_runtime.demo import DEMO_ARCHITECTURE, run_demo
+    from idealized_runtime.report.terminal import summary_table
 
     out = Console(width=None if sys.stdout.isatty() else 120)
     steps = iter(range(1, 100))
@@ -166,7 +78,7 @@ def demo_command(
         progress=progress,
         say=lambda text: stderr_console().print(f"[bold cyan]step {next(steps)}[/] {text}"),
     )
-    out.print(summary_table(result.board, highlight={DEMO_ARCHITECTURE}))
+    out.print(summary_table(result.board, limit=SUMMARY_ROWS, highlight={DEMO_ARCHITECTURE}))
     from idealized_runtime.api.report_database import redact
 
     out.print(f"demo finished in {result.elapsed_s:.1f} s; database {redact(result.database_url)}")
@@ -284,6 +196,7 @@ def leaderboard_command(
     from rich.console import Console
 
     from idealized_runtime.leaderboard import build_leaderboard, leaderboard_payload
+    from idealized_runtime.report.terminal import stack_table, summary_table
 
     compared = parse_stacks(stacks)
     board = build_leaderboard(leaderboard_inputs(source, with_helm), stacks=compared)

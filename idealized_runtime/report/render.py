@@ -6,11 +6,12 @@ from __future__ import annotations
 import csv
 import io
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+from pydantic import BaseModel
 
 from idealized_runtime import __version__
 from idealized_runtime.core.files import atomic_writer
@@ -25,6 +26,15 @@ from idealized_runtime.leaderboard import (
     StackWorkloadRow,
     WorkloadRow,
     stacks,
+)
+from idealized_runtime.report.groups import (
+    BoardLine,
+    FigureSide,
+    board_lines,
+    group_lines,
+    measured_spans,
+    merge_aliases,
+    names_label,
 )
 from idealized_runtime.report.svg import frontier_chart, runtime_vs_output_chart
 
@@ -130,6 +140,46 @@ def slug(text: str) -> str:
     return re.sub(r"[^a-zA-Z0-9]+", "-", text).strip("-").lower() or "x"
 
 
+# --- the grouped leaderboard as text (Markdown, terminal) --------------------------------------
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    side: FigureSide  # whose figure: a line prints it or leaves it blank (``BoardLine.shows``)
+    text: Callable[[ModelRow], str]
+
+
+LEADERBOARD_COLUMNS = {
+    column.header: column
+    for column in (
+        Column("parameters", "shape", lambda row: fmt_params(row.num_parameters)),
+        Column("GPUs", "architecture", lambda row: fmt_number(row.num_gpus)),
+        Column("idealized s", "architecture", lambda row: fmt_seconds(row.idealized_runtime_s)),
+        Column("denoised s", "measured", lambda row: fmt_seconds(row.denoised_runtime_s)),
+        Column("raw s", "measured", lambda row: fmt_seconds(row.raw_runtime_s)),
+        Column("GPU-s/1k", "architecture", lambda row: fmt_number(row.cost.gpu_seconds)),
+        Column("$/1k", "architecture", lambda row: fmt_number(row.cost.usd)),
+        Column("accuracy", "measured", lambda row: fmt_accuracy(row.accuracy)),
+        Column("scenarios", "measured", lambda row: str(row.num_scenarios)),
+        Column(
+            "frontier (ideal./raw)",
+            "measured",
+            lambda row: f"{row.frontier_count['idealized']}/{row.frontier_count['raw']}",
+        ),
+        Column("stack", "architecture", lambda row: row.stack or "–"),
+    )
+}
+ALIAS_MARK = "↳ "  # before a name listed under its architecture's line
+
+
+def line_cells(line: BoardLine, headers: Sequence[str]) -> list[str]:
+    """The line's cells under ``headers`` (``LEADERBOARD_COLUMNS``): blank where the figure is
+    printed on another line of its group."""
+    columns = [LEADERBOARD_COLUMNS[header] for header in headers]
+    return [column.text(line.row) if line.shows(column.side) else "" for column in columns]
+
+
 # --- HTML --------------------------------------------------------------------------------------
 
 
@@ -201,8 +251,13 @@ def render_html(board: Leaderboard) -> str:
     groups = sorted({row.group for row in board.scenario_rows})
     workloads = sorted({row.workload for row in board.workload_rows})
     default_scenario = _default_scenario(board)
+    group_keys = board.group_keys()
     return template.render(
         board=board,
+        model_groups=[
+            {"lines": group_lines(group), "spans": measured_spans(group)} for group in board.groups
+        ],
+        workload_entries=workload_entries(board.workload_rows, group_keys),
         version=__version__,
         generated_at=board.inputs.created_at.strftime("%Y-%m-%d %H:%M UTC"),
         source=board.inputs.source,
@@ -218,8 +273,8 @@ def render_html(board: Leaderboard) -> str:
         workloads=workloads,
         stacks=stacks(board.inputs),
         comparison=board.stack_comparison,
-        stack_models=stack_model_pivot(board.stack_comparison),
-        stack_workloads=stack_workload_pivot(board.stack_comparison),
+        stack_models=stack_model_pivot(board.stack_comparison, group_keys),
+        stack_workloads=stack_workload_pivot(board.stack_comparison, group_keys),
         reference_stacks=reference_stack_rows(board),
         hardware_rates=sorted(
             {
@@ -251,19 +306,33 @@ def _default_scenario(board: Leaderboard) -> str | None:
 # --- stacks ------------------------------------------------------------------------------------
 
 
-def stack_model_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
-    """One entry per model: its row under each compared stack (stack -> ``StackModelRow``)."""
+def _figures(rows: Iterable[BaseModel]) -> tuple[str, ...]:
+    """Rows' figures without the model's name: equal for names that share them."""
+    return tuple(row.model_dump_json(exclude={"model"}) for row in rows)
+
+
+def stack_model_pivot(
+    comparison: StackComparison | None, group_keys: Mapping[str, str] | None = None
+) -> list[dict[str, object]]:
+    """One entry per model: its row under each compared stack (stack -> ``StackModelRow``).
+    With ``group_keys`` (model -> group, ``Leaderboard.group_keys``), names of one architecture
+    with the same figures under every stack are one entry (``models`` lists them)."""
     if comparison is None:
         return []
+    by_model = comparison.by_model().items()
+    merged = merge_aliases(
+        ((model, _figures(rows.values()), rows) for model, rows in by_model), group_keys or {}
+    )
     return [
         {
-            "model": model,
+            "model": names_label(models),
+            "models": models,
             "architecture": next(iter(rows.values())).architecture,
             "rows": rows,
             "num_workloads": max(row.num_workloads for row in rows.values()),
             "note": _stack_notes(rows.values()),
         }
-        for model, rows in comparison.by_model().items()
+        for models, rows in merged
     ]
 
 
@@ -281,24 +350,46 @@ def _stack_notes(rows: Iterable[StackModelRow]) -> str:
     )
 
 
-def stack_workload_pivot(comparison: StackComparison | None) -> list[dict[str, object]]:
-    """One entry per (model, workload): its row under each compared stack."""
+def stack_workload_pivot(
+    comparison: StackComparison | None, group_keys: Mapping[str, str] | None = None
+) -> list[dict[str, object]]:
+    """One entry per (model, workload): its row under each compared stack; with
+    ``group_keys`` one per (architecture, workload) for names with the same figures."""
     if comparison is None:
         return []
-    table: dict[tuple[str, str], dict[str, object]] = {}
+    table: dict[tuple[str, str], dict[str, StackWorkloadRow]] = {}
     for row in comparison.workloads:
-        entry = table.setdefault(
-            (row.model, row.workload),
+        table.setdefault((row.model, row.workload), {})[row.stack] = row
+    merged = merge_aliases(
+        (
+            (model, (workload, *_figures(rows.values())), rows)
+            for (model, workload), rows in table.items()
+        ),
+        group_keys or {},
+    )
+    entries = []
+    for models, rows in merged:
+        first = next(iter(rows.values()))
+        entries.append(
             {
-                "model": row.model,
-                "workload": row.workload,
-                "prompt_tokens": row.prompt_tokens,
-                "output_tokens": row.output_tokens,
-                "rows": {},
-            },
+                "model": names_label(models),
+                "models": models,
+                "workload": first.workload,
+                "prompt_tokens": first.prompt_tokens,
+                "output_tokens": first.output_tokens,
+                "rows": rows,
+            }
         )
-        entry["rows"][row.stack] = row  # type: ignore[index]
-    return list(table.values())
+    return entries
+
+
+def workload_entries(
+    rows: Iterable[WorkloadRow], group_keys: Mapping[str, str]
+) -> list[dict[str, object]]:
+    """The per-workload rows, names of one architecture with the same figures at a workload as
+    one entry (``models`` lists them; ``row`` is the first name's)."""
+    merged = merge_aliases(((row.model, _figures([row]), row) for row in rows), group_keys)
+    return [{"models": models, "row": row} for models, row in merged]
 
 
 def used_stack_names(board: Leaderboard) -> list[str]:
@@ -373,6 +464,7 @@ def _model_record(row: ModelRow) -> dict[str, object]:
         "frontier_count_idealized": row.frontier_count["idealized"],
         "frontier_count_raw": row.frontier_count["raw"],
         "stack": row.stack or "",
+        "group": row.group or "",
     }
 
 
@@ -541,43 +633,17 @@ def render_markdown(board: Leaderboard) -> str:
         "",
         "Idealized and denoised runtimes: mean over the HELM scenario-group workloads; raw "
         "runtime and accuracy: mean over the scenarios HELM ran the model on. Costs per 1,000 "
-        "requests at the idealized runtime.",
+        "requests at the idealized runtime. " + GROUPING_NOTE,
         "",
         _md_table(
+            ["model", *MARKDOWN_COLUMNS],
             [
-                "model",
-                "parameters",
-                "GPUs",
-                "idealized s",
-                "denoised s",
-                "raw s",
-                "GPU-s/1k",
-                "$/1k",
-                "accuracy",
-                "scenarios",
-                "frontier (ideal./raw)",
-                "stack",
-            ],
-            [
-                [
-                    row.model,
-                    fmt_params(row.num_parameters),
-                    fmt_number(row.num_gpus),
-                    fmt_seconds(row.idealized_runtime_s),
-                    fmt_seconds(row.denoised_runtime_s),
-                    fmt_seconds(row.raw_runtime_s),
-                    fmt_number(row.cost.gpu_seconds),
-                    fmt_number(row.cost.usd),
-                    fmt_accuracy(row.accuracy),
-                    str(row.num_scenarios),
-                    f"{row.frontier_count['idealized']}/{row.frontier_count['raw']}",
-                    row.stack or "–",
-                ]
-                for row in board.models
+                [_line_label(line), *line_cells(line, MARKDOWN_COLUMNS)]
+                for line in board_lines(board.groups)
             ],
         ),
         "",
-        *_stack_comparison_lines(board.stack_comparison),
+        *_stack_comparison_lines(board.stack_comparison, board.group_keys()),
         "## Pareto frontier per scenario (accuracy vs runtime)",
         "",
         _md_table(
@@ -629,7 +695,21 @@ def render_markdown(board: Leaderboard) -> str:
     return "\n".join(parts)
 
 
-def _stack_comparison_lines(comparison: StackComparison | None) -> list[str]:
+MARKDOWN_COLUMNS = tuple(LEADERBOARD_COLUMNS)
+GROUPING_NOTE = (
+    "Names of one architecture (HELM's providers of one profiled shape) are one entry: its "
+    "line has the architecture's figures, the lines of its names (↳) what was measured under "
+    "each name, and an idealized runtime only where a name's differs."
+)
+
+
+def _line_label(line: BoardLine) -> str:
+    return ALIAS_MARK + line.label if line.kind == "alias" else line.label
+
+
+def _stack_comparison_lines(
+    comparison: StackComparison | None, group_keys: Mapping[str, str]
+) -> list[str]:
     """The side-by-side table: each model's mean runtime under every compared stack and the
     ratios to the first."""
     if comparison is None:
@@ -643,7 +723,7 @@ def _stack_comparison_lines(comparison: StackComparison | None) -> list[str]:
         "note",
     ]
     rows = []
-    for entry in stack_model_pivot(comparison):
+    for entry in stack_model_pivot(comparison, group_keys):
         by_stack: dict[str, StackModelRow] = entry["rows"]  # type: ignore[assignment]
         cells = [by_stack[stack] for stack in comparison.stacks]
         rows.append(

@@ -125,6 +125,17 @@ def test_leaderboard_rows_name_their_stack_and_compare_stacks(client: httpx.Clie
     assert 'id="reference-stack-table"' in page.text
 
 
+def test_leaderboard_rows_name_their_architecture_group(client: httpx.Client) -> None:
+    models = client.get("/v1/leaderboard").json()["models"]
+    gptj = {row["model"]: row for row in models if row["group"] == "megatron-gptj-6b"}
+    assert {"gooseai/gpt-j-6b", "together/gpt-j-6b"} <= set(gptj)
+    assert sum(row["group_headline"] for row in gptj.values()) == 1
+    for name, row in gptj.items():
+        assert sorted(row["also_listed_as"]) == sorted(set(gptj) - {name})
+    page = client.get("/v1/leaderboard.html").text
+    assert 'class="alias" data-model="gooseai/gpt-j-6b"' in page
+
+
 @pytest.mark.parametrize("path", ["/v1/leaderboard", "/v1/leaderboard.html"])
 def test_leaderboard_unknown_stack_is_422(client: httpx.Client, path: str) -> None:
     response = client.get(path, params={"stacks": [HELM_STACK, "nope"]})

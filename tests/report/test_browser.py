@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, HELM_STACK
-from idealized_runtime.leaderboard import build_leaderboard
+from idealized_runtime.leaderboard import ModelGroup, build_leaderboard, ranked_groups
 from idealized_runtime.report.inputs import bundled_helm_inputs
-from idealized_runtime.report.render import write_report
+from idealized_runtime.report.render import stack_model_pivot, write_report
 from tests.report.browser import chromium_missing_reason, headless_chromium
 
 pytestmark = [
@@ -26,6 +26,20 @@ return Array.from(document.querySelectorAll('svg.chart')).map(function (svg) {
 });
 """
 
+# The leaderboard's entries as shown: per tbody, the head line's label then its names.
+LINES_JS = """
+return Array.from(document.querySelectorAll('#leaderboard-table tbody')).map(function (body) {
+  return Array.from(body.rows).map(function (row) {
+    return row.getAttribute('data-model') || row.querySelector('strong').textContent;
+  });
+});
+"""
+
+
+def line_names(group: ModelGroup) -> list[str]:
+    """What LINES_JS reads for a group before any sort within it (board order)."""
+    return [group.key, *group.names] if group.has_aliases else [group.headline.model]
+
 
 def test_report_renders_in_chromium(tmp_path: Path) -> None:
     board = build_leaderboard(bundled_helm_inputs(), stacks=(HELM_STACK, DEFAULT_STACK))
@@ -36,15 +50,22 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
         errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
         assert errors == []
 
-        rows = driver.execute_script(
-            "return document.querySelectorAll('#leaderboard-table tbody tr').length"
+        # One tbody per architecture, one line per name (and a head line over several names).
+        entries = driver.execute_script(
+            "return document.querySelectorAll('#leaderboard-table tbody').length"
         )
-        assert rows == len(board.models) > 0
-        # The stacks side by side: one row per model, and the stacks used with their errors.
+        assert entries == len(board.groups) < len(board.models)
+        names = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#leaderboard-table tr[data-model]'))"
+            ".map(row => row.getAttribute('data-model'))"
+        )
+        assert sorted(names) == sorted(row.model for row in board.models)
+        # The stacks side by side: one row per architecture and figures, and the stacks used
+        # with their errors.
         stack_rows = driver.execute_script(
             "return document.querySelectorAll('#stack-table tbody tr').length"
         )
-        assert stack_rows == len(board.models)
+        assert stack_rows == len(stack_model_pivot(board.stack_comparison, board.group_keys()))
         used = driver.execute_script(
             "return Array.from(document.querySelectorAll("
             "'#reference-stack-table tbody tr td code')).map(c => c.textContent)"
@@ -64,16 +85,36 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
         )
         assert overflowing == []
 
-        # Sorting by a numeric column puts the fastest model first (missing values last).
+        # Sorting by a numeric column puts the fastest architecture first (missing values
+        # last), each with its names under it.
         driver.execute_script("document.querySelectorAll('#leaderboard-table thead th')[4].click()")
-        first = driver.execute_script(
-            "return document.querySelector('#leaderboard-table tbody tr td').textContent"
+        order = driver.execute_script(LINES_JS)
+        assert order == [line_names(group) for group in ranked_groups(board.groups)]
+        # A measured figure sorts the entries by their names' best value, descending too.
+        driver.execute_script(
+            "document.querySelectorAll('#leaderboard-table thead th')[10].click()"
         )
-        fastest = min(
-            (m for m in board.models if m.idealized_runtime_s is not None),
-            key=lambda m: m.idealized_runtime_s,
+        driver.execute_script(
+            "document.querySelectorAll('#leaderboard-table thead th')[10].click()"
         )
-        assert first.startswith(fastest.model)
+        order = driver.execute_script(LINES_JS)
+        most_accurate = max(
+            (row for row in board.models if row.accuracy is not None), key=lambda r: r.accuracy
+        )
+        assert most_accurate.model in order[0]
+        # Each entry keeps its head line first and its names below it, most accurate first.
+        groups = {
+            group.key if group.has_aliases else group.headline.model: group
+            for group in board.groups
+        }
+        assert sorted(lines[0] for lines in order) == sorted(groups)
+        for head, *names in order:
+            group = groups[head]
+            assert sorted(names) == (sorted(group.names) if group.has_aliases else [])
+            accuracies = [group.members[group.names.index(name)].accuracy for name in names]
+            known = [value for value in accuracies if value is not None]
+            assert known == sorted(known, reverse=True)
+            assert accuracies == known + [None] * (len(accuracies) - len(known))
 
         # Choosing a scenario shows its pair of charts.
         scenario = board.frontier_scenarios()[0]

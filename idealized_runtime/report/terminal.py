@@ -1,0 +1,110 @@
+"""The leaderboard in the terminal (Rich tables): the fastest models grouped by architecture,
+and the models side by side under several stacks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from rich.table import Table
+from rich.text import Text
+
+from idealized_runtime.leaderboard import Leaderboard, ModelGroup, ranked_groups
+from idealized_runtime.report.groups import BoardLine, board_lines
+from idealized_runtime.report.render import (
+    ALIAS_MARK,
+    fmt_ratio,
+    fmt_seconds,
+    line_cells,
+    stack_model_pivot,
+)
+
+SUMMARY_COLUMNS = (
+    "parameters",
+    "idealized s",
+    "denoised s",
+    "raw s",
+    "accuracy",
+    "frontier (ideal./raw)",
+    "stack",
+)
+
+
+def _label(line: BoardLine, highlight: Iterable[str]) -> Text:
+    """The line's name on one line (cut short with an ellipsis in a narrow column rather than
+    wrapped at the space after the alias mark)."""
+    label = Text(no_wrap=True, overflow="ellipsis")
+    if line.kind == "alias":
+        label.append(f" {ALIAS_MARK}", style="dim")
+    label.append(line.label, style="bold" if line.label in highlight else "")
+    return label
+
+
+def summary_table(
+    board: Leaderboard, *, limit: int, highlight: Iterable[str] = frozenset()
+) -> Table:
+    """The fastest models by idealized runtime, one entry per architecture with a line per
+    name under it (entries with a highlighted name always shown); ``limit`` counts entries."""
+    highlight = set(highlight)
+    table = Table(title="Leaderboard (idealized runtime: mean over HELM scenario workloads)")
+    table.add_column("model", justify="left")
+    for column in SUMMARY_COLUMNS[:-1]:
+        table.add_column(column, justify="right")
+    table.add_column(SUMMARY_COLUMNS[-1], no_wrap=True)  # whole names: the others give way
+    ranked = ranked_groups(board.groups)
+
+    def highlighted(group: ModelGroup) -> bool:
+        return not highlight.isdisjoint(group.names)
+
+    shown = [group for group in ranked if highlighted(group)]
+    shown += [group for group in ranked if not highlighted(group)][: max(limit - len(shown), 0)]
+    for line in board_lines(shown):
+        table.add_row(_label(line, highlight), *line_cells(line, SUMMARY_COLUMNS))
+    if len(board.groups) > len(shown):
+        names = sum(len(group.members) for group in shown)
+        table.caption = (
+            f"{len(shown)} of {len(board.groups)} models ({names} of {len(board.models)} "
+            "names); all in the report"
+        )
+    return table
+
+
+def _seconds_or_na(value: float | None) -> str:
+    return "n/a" if value is None else fmt_seconds(value)
+
+
+def stack_table(board: Leaderboard) -> Table:
+    """The models side by side under the compared stacks, with the ratios to the first (names
+    of one architecture with the same figures on one row)."""
+    comparison = board.stack_comparison
+    assert comparison is not None
+    first, others = comparison.stacks[0], comparison.stacks[1:]
+    table = Table(
+        title=f"Idealized runtime under each stack on {comparison.hardware} "
+        "(mean over the HELM workloads all of them cover)"
+    )
+    table.add_column("model")
+    for stack in comparison.stacks:
+        table.add_column(f"{stack} s", justify="right")
+    for stack in others:
+        table.add_column(f"{stack} / {first}", justify="right")
+    table.add_column("workloads", justify="right")
+    table.add_column("note")
+    missing: dict[str, list[str]] = {}  # note -> models n/a under every stack
+    for entry in stack_model_pivot(comparison, board.group_keys()):
+        rows = entry["rows"]
+        if all(row.idealized_runtime_s is None for row in rows.values()):
+            missing.setdefault(str(entry["note"]), []).append(str(entry["model"]))
+            continue
+        table.add_row(
+            str(entry["model"]),
+            *(_seconds_or_na(rows[s].idealized_runtime_s) for s in comparison.stacks),
+            *(fmt_ratio(rows[s].ratio) for s in others),
+            str(entry["num_workloads"]),
+            str(entry["note"]),
+        )
+    if missing:
+        table.caption = "; ".join(
+            f"n/a under every stack ({note}): {', '.join(models)}"
+            for note, models in missing.items()
+        )
+    return table
