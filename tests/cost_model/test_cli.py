@@ -83,6 +83,32 @@ def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
     assert out[1]["denoised_runtime_s"] > 0 and out[1]["idealized_runtime_s"] is None
 
 
+def test_convert_reads_helms_older_table_form(workdir: Path) -> None:
+    entry = catalog.helm_table("idealized")["openai/davinci"]
+    older = {
+        "openai/davinci": {
+            "runtime_per_output_token": entry["runtime_per_output_token"],
+            "runtime_for_input_tokens": entry["runtime_for_prompt_tokens"],
+        }
+    }
+    (workdir / "inference_efficiency.json").write_text(json.dumps(older))
+    (workdir / "old_req.csv").write_text(
+        HEADER + "openai/davinci,100,0,\nopenai/davinci,100,5,\nopenai/davinci,4000,1,\n"
+    )
+    converted = run(
+        "convert", "old_req.csv", "--fit", "inference_efficiency.json", "-o", "old_out.csv",
+        cwd=workdir,
+    )  # fmt: skip
+    assert converted.returncode == 0, converted.stderr
+    lines = (workdir / "old_out.csv").read_text().splitlines()[1:]
+    idealized = [float(line.split(",")[4]) for line in lines]
+    alphas, beta = entry["runtime_for_prompt_tokens"], entry["runtime_per_output_token"]
+    # Unscaled inside the grid (p = 100 costs what 128 costs); past 1920, scaled.
+    assert idealized == pytest.approx(
+        [alphas["128"], alphas["128"] + 4 * beta, alphas["1920"] * 4000 / 1920]
+    )
+
+
 @pytest.mark.parametrize(
     "body, parts",
     [
