@@ -83,6 +83,29 @@ def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
     assert out[1]["denoised_runtime_s"] > 0 and out[1]["idealized_runtime_s"] is None
 
 
+def test_fit_with_helm_rounding_writes_helms_table(workdir: Path) -> None:
+    fitted = run(
+        "fit", "grid.csv", "-o", "rounded.json", "--method", "helm", "--helm-rounding",
+        "--format", "helm", cwd=workdir,
+    )  # fmt: skip
+    assert fitted.returncode == 0, fitted.stderr
+    written = json.loads((workdir / "rounded.json").read_text())
+    shipped = catalog.helm_table("idealized")
+    profile_of = catalog.helm_model_shapes()
+    compared = set()
+    for helm_name, entry in shipped.items():
+        grid_name = profile_of[helm_name].removeprefix("megatron-").replace("-", "_")
+        if grid_name != "mt_nlg":  # the file holds its 35 profiled layers (HELM: x3)
+            assert written[grid_name] == entry, helm_name
+            compared.add(grid_name)
+    assert len(compared) == 8
+    assert_input_error(
+        run("fit", "grid.csv", "-o", "x.json", "--helm-rounding", cwd=workdir),
+        "--helm-rounding",
+        "'default'",
+    )
+
+
 def test_convert_reads_helms_older_table_form(workdir: Path) -> None:
     entry = catalog.helm_table("idealized")["openai/davinci"]
     older = {

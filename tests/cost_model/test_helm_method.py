@@ -1,6 +1,7 @@
-"""HELM's two table forms, each checked against an independent few-line version of HELM's own
-rule: the lookup of ``runtime_for_prompt_tokens`` tables (scaled by p / size) and the lookup of
-the older ``runtime_for_input_tokens`` tables (unscaled inside the grid)."""
+"""HELM's method and HELM's two table forms, each checked against an independent few-line
+version of HELM's own rule: the fit that made HELM's tables, the lookup of
+``runtime_for_prompt_tokens`` tables (scaled by p / size) and the lookup of the older
+``runtime_for_input_tokens`` tables (unscaled inside the grid)."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from sklearn.linear_model import LinearRegression
 
 from idealized_runtime.core import catalog
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Measurement
 from idealized_runtime.cost_model.convert import convert_requests
 from idealized_runtime.cost_model.evaluate import predict_runtime
 from idealized_runtime.cost_model.fit_files import read_fit_file
+from idealized_runtime.cost_model.fitting import HELM_TABLE_DECIMALS, fit_measurements
 from idealized_runtime.cost_model.helm_format import export_helm_table, import_helm_table
 from idealized_runtime.cost_model.measurements_io import RequestTable
 
@@ -24,6 +28,31 @@ BETA_KEY = "runtime_per_output_token"
 
 
 # --- independent versions of HELM's rules --------------------------------------------------------
+
+
+def helm_reference_fit(
+    rows: list[Measurement], decimals: int | None
+) -> tuple[dict[int, float], float]:
+    """HELM's fitting code in a few lines, with scikit-learn's LinearRegression as HELM used it."""
+
+    def rounded(value: float) -> float:
+        return value if decimals is None else round(value, decimals)
+
+    def line(points: list[tuple[float, float]]) -> tuple[float, float]:
+        regression = LinearRegression().fit([[x] for x, _ in points], [y for _, y in points])
+        return rounded(regression.coef_[0]), rounded(regression.intercept_)
+
+    sizes = sorted({r.num_prompt_tokens for r in rows})
+    alpha: dict[int, float] = {}
+    for i, size in enumerate(sizes):
+        slope, intercept = line([(r.num_output_tokens, r.runtime_s) for r in rows
+                                 if r.num_prompt_tokens == size])  # fmt: skip
+        alpha[size] = rounded(slope + intercept)
+        if i > 0:
+            alpha[size] = max(alpha[size], alpha[sizes[0]])
+    beta, _ = line([(r.num_output_tokens - 1, r.runtime_s - alpha[r.num_prompt_tokens])
+                    for r in rows])  # fmt: skip
+    return alpha, beta
 
 
 def helm_reference_runtime(entry: dict[str, Any], p: int, o: int) -> float:
@@ -83,6 +112,82 @@ output_tokens = st.one_of(st.just(0), st.just(1), st.integers(2, 10_000))
 def requests_for(draw: st.DrawFn, entry: dict[str, Any]) -> list[tuple[int, int]]:
     sizes = profiled_sizes(entry)
     return draw(st.lists(st.tuples(prompt_tokens(sizes), output_tokens), min_size=1, max_size=20))
+
+
+@st.composite
+def helm_grids(draw: st.DrawFn) -> list[Measurement]:
+    """A profiling grid with noisy timings: several output lengths per prompt size (o = 1 not
+    always among them), or o = 1 only at some sizes."""
+    sizes = sorted(draw(st.sets(st.integers(1, 2048), min_size=1, max_size=6)))
+    rows = []
+    for size in sizes:
+        outputs = draw(st.one_of(st.just([1]), st.sets(st.integers(1, 64), min_size=2, max_size=5)))
+        for o in sorted(outputs):
+            runtime = draw(st.floats(0.01, 2.0)) + 0.05 * o
+            rows.append(Measurement(model="m", num_prompt_tokens=size, num_output_tokens=o,
+                                    runtime_s=runtime))  # fmt: skip
+    return rows
+
+
+# --- HELM's fit --------------------------------------------------------------------------------
+
+
+def shipped_profiles() -> dict[str, dict[str, Any]]:
+    """Profile of the A100 grid -> its entry in HELM's shipped idealized table."""
+    table = catalog.helm_table("idealized")
+    entries: dict[str, dict[str, Any]] = {}
+    for helm_name, profile in catalog.helm_model_shapes().items():
+        if helm_name in table:
+            entries.setdefault(profile, table[helm_name])
+    return entries
+
+
+def test_helm_method_reproduces_helms_table_from_its_grid(a100_grid) -> None:
+    entries = shipped_profiles()
+    assert len(entries) == 9
+    full = fit_measurements(a100_grid, "helm")
+    rounded = fit_measurements(a100_grid, "helm", helm_decimals=HELM_TABLE_DECIMALS)
+    for profile, entry in entries.items():
+        shipped = {int(size): value for size, value in entry[NEW_KEY].items()}
+        for fit in (full[profile], rounded[profile]):
+            assert fit.prompt_sizes == sorted(shipped)
+        fitted = dict(zip(full[profile].prompt_sizes, full[profile].prompt_runtimes_s, strict=True))
+        assert max(abs(fitted[size] - value) for size, value in shipped.items()) < 1.5e-3
+        assert abs(full[profile].beta_s - entry[BETA_KEY]) < 1.5e-3
+        # Rounded as HELM rounds, every value is the shipped float itself.
+        assert rounded[profile].prompt_runtimes_s == [shipped[s] for s in sorted(shipped)]
+        assert rounded[profile].beta_s == entry[BETA_KEY]
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows=helm_grids())
+def test_helm_method_is_helms_fitting_code(rows) -> None:
+    if len({r.num_output_tokens for r in rows}) < 2:
+        with pytest.raises(InputError, match="beta cannot be fitted"):
+            fit_measurements(rows, "helm")
+        return
+    fit = fit_measurements(rows, "helm")["m"]
+    alpha, beta = helm_reference_fit(rows, decimals=None)
+    assert fit.prompt_sizes == sorted(alpha)
+    expected = [max(0.0, alpha[size]) for size in fit.prompt_sizes]
+    assert fit.prompt_runtimes_s == pytest.approx(expected, rel=1e-9, abs=1e-12)
+    assert fit.beta_s == pytest.approx(max(0.0, beta), rel=1e-9, abs=1e-12)
+    assert fit.alpha_rule == "helm_scale_up"
+
+
+def test_sizes_timed_at_one_output_length() -> None:
+    rows = [
+        Measurement(model="m", num_prompt_tokens=p, num_output_tokens=o, runtime_s=0.1 * p + o)
+        for p, outputs in ((1, (1, 1, 1)), (2, (1, 5)), (3, (4,)))
+        for o in outputs
+    ]
+    fit = fit_measurements(rows, "helm")["m"]
+    # p = 1: o = 1 only, the mean of its timings; p = 3: one length above 1, left out.
+    assert fit.prompt_sizes == [1, 2]
+    assert fit.prompt_runtimes_s == pytest.approx([1.1, 1.2])
+    only_long = [r.model_copy(update={"num_output_tokens": 7}) for r in rows]
+    with pytest.raises(InputError, match="two output lengths"):
+        fit_measurements(only_long, "helm")
 
 
 # --- HELM's lookups, both table forms ----------------------------------------------------------
