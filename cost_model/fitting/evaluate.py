@@ -13,10 +13,12 @@ def predict_alpha(fit: FittedCostModel, num_prompt_tokens: ArrayLike) -> NDArray
     p = np.asarray(num_prompt_tokens, dtype=np.float64)
     sizes = np.asarray(fit.prompt_sizes, dtype=np.float64)
     times = np.asarray(fit.prompt_runtimes_s, dtype=np.float64)
-    if fit.alpha_rule == "helm_scale_up":
-        # HELM: the smallest profiled size >= p, scaled by p / size; beyond the largest, the
-        # largest scaled the same way.
+    if fit.alpha_rule in ("helm_scale_up", "helm_next_size"):
+        # HELM: the smallest profiled size >= p, scaled by p / size (older tables: unscaled);
+        # beyond the largest, the largest scaled by p / size under both rules.
         index = np.minimum(np.searchsorted(sizes, p, side="left"), len(sizes) - 1)
+        if fit.alpha_rule == "helm_next_size":
+            return np.where(p > sizes[-1], times[-1] * p / sizes[-1], times[index])
         return times[index] * p / sizes[index]
     if len(sizes) == 1:
         return np.full_like(p, times[0])

@@ -66,7 +66,8 @@ def fits_from_json(data: Any, *, path: str | None = None) -> dict[str, FittedCos
             raise InputError(error.message, path=path) from None
     raise InputError(
         'not a fit file: expected our fit JSON (with "format": "idealized-runtime/fit") or '
-        "HELM's runtime table ({model: {runtime_per_output_token, runtime_for_prompt_tokens}})",
+        "HELM's runtime table ({model: {runtime_per_output_token, runtime_for_prompt_tokens}}; "
+        "older tables: runtime_for_input_tokens)",
         path=path,
     )
 

@@ -2,8 +2,10 @@
 
 Shape: ``{model: {"runtime_per_output_token": beta, "runtime_for_prompt_tokens": {"1": a, ...},
 "overhead": c (denoised tables only)}}``. HELM evaluates them with its scale-up lookup, so an
-imported table gets ``alpha_rule="helm_scale_up"``; import then export gives HELM's JSON back
-exactly (same keys, same order, same floats).
+imported table gets ``alpha_rule="helm_scale_up"``. HELM's 2022 code, before its first release,
+keyed the alpha table ``runtime_for_input_tokens`` and looked it up without scaling inside the
+grid: such entries get ``alpha_rule="helm_next_size"`` (docs/cost_model.md, "HELM's tables").
+Import then export gives HELM's JSON back exactly (same keys, same order, same floats).
 """
 
 from __future__ import annotations
@@ -15,14 +17,24 @@ from typing import Any
 import numpy as np
 
 from idealized_runtime.core.errors import InputError, plain
-from idealized_runtime.core.types import FitMethod, FittedCostModel
+from idealized_runtime.core.types import AlphaRule, FitMethod, FittedCostModel
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 
 BETA_KEY = "runtime_per_output_token"
 ALPHA_KEY = "runtime_for_prompt_tokens"
+OLDER_ALPHA_KEY = "runtime_for_input_tokens"
 OVERHEAD_KEY = "overhead"
+# Each table form's alpha key and the lookup rule HELM's code applied to it.
+ALPHA_RULE_OF_KEY: dict[str, AlphaRule] = {
+    ALPHA_KEY: "helm_scale_up",
+    OLDER_ALPHA_KEY: "helm_next_size",
+}
 # Output lengths over which a fit that HELM's form cannot hold exactly is projected onto it.
 _PROJECTION_OUTPUT_TOKENS = np.array([2, 4, 8, 12, 16, 24, 32, 48, 64], dtype=np.float64)
+
+
+def _alpha_keys(entry: Mapping[str, Any]) -> list[str]:
+    return [key for key in ALPHA_RULE_OF_KEY if key in entry]
 
 
 def looks_like_helm_table(data: Any) -> bool:
@@ -30,7 +42,7 @@ def looks_like_helm_table(data: Any) -> bool:
         isinstance(data, Mapping)
         and bool(data)
         and all(
-            isinstance(entry, Mapping) and BETA_KEY in entry and ALPHA_KEY in entry
+            isinstance(entry, Mapping) and BETA_KEY in entry and bool(_alpha_keys(entry))
             for entry in data.values()
         )
     )
@@ -47,20 +59,31 @@ def _number(value: Any, where: str) -> float:
 def import_helm_table(
     table: Mapping[str, Any], method: FitMethod = "helm"
 ) -> dict[str, FittedCostModel]:
-    """HELM JSON -> fits (alpha_rule helm_scale_up). ``method`` labels the fits: "helm" for an
-    idealized table, "denoised" for a denoised one."""
+    """HELM JSON -> fits, each entry with the lookup rule of its table form (helm_scale_up for
+    ``runtime_for_prompt_tokens``, helm_next_size for ``runtime_for_input_tokens``). ``method``
+    labels the fits: "helm" for an idealized table, "denoised" for a denoised one."""
     if not isinstance(table, Mapping) or not table:
         raise InputError("a HELM runtime table is a non-empty JSON object of models")
     fits: dict[str, FittedCostModel] = {}
     for model, entry in table.items():
-        if not isinstance(entry, Mapping) or BETA_KEY not in entry or ALPHA_KEY not in entry:
-            raise InputError(f"model {model!r}: expected keys {BETA_KEY!r} and {ALPHA_KEY!r}")
-        unknown = set(entry) - {BETA_KEY, ALPHA_KEY, OVERHEAD_KEY}
+        if not isinstance(entry, Mapping) or BETA_KEY not in entry or not _alpha_keys(entry):
+            raise InputError(
+                f"model {model!r}: expected keys {BETA_KEY!r} and {ALPHA_KEY!r} "
+                f"(or, in HELM's older tables, {OLDER_ALPHA_KEY!r})"
+            )
+        alpha_keys = _alpha_keys(entry)
+        if len(alpha_keys) > 1:
+            raise InputError(
+                f"model {model!r}: has both {ALPHA_KEY!r} and {OLDER_ALPHA_KEY!r}; HELM looks "
+                "them up differently, so an entry holds one of them"
+            )
+        alpha_key = alpha_keys[0]
+        unknown = set(entry) - {BETA_KEY, alpha_key, OVERHEAD_KEY}
         if unknown:
             raise InputError(f"model {model!r}: unknown keys {', '.join(sorted(unknown))}")
-        alpha_table = entry[ALPHA_KEY]
+        alpha_table = entry[alpha_key]
         if not isinstance(alpha_table, Mapping) or not alpha_table:
-            raise InputError(f"model {model!r}: {ALPHA_KEY} must be a non-empty object")
+            raise InputError(f"model {model!r}: {alpha_key} must be a non-empty object")
         sizes: list[int] = []
         for key in alpha_table:
             if not (isinstance(key, str) and key.isdigit() and str(int(key)) == key):
@@ -68,12 +91,12 @@ def import_helm_table(
             sizes.append(int(key))
         if sizes != sorted(set(sizes)) or sizes[0] < 1:
             raise InputError(f"model {model!r}: prompt sizes must be increasing positive integers")
-        alphas = [_number(v, f"model {model!r}: {ALPHA_KEY}[{k}]") for k, v in alpha_table.items()]
+        alphas = [_number(v, f"model {model!r}: {alpha_key}[{k}]") for k, v in alpha_table.items()]
         overhead = entry.get(OVERHEAD_KEY)
         fits[model] = FittedCostModel(
             model=model,
             method=method,
-            alpha_rule="helm_scale_up",
+            alpha_rule=ALPHA_RULE_OF_KEY[alpha_key],
             prompt_sizes=sizes,
             prompt_runtimes_s=alphas,
             beta_s=_number(entry[BETA_KEY], f"model {model!r}: {BETA_KEY}"),
@@ -83,10 +106,11 @@ def import_helm_table(
 
 
 def helm_form(fit: FittedCostModel) -> tuple[list[int], list[float], float]:
-    """(sizes, alphas, beta) in HELM's form. Exact for HELM-form fits; otherwise a projection:
-    the alpha table is kept (both lookup rules agree at the tabulated sizes) and beta is what
-    HELM's method would fit from this model's own runtimes at those sizes and o = 2..64."""
-    if fit.alpha_rule == "helm_scale_up" and fit.beta_per_context_token_s == 0:
+    """(sizes, alphas, beta) in HELM's form. Exact for HELM-form fits (either table form);
+    otherwise a projection: the alpha table is kept (the lookup rules agree at the tabulated
+    sizes) and beta is the least-squares time per decode step of this model's own decode times,
+    runtime(p, o) - runtime(p, 1), at those sizes and o = 2..64."""
+    if fit.alpha_rule in ALPHA_RULE_OF_KEY.values() and fit.beta_per_context_token_s == 0:
         return list(fit.prompt_sizes), list(fit.prompt_runtimes_s), fit.beta_s
     p, o = np.meshgrid(np.asarray(fit.prompt_sizes, float), _PROJECTION_OUTPUT_TOKENS)
     steps = o.ravel() - 1.0
@@ -98,13 +122,15 @@ def helm_form(fit: FittedCostModel) -> tuple[list[int], list[float], float]:
 
 
 def export_helm_table(fits: Mapping[str, FittedCostModel]) -> dict[str, Any]:
-    """Fits -> HELM's JSON shape, keyed by the mapping's keys, in its order."""
+    """Fits -> HELM's JSON shape, keyed by the mapping's keys, in its order. A fit read from an
+    older table (helm_next_size) is written back in that form, so that HELM reads it the same."""
     table: dict[str, Any] = {}
     for model, fit in fits.items():
         sizes, alphas, beta = helm_form(fit)
+        alpha_key = OLDER_ALPHA_KEY if fit.alpha_rule == "helm_next_size" else ALPHA_KEY
         entry: dict[str, Any] = {
             BETA_KEY: beta,
-            ALPHA_KEY: {str(size): alpha for size, alpha in zip(sizes, alphas, strict=True)},
+            alpha_key: {str(size): alpha for size, alpha in zip(sizes, alphas, strict=True)},
         }
         if fit.overhead_s is not None:
             entry[OVERHEAD_KEY] = fit.overhead_s

@@ -3,9 +3,11 @@
 Three methods (``FitMethod``):
 
 ``helm``
-    HELM's exact procedure: alpha(p) is the measured runtime at o = 1 for each profiled prompt
-    size, beta the least-squares slope through the origin of runtime - alpha(p) on o - 1,
-    pooled over prompt sizes; off-grid prompts use HELM's scale-up lookup.
+    HELM's procedure (the fit that made HELM's shipped tables; docs/cost_model.md cites it): per
+    profiled prompt size, a least-squares line of runtime against o; alpha(p) is that line at
+    o = 1, raised to at least alpha of the smallest size. beta is the least-squares slope (with
+    an intercept, then dropped) of runtime - alpha(p) against o - 1, pooled over prompt sizes.
+    Optionally rounded as HELM's tables are. Off-grid prompts use HELM's scale-up lookup.
 ``default``
     Fixes HELM's two biases. (1) Prompt processing has a fixed part (weights are read once
     whatever p is): alpha is tabulated and *interpolated*, never scaled down towards zero.
@@ -44,6 +46,8 @@ TILE_CANDIDATES = (32, 64, 128, 256)
 # A tile model must explain at least this much more of alpha's shape than a smooth one.
 TILE_MIN_IMPROVEMENT = 0.6
 MIN_SIZES_FOR_TILES = 6
+# HELM's tables hold seconds rounded to 3 decimals (the millisecond).
+HELM_TABLE_DECIMALS = 3
 
 
 def check_method(method: str) -> FitMethod:
@@ -59,16 +63,20 @@ def fit_measurements(
     stack: Provenance | None = None,
     bootstrap_samples: int = 200,
     seed: int = 0,
+    helm_decimals: int | None = None,
 ) -> dict[str, FittedCostModel]:
     """One fit per model name, each with its quality on its own data.
 
     ``bootstrap_samples`` and ``seed`` drive the confidence intervals of denoised fits (0: none).
-    Raises InputError for data a method cannot use (e.g. no o = 1 timing for ``helm``).
+    ``helm_decimals`` rounds ``helm`` fits (HELM_TABLE_DECIMALS: as HELM's tables; None: not).
+    Raises InputError for data a method cannot use (e.g. one output length for ``helm``).
     """
     check_method(method)
     groups = group_by_model(measurements)
     if method == "helm":
-        return {model: fit_helm(t, stack=stack) for model, t in groups.items()}
+        return {
+            model: fit_helm(t, stack=stack, decimals=helm_decimals) for model, t in groups.items()
+        }
     if method == "default":
         return fit_default_group(groups, stack=stack)
     from idealized_runtime.cost_model.fitting.denoise import fit_denoised
@@ -82,35 +90,74 @@ def fit_measurements(
 # --- HELM -------------------------------------------------------------------------------------
 
 
-def fit_helm(timings: ModelTimings, *, stack: Provenance | None = None) -> FittedCostModel:
-    """HELM's method, exactly (see the module docstring)."""
+def _rounded(values: NDArray[np.float64], decimals: int | None) -> NDArray[np.float64]:
+    # np.round, as HELM's fitting code rounds numpy floats (round() on np.float64).
+    return values if decimals is None else np.round(values, decimals)
+
+
+def _slopes(
+    x: NDArray[np.float64], y: NDArray[np.float64], group: NDArray[np.intp], groups: int
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+    """Least-squares line y = slope * x + intercept per group (NaN slope: x constant there)."""
+    count = np.bincount(group, minlength=groups).astype(np.float64)
+    mean_x = np.bincount(group, x, groups) / count
+    mean_y = np.bincount(group, y, groups) / count
+    dx = x - mean_x[group]
+    sxx = np.bincount(group, dx * dx, groups)
+    sxy = np.bincount(group, dx * (y - mean_y[group]), groups)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        slope = np.where(sxx > 0, sxy / sxx, np.nan)
+    return slope, mean_y - np.nan_to_num(slope) * mean_x
+
+
+def fit_helm(
+    timings: ModelTimings, *, stack: Provenance | None = None, decimals: int | None = None
+) -> FittedCostModel:
+    """HELM's method (see the module docstring), as its fitting code does it.
+
+    ``decimals``: None keeps full precision; HELM_TABLE_DECIMALS rounds as HELM's code did
+    (each line's slope and intercept, then alpha, then beta), which reproduces HELM's shipped
+    table from the grid it was fitted to exactly. A prompt size timed at one output length
+    above 1 cannot tell alpha from the decode steps and is left out; one timed at o = 1 only
+    gets the mean of those timings (the flat line HELM's regression gives).
+    """
     p, o, y = timings.num_prompt_tokens, timings.num_output_tokens, timings.runtime_s
-    first = o == 1
-    if not first.any():
+    all_sizes, size_index = np.unique(p, return_inverse=True)
+    slope, intercept = _slopes(o, y, size_index, all_sizes.size)
+    longest = np.zeros(all_sizes.size)
+    np.maximum.at(longest, size_index, o)
+    # NaN slope: one output length at that size; usable only if that length is 1.
+    usable = ~np.isnan(slope) | (longest == 1)
+    if not usable.any():
         raise InputError(
-            f"model {timings.model!r} has no timing with num_output_tokens = 1: the helm method "
-            "reads alpha(p) from them",
+            f"model {timings.model!r}: the helm method fits a line of runtime against output "
+            "tokens per prompt size and needs, at some prompt size, timings at two output "
+            "lengths or at num_output_tokens = 1",
             column="num_output_tokens",
         )
-    sizes = np.unique(p[first])
-    alphas = np.array([np.median(y[first & (p == size)]) for size in sizes])
-    on_grid = np.isin(p, sizes) & (o > 1)
-    if not on_grid.any():
+    line_slope = _rounded(np.nan_to_num(slope[usable]), decimals)
+    alphas = _rounded(line_slope + _rounded(intercept[usable], decimals), decimals)
+    # HELM keeps no profiled size cheaper than the smallest one.
+    alphas[1:] = np.maximum(alphas[1:], alphas[0])
+    sizes = all_sizes[usable]
+    position = np.cumsum(usable) - 1  # index into sizes of each usable size
+    on_table = usable[size_index]
+    steps = o[on_table] - 1.0
+    decode_time = y[on_table] - alphas[position[size_index[on_table]]]
+    beta, _ = _slopes(steps, decode_time, np.zeros(steps.size, dtype=np.intp), 1)
+    if np.isnan(beta[0]):
         raise InputError(
-            f"model {timings.model!r} has no timing with more than one output token at a "
-            "profiled prompt size: beta cannot be fitted",
+            f"model {timings.model!r} has timings at one output length only at its profiled "
+            "prompt sizes: beta cannot be fitted",
             column="num_output_tokens",
         )
-    steps = o[on_grid] - 1.0
-    decode_time = y[on_grid] - alphas[np.searchsorted(sizes, p[on_grid])]
-    beta = float(np.dot(steps, decode_time) / np.dot(steps, steps))
     return finish_fit(
         timings,
         method="helm",
         alpha_rule="helm_scale_up",
         sizes=sizes,
         alphas=alphas,
-        beta=beta,
+        beta=float(_rounded(beta, decimals)[0]),
         stack=stack,
     )
 

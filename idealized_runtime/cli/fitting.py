@@ -54,17 +54,29 @@ def fit(
     output: Path = typer.Option(..., "-o", "--output", help="Fit file to write (.json)."),
     method: str = typer.Option("default", "--method", help="helm | default | denoised"),
     format: str = typer.Option("native", "--format", help="native | helm (HELM's JSON table)"),
+    helm_rounding: bool = typer.Option(
+        False,
+        "--helm-rounding",
+        help="With --method helm: round to the millisecond as HELM's tables do (reproduces "
+        "HELM's table from its grid exactly).",
+    ),
 ) -> None:
     """Fit runtime(p, o) per model to timings and write a fit file."""
     if method not in FIT_METHODS:
         fail(f"unknown method {method!r}; choose one of {', '.join(FIT_METHODS)}")
     if format not in FIT_FORMATS:
         fail(f"unknown format {format!r}; choose one of {', '.join(FIT_FORMATS)}")
+    if helm_rounding and method != "helm":
+        fail(f"--helm-rounding applies to --method helm, not {method!r}")
     from rich.console import Console
 
     from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
     from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
-    from idealized_runtime.cost_model.fitting.methods import check_method, fit_measurements
+    from idealized_runtime.cost_model.fitting.methods import (
+        HELM_TABLE_DECIMALS,
+        check_method,
+        fit_measurements,
+    )
     from idealized_runtime.timing.importers import peers
 
     try:
@@ -75,7 +87,8 @@ def fit(
             if peers.is_result_file(measurements)
             else measurements
         )
-        fits = fit_measurements(read_measurements(source), chosen)
+        decimals = HELM_TABLE_DECIMALS if helm_rounding else None
+        fits = fit_measurements(read_measurements(source), chosen, helm_decimals=decimals)
         write_fit_file(fits, output, format=format)  # type: ignore[arg-type]
     except InputError as error:
         fail(str(error) if error.path else f"{measurements}: {error}")

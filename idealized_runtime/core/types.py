@@ -49,7 +49,9 @@ FitMethod = Literal["helm", "default", "denoised"]
 # How a FittedCostModel was made: a fit of timings (FitMethod), or tabulated from the analytic
 # hardware model (cost_model/roofline.py), uncalibrated or with calibrated efficiencies.
 ModelMethod = FitMethod | Literal["analytic", "calibrated"]
-AlphaRule = Literal["helm_scale_up", "interpolate"]
+# helm_scale_up: HELM's lookup of `runtime_for_prompt_tokens` tables (every release);
+# helm_next_size: its lookup of the older `runtime_for_input_tokens` tables (2022 code).
+AlphaRule = Literal["helm_scale_up", "helm_next_size", "interpolate"]
 
 DTYPE_BYTES: dict[str, int] = {"float32": 4, "float16": 2, "bfloat16": 2}
 
@@ -734,6 +736,8 @@ class FittedCostModel(_Frozen):
 
     alpha is tabulated at profiled prompt sizes and evaluated by ``alpha_rule``:
     ``helm_scale_up`` is HELM's rule (next larger profiled size, scaled by p / size);
+    ``helm_next_size`` is the rule of HELM's older tables (next larger profiled size, unscaled;
+    past the largest size, the largest scaled by p / size);
     ``interpolate`` is piecewise linear between sizes, linear extrapolation beyond them.
     The per-token time grows with the context: decode step i (1-based) reads p + i - 1 cached
     tokens and costs ``beta_s + beta_per_context_token_s * (p + i - 1)``, so summed over the

@@ -83,6 +83,55 @@ def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
     assert out[1]["denoised_runtime_s"] > 0 and out[1]["idealized_runtime_s"] is None
 
 
+def test_fit_with_helm_rounding_writes_helms_table(workdir: Path) -> None:
+    fitted = run(
+        "fit", "grid.csv", "-o", "rounded.json", "--method", "helm", "--helm-rounding",
+        "--format", "helm", cwd=workdir,
+    )  # fmt: skip
+    assert fitted.returncode == 0, fitted.stderr
+    written = json.loads((workdir / "rounded.json").read_text())
+    shipped = catalog.helm_table("idealized")
+    profile_of = catalog.helm_model_shapes()
+    compared = set()
+    for helm_name, entry in shipped.items():
+        grid_name = profile_of[helm_name].removeprefix("megatron-").replace("-", "_")
+        if grid_name != "mt_nlg":  # the file holds its 35 profiled layers (HELM: x3)
+            assert written[grid_name] == entry, helm_name
+            compared.add(grid_name)
+    assert len(compared) == 8
+    assert_input_error(
+        run("fit", "grid.csv", "-o", "x.json", "--helm-rounding", cwd=workdir),
+        "--helm-rounding",
+        "'default'",
+    )
+
+
+def test_convert_reads_helms_older_table_form(workdir: Path) -> None:
+    entry = catalog.helm_table("idealized")["openai/davinci"]
+    older = {
+        "openai/davinci": {
+            "runtime_per_output_token": entry["runtime_per_output_token"],
+            "runtime_for_input_tokens": entry["runtime_for_prompt_tokens"],
+        }
+    }
+    (workdir / "inference_efficiency.json").write_text(json.dumps(older))
+    (workdir / "old_req.csv").write_text(
+        HEADER + "openai/davinci,100,0,\nopenai/davinci,100,5,\nopenai/davinci,4000,1,\n"
+    )
+    converted = run(
+        "convert", "old_req.csv", "--fit", "inference_efficiency.json", "-o", "old_out.csv",
+        cwd=workdir,
+    )  # fmt: skip
+    assert converted.returncode == 0, converted.stderr
+    lines = (workdir / "old_out.csv").read_text().splitlines()[1:]
+    idealized = [float(line.split(",")[4]) for line in lines]
+    alphas, beta = entry["runtime_for_prompt_tokens"], entry["runtime_per_output_token"]
+    # Unscaled inside the grid (p = 100 costs what 128 costs); past 1920, scaled.
+    assert idealized == pytest.approx(
+        [alphas["128"], alphas["128"] + 4 * beta, alphas["1920"] * 4000 / 1920]
+    )
+
+
 @pytest.mark.parametrize(
     "body, parts",
     [
