@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from idealized_runtime.api import crud
 from idealized_runtime.api.estimation import default_hardware_name
 from idealized_runtime.core.catalog import helm_model_shapes
-from idealized_runtime.leaderboard import CostRates, LeaderboardInputs, ModelInput
+from idealized_runtime.leaderboard.rows import CostRates, LeaderboardInputs, ModelInput
 from idealized_runtime.report.inputs import helm_workloads, scenario_results_from_scores
 
 

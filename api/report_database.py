@@ -28,7 +28,7 @@ from idealized_runtime.core.types import (
     Measurement,
     Provenance,
 )
-from idealized_runtime.leaderboard import LeaderboardInputs, ProfileInput
+from idealized_runtime.leaderboard.rows import LeaderboardInputs, ProfileInput
 from idealized_runtime.report.load import LoadCurve, curves_from
 
 # Metric names of the HELM scenario results stored as capability scores; they are the names

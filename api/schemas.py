@@ -24,7 +24,7 @@ from idealized_runtime.core.types import (
     Provenance,
     TokenCount,
 )
-from idealized_runtime.leaderboard import (
+from idealized_runtime.leaderboard.rows import (
     Cost,
     ModelRow,
     ScenarioRow,

@@ -40,7 +40,7 @@ from idealized_runtime.core.catalog import (
     megatron_a100_measurements,
 )
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.leaderboard import Leaderboard, build_leaderboard
+from idealized_runtime.leaderboard.build import Leaderboard, build_leaderboard
 from idealized_runtime.processes import LOOPBACK, ServerStartError, free_port, running_server
 from idealized_runtime.report.render import ReportFiles, write_report
 

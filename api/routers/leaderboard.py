@@ -11,7 +11,7 @@ from idealized_runtime.api.leaderboard_inputs import database_inputs
 from idealized_runtime.api.routers.common import READ_ERRORS
 from idealized_runtime.api.schemas import LeaderboardOut, StackName
 from idealized_runtime.api.security import Principal, reader
-from idealized_runtime.leaderboard import build_leaderboard, leaderboard_payload
+from idealized_runtime.leaderboard.build import build_leaderboard, leaderboard_payload
 
 router = APIRouter(prefix="/v1", tags=["leaderboard"])
 

@@ -22,7 +22,7 @@ def parse_stacks(value: str | None) -> tuple[str, ...]:
     names are one ``error:`` line (exit 2). Empty: no comparison."""
     if value is None:
         return ()
-    from idealized_runtime.leaderboard import resolve_stacks
+    from idealized_runtime.leaderboard.stack_comparison import resolve_stacks
 
     return resolve_stacks(value.split(","))
 
@@ -34,7 +34,7 @@ STACKS_HELP = (
 
 
 if TYPE_CHECKING:
-    from idealized_runtime.leaderboard import LeaderboardInputs
+    from idealized_runtime.leaderboard.rows import LeaderboardInputs
 
 
 def leaderboard_inputs(source: str | None, with_helm: bool) -> LeaderboardInputs:
@@ -150,7 +150,7 @@ def report_command(
 
     targets = parse_slo(slo) if slo is not None else None
     compared = parse_stacks(stacks)  # an unknown name fails before anything is read or written
-    from idealized_runtime.leaderboard import build_leaderboard
+    from idealized_runtime.leaderboard.build import build_leaderboard
     from idealized_runtime.report.render import write_report
 
     curves: list = []
@@ -195,7 +195,7 @@ def leaderboard_command(
 
     from rich.console import Console
 
-    from idealized_runtime.leaderboard import build_leaderboard, leaderboard_payload
+    from idealized_runtime.leaderboard.build import build_leaderboard, leaderboard_payload
     from idealized_runtime.report.terminal import stack_table, summary_table
 
     compared = parse_stacks(stacks)

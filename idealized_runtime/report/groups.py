@@ -14,7 +14,8 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from idealized_runtime.leaderboard import ModelGroup, ModelRow
+from idealized_runtime.leaderboard.groups import ModelGroup
+from idealized_runtime.leaderboard.rows import ModelRow
 
 # model: the only name of its architecture; group: the head of several names; alias: one of them
 LineKind = Literal["model", "group", "alias"]

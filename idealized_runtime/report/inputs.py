@@ -27,7 +27,12 @@ from idealized_runtime.core.scenarios import (
     workload_names,
 )
 from idealized_runtime.core.types import Architecture, FittedCostModel, Measurement, Provenance
-from idealized_runtime.leaderboard import CostRates, LeaderboardInputs, ModelInput, ProfileInput
+from idealized_runtime.leaderboard.rows import (
+    CostRates,
+    LeaderboardInputs,
+    ModelInput,
+    ProfileInput,
+)
 
 HELM_HARDWARE = "a100-80gb"  # the paper profiled on A100 80 GB (fp16, Megatron-LM)
 # Method whose fit stands for a profiled shape's idealized runtime: the better default first.

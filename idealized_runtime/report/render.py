@@ -15,17 +15,16 @@ from pydantic import BaseModel
 
 from idealized_runtime import __version__
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.leaderboard import (
+from idealized_runtime.leaderboard.build import Leaderboard, stacks
+from idealized_runtime.leaderboard.rows import (
     FRONTIER_KINDS,
     Cost,
-    Leaderboard,
     ModelRow,
     ScenarioRow,
     StackComparison,
     StackModelRow,
     StackWorkloadRow,
     WorkloadRow,
-    stacks,
 )
 from idealized_runtime.report.groups import (
     BoardLine,

@@ -15,7 +15,7 @@ from html import escape
 import numpy as np
 
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
-from idealized_runtime.leaderboard import FrontierPoint, ProfileInput
+from idealized_runtime.leaderboard.rows import FrontierPoint, ProfileInput
 
 WIDTH, HEIGHT = 460, 320
 MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 62, 16, 30, 46

@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from rich.table import Table
 from rich.text import Text
 
-from idealized_runtime.leaderboard import Leaderboard, ModelGroup, ranked_groups
+from idealized_runtime.leaderboard.build import Leaderboard
+from idealized_runtime.leaderboard.groups import ModelGroup, ranked_groups
 from idealized_runtime.report.groups import BoardLine, board_lines
 from idealized_runtime.report.render import (
     ALIAS_MARK,

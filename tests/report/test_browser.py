@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, HELM_STACK
-from idealized_runtime.leaderboard import ModelGroup, build_leaderboard, ranked_groups
+from idealized_runtime.leaderboard.build import build_leaderboard
+from idealized_runtime.leaderboard.groups import ModelGroup, ranked_groups
 from idealized_runtime.report.inputs import bundled_helm_inputs
 from idealized_runtime.report.render import stack_model_pivot, write_report
 from tests.report.browser import chromium_missing_reason, headless_chromium

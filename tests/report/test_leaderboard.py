@@ -11,14 +11,9 @@ from idealized_runtime.core.scenarios import ScenarioResult, helm_scenario_resul
 from idealized_runtime.core.types import FittedCostModel
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
-from idealized_runtime.leaderboard import (
-    CostRates,
-    LeaderboardInputs,
-    ModelInput,
-    build_leaderboard,
-    cost_per_1000,
-    pareto_front,
-)
+from idealized_runtime.leaderboard.build import build_leaderboard
+from idealized_runtime.leaderboard.metrics import cost_per_1000, pareto_front
+from idealized_runtime.leaderboard.rows import CostRates, LeaderboardInputs, ModelInput
 from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
 from idealized_runtime.report.render import render_markdown
 

@@ -16,16 +16,9 @@ from idealized_runtime.core.catalog import architectures, helm_model_shapes
 from idealized_runtime.core.scenarios import ScenarioResult
 from idealized_runtime.core.types import FittedCostModel, Provenance
 from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK
-from idealized_runtime.leaderboard import (
-    Cost,
-    Leaderboard,
-    LeaderboardInputs,
-    ModelInput,
-    ModelRow,
-    build_leaderboard,
-    group_models,
-    ranked_groups,
-)
+from idealized_runtime.leaderboard.build import Leaderboard, build_leaderboard
+from idealized_runtime.leaderboard.groups import group_models, ranked_groups
+from idealized_runtime.leaderboard.rows import Cost, LeaderboardInputs, ModelInput, ModelRow
 from idealized_runtime.report.groups import board_lines
 from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
 from idealized_runtime.report.render import (

@@ -33,13 +33,10 @@ from idealized_runtime.cost_model.hardware.stacks.catalog import (
     HELM_STACK,
     get_stack,
 )
-from idealized_runtime.leaderboard import (
-    Leaderboard,
-    LeaderboardInputs,
-    ModelInput,
-    build_leaderboard,
+from idealized_runtime.leaderboard.build import Leaderboard, build_leaderboard, leaderboard_payload
+from idealized_runtime.leaderboard.rows import LeaderboardInputs, ModelInput
+from idealized_runtime.leaderboard.stack_comparison import (
     compare_stacks,
-    leaderboard_payload,
     resolve_stacks,
     stack_label,
 )
