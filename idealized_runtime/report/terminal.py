@@ -10,14 +10,9 @@ from rich.text import Text
 
 from idealized_runtime.leaderboard.build import Leaderboard
 from idealized_runtime.leaderboard.groups import ModelGroup, ranked_groups
+from idealized_runtime.report.cells import ALIAS_MARK, fmt_ratio, fmt_seconds, line_cells
 from idealized_runtime.report.groups import BoardLine, board_lines
-from idealized_runtime.report.render import (
-    ALIAS_MARK,
-    fmt_ratio,
-    fmt_seconds,
-    line_cells,
-    stack_model_pivot,
-)
+from idealized_runtime.report.stack_tables import stack_model_pivot
 
 SUMMARY_COLUMNS = (
     "parameters",

@@ -55,7 +55,7 @@ def test_bench_with_stack_writes_the_calibrated_fit(tmp_path: Path) -> None:
 
 def test_report_methodology_lists_the_reference_stacks() -> None:
     from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, shipped_stacks
-    from idealized_runtime.report.render import _reference_stack_lines
+    from idealized_runtime.report.markdown import _reference_stack_lines
 
     text = "\n".join(_reference_stack_lines())
     for name in shipped_stacks():

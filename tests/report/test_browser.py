@@ -10,7 +10,8 @@ from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, 
 from idealized_runtime.leaderboard.build import build_leaderboard
 from idealized_runtime.leaderboard.groups import ModelGroup, ranked_groups
 from idealized_runtime.report.inputs import bundled_helm_inputs
-from idealized_runtime.report.render import stack_model_pivot, write_report
+from idealized_runtime.report.render import write_report
+from idealized_runtime.report.stack_tables import stack_model_pivot
 from tests.report.browser import chromium_missing_reason, headless_chromium
 
 pytestmark = [

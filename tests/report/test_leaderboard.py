@@ -15,7 +15,7 @@ from idealized_runtime.leaderboard.build import build_leaderboard
 from idealized_runtime.leaderboard.metrics import cost_per_1000, pareto_front
 from idealized_runtime.leaderboard.rows import CostRates, LeaderboardInputs, ModelInput
 from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
-from idealized_runtime.report.render import render_markdown
+from idealized_runtime.report.markdown import render_markdown
 
 
 def brute_force_front(points: dict[str, tuple[float, float]]) -> set[str]:
@@ -178,7 +178,7 @@ def test_model_summary_leaves_out_scenarios_without_values() -> None:
 
 
 def test_large_numbers_are_written_with_thousands_separators() -> None:
-    from idealized_runtime.report.render import fmt_number
+    from idealized_runtime.report.cells import fmt_number
 
     assert fmt_number(25_213.4) == "25,200"
     assert fmt_number(1_245.0, 4) == "1,245"

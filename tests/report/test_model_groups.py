@@ -19,17 +19,12 @@ from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK
 from idealized_runtime.leaderboard.build import Leaderboard, build_leaderboard
 from idealized_runtime.leaderboard.groups import group_models, ranked_groups
 from idealized_runtime.leaderboard.rows import Cost, LeaderboardInputs, ModelInput, ModelRow
+from idealized_runtime.report.cells import ALIAS_MARK, LEADERBOARD_COLUMNS, line_cells
 from idealized_runtime.report.groups import board_lines
 from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
-from idealized_runtime.report.render import (
-    ALIAS_MARK,
-    LEADERBOARD_COLUMNS,
-    line_cells,
-    render_html,
-    render_markdown,
-    stack_model_pivot,
-    workload_entries,
-)
+from idealized_runtime.report.markdown import render_markdown
+from idealized_runtime.report.render import render_html
+from idealized_runtime.report.stack_tables import stack_model_pivot, workload_entries
 from tests.servers import cli_command
 
 SHAPE = "megatron-gptj-6b"

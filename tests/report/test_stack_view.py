@@ -40,14 +40,12 @@ from idealized_runtime.leaderboard.stack_comparison import (
     resolve_stacks,
     stack_label,
 )
+from idealized_runtime.report.cells import fmt_ratio
+from idealized_runtime.report.csv_tables import csv_tables
 from idealized_runtime.report.inputs import bundled_helm_inputs
-from idealized_runtime.report.render import (
-    csv_tables,
-    fmt_ratio,
-    reference_stack_rows,
-    render_html,
-    render_markdown,
-)
+from idealized_runtime.report.markdown import render_markdown
+from idealized_runtime.report.render import render_html
+from idealized_runtime.report.stack_tables import reference_stack_rows
 
 PAIR = (HELM_STACK, DEFAULT_STACK)
 
