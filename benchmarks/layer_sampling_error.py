@@ -20,7 +20,9 @@ import torch
 
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.local_runner.generate import Generator
-from idealized_runtime.local_runner.profile import GridPoint, Timing, extrapolate_layers, time_point
+from idealized_runtime.local_runner.grids import GridPoint
+from idealized_runtime.local_runner.layer_sampling import extrapolate_layers
+from idealized_runtime.local_runner.timer import Timing, time_point
 
 POINTS = [
     GridPoint(16, 1),

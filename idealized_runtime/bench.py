@@ -476,12 +476,10 @@ def _run_local(
 ) -> dict[str, FittedCostModel]:
     from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
     from idealized_runtime.cost_model.fitting.methods import fit_measurements
-    from idealized_runtime.local_runner.profile import (
-        ProfileSettings,
-        make_grid,
-        meta_path,
-        profile_grid,
-    )
+    from idealized_runtime.local_runner.grids import make_grid
+    from idealized_runtime.local_runner.profile import profile_grid
+    from idealized_runtime.local_runner.profile_files import meta_path
+    from idealized_runtime.local_runner.settings import ProfileSettings
 
     arch = load_architecture(spec.architecture)
     output = item_dir / "measurements.csv"

@@ -14,7 +14,7 @@ from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
 
 if TYPE_CHECKING:  # the runner (torch) is imported only when a command runs
-    from idealized_runtime.local_runner.profile import ProfileSettings
+    from idealized_runtime.local_runner.settings import ProfileSettings
 
 
 @app.command("profile")
@@ -39,12 +39,9 @@ def profile_command(
 ) -> None:
     """Profile a (prompt, output, batch) grid with random weights; write a CSV for `fit`."""
     from idealized_runtime.core.architectures import load_architecture
-    from idealized_runtime.local_runner.profile import (
-        ProfileSettings,
-        check_profile,
-        make_grid,
-        profile_grid,
-    )
+    from idealized_runtime.local_runner.grids import make_grid
+    from idealized_runtime.local_runner.profile import check_profile, profile_grid
+    from idealized_runtime.local_runner.settings import ProfileSettings
 
     if device not in ("cpu", "cuda"):
         fail(f"--device must be cpu or cuda, got {device!r}")

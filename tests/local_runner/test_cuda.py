@@ -133,8 +133,8 @@ def test_quantized_kv_cache_graph_decode(kv_cache: str) -> None:
 
 
 def test_memory_preflight_refuses_a_model_larger_than_the_gpu() -> None:
+    from idealized_runtime.local_runner.grids import make_grid
     from idealized_runtime.local_runner.memory import check_fits
-    from idealized_runtime.local_runner.profile import make_grid
 
     small, large = get_architecture("tiny-llama"), get_architecture("llama-3.1-405b")
     assert check_fits(small, "bfloat16", 1, None, make_grid("quick", small)) == ""

@@ -19,17 +19,12 @@ from hypothesis import strategies as st
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.local_runner.profile import (
-    CSV_COLUMNS,
-    GridPoint,
-    ProfileSettings,
-    Timing,
-    check_profile,
-    extrapolate_layers,
-    make_grid,
-    profile_grid,
-    representative_sample,
-)
+from idealized_runtime.local_runner.grids import GridPoint, make_grid
+from idealized_runtime.local_runner.layer_sampling import extrapolate_layers, representative_sample
+from idealized_runtime.local_runner.profile import check_profile, profile_grid
+from idealized_runtime.local_runner.profile_files import CSV_COLUMNS
+from idealized_runtime.local_runner.settings import ProfileSettings
+from idealized_runtime.local_runner.timer import Timing
 from tests.servers import cli_command
 from tests.test_architectures import TINY
 
