@@ -70,7 +70,7 @@ def demo_command(
     from idealized_runtime.demo import DEMO_ARCHITECTURE, run_demo
     from idealized_runtime.report.terminal import summary_table
 
-    out = Console(width=None if sys.stdout.isatty() else 120)
+    out = Console(width=None if sys.stdout.isatty() else 160)
     steps = iter(range(1, 100))
     result = run_demo(
         workdir,
