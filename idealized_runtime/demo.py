@@ -23,16 +23,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from idealized_runtime.bench import (
-    MANIFEST_NAME,
-    ApiModelSpec,
-    BenchConfig,
-    BenchResult,
-    LocalModelSpec,
-    item_key,
-    read_fits,
-    run_bench,
-)
+from idealized_runtime.bench.config import ApiModelSpec, BenchConfig, LocalModelSpec, item_key
+from idealized_runtime.bench.manifest import MANIFEST_NAME
+from idealized_runtime.bench.run import BenchResult, read_fits, run_bench
 from idealized_runtime.core.catalog import (
     MEGATRON_A100_STACK,
     architectures,

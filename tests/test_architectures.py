@@ -242,7 +242,7 @@ def test_estimate_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
 
 
 def test_bench_yaml_takes_a_config_json(tmp_path: Path) -> None:
-    from idealized_runtime.bench import load_config
+    from idealized_runtime.bench.config import load_config
 
     path = tmp_path / "config.json"
     path.write_text(json.dumps(TINY["gpt_oss"]))

@@ -97,7 +97,8 @@ def bench_command(
     from rich.console import Console
     from rich.table import Table
 
-    from idealized_runtime.bench import default_results_dir, load_config, run_bench
+    from idealized_runtime.bench.config import load_config
+    from idealized_runtime.bench.run import default_results_dir, run_bench
 
     settings = load_config(config)
     results_dir = output or default_results_dir(config)

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from idealized_runtime.api.schemas import HardwareModelEstimateIn
-from idealized_runtime.bench import EstimateSpec, load_config
+from idealized_runtime.bench.config import EstimateSpec, load_config
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.cost_model.hardware.estimate import estimate_request

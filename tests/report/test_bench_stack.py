@@ -64,7 +64,7 @@ def test_report_methodology_lists_the_reference_stacks() -> None:
 
 
 def test_bench_estimates_take_the_file_stack(tmp_path: Path) -> None:
-    from idealized_runtime.bench import load_config
+    from idealized_runtime.bench.config import load_config
 
     config = tmp_path / "bench.yaml"
     entry = "{architecture: llama-3.1-8b, hardware: a100-80gb, prompt_tokens: 5, output_tokens: 9"

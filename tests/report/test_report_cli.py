@@ -128,7 +128,7 @@ def test_bench_unreachable_endpoint_keeps_partial_results_and_resumes(tmp_path: 
 
 
 def test_example_bench_config_validates() -> None:
-    from idealized_runtime.bench import load_config
+    from idealized_runtime.bench.config import load_config
 
     config = load_config(Path(__file__).resolve().parents[2] / "examples" / "bench.yaml")
     assert {spec.kind for spec in config.models} == {"local", "api"}
@@ -153,7 +153,8 @@ def test_demo_fails_fast_on_an_unusable_database(tmp_path: Path) -> None:
 
 
 def test_bench_marks_a_killed_run_on_resume(tmp_path: Path) -> None:
-    from idealized_runtime.bench import MANIFEST_NAME, Manifest, load_config
+    from idealized_runtime.bench.config import load_config
+    from idealized_runtime.bench.manifest import MANIFEST_NAME, Manifest
 
     config = load_config(Path(__file__).parents[2] / "examples" / "bench.yaml")
     stale = {"format": "idealized-runtime/bench", "runs": [{"status": "running"}], "items": []}
@@ -165,7 +166,7 @@ def test_bench_marks_a_killed_run_on_resume(tmp_path: Path) -> None:
 def test_bench_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     import torch
 
-    from idealized_runtime.bench import load_config
+    from idealized_runtime.bench.config import load_config
     from idealized_runtime.core.errors import InputError
 
     if torch.cuda.is_available():
