@@ -1,4 +1,5 @@
-"""Our `measure` against guidellm, on the same `serve-model` server at the same concurrencies.
+"""Our `measure` against guidellm, on the same `serve-model` server at the same concurrencies
+(one benchmark, one script).
 
 One local server (the runner's tiny-llama with random weights, one torch thread, pinned to CPU 0
 with the clients on the other CPUs; a BPE tokenizer trained here and saved with

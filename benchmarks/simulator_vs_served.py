@@ -1,5 +1,6 @@
 """The serving simulator against a real continuous-batching server, and our timing client
-against guidellm on that server, in one run on this machine.
+against guidellm on that server, in one run on this machine (one benchmark, one script: its
+phases share the server, the schedule and the clients, so they stay together).
 
 1. Serve a small Llama-shaped model (random weights, one torch thread) with ``serve-model
    --max-batch B`` (continuous batching, chunked prefill), pinned to CPU 0 where the machine

@@ -1,9 +1,10 @@
 """A decoder-only transformer built from an ``Architecture``, with random weights, for timing.
 
-One file, top to bottom: norms, rotary/ALiBi positions, the static KV caches, attention (and
-DeepSeek's multi-head latent attention), the (dense or mixture-of-experts) MLP, the block, and
-the model. It covers GPT-2, GPT-J, GPT-NeoX, OPT, BLOOM, Llama, Mistral, Mixtral, Qwen2/3,
-Qwen3-MoE, Phi-3, Gemma 2/3, DeepSeek-V3 and gpt-oss shapes: MHA/GQA/MLA, full or partial
+One concern, one file on purpose (as gpt-fast's model.py and nanoGPT's), read top to bottom:
+norms, rotary/ALiBi positions, the static KV caches, attention (and DeepSeek's multi-head latent
+attention), the (dense or mixture-of-experts) MLP, the block, and the model. It covers GPT-2,
+GPT-J, GPT-NeoX, OPT, BLOOM, Llama, Mistral, Mixtral, Qwen2/3, Qwen3-MoE, Phi-3, Gemma 2/3,
+DeepSeek-V3 and gpt-oss shapes: MHA/GQA/MLA, full or partial
 rotary, learned and ALiBi positions, LayerNorm/RMSNorm (Gemma's 1 + weight, q/k norms, sandwich
 norms), GELU/ReLU/SwiGLU/GeGLU, parallel attention+MLP, sliding-window layers, attention sinks,
 soft-capping, top-k MoE with shared experts and group-limited sigmoid routing.

@@ -174,10 +174,23 @@ class QuantizedWeight:
         return func(*map(dense, args), **{key: dense(val) for key, val in kwargs.items()})
 
 
-class Int8Weight(QuantizedWeight):
+class _ChannelScaledWeight(QuantizedWeight):
+    """Packed data [..., out, in] with one scale per output channel [..., out]."""
+
     def __init__(self, data: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
         super().__init__(data.shape, dtype, data.device)
-        self.data, self.scales = data, scales  # int8 [..., out, in]; dtype [..., out]
+        self.data, self.scales = data, scales
+
+    def _select(self, index: torch.Tensor | int) -> QuantizedWeight:
+        return type(self)(self.data[index], self.scales[index], self.dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.data.nbytes + self.scales.nbytes
+
+
+class Int8Weight(_ChannelScaledWeight):
+    """int8 data, scales in the compute dtype."""
 
     @classmethod
     def quantize(cls, weight: torch.Tensor) -> Int8Weight:
@@ -194,18 +207,9 @@ class Int8Weight(QuantizedWeight):
     def dequantize(self) -> torch.Tensor:
         return (self.data.to(self.dtype) * self.scales.unsqueeze(-1)).to(self.dtype)
 
-    def _select(self, index: torch.Tensor | int) -> Int8Weight:
-        return Int8Weight(self.data[index], self.scales[index], self.dtype)
 
-    @property
-    def nbytes(self) -> int:
-        return self.data.nbytes + self.scales.nbytes
-
-
-class Fp8Weight(QuantizedWeight):
-    def __init__(self, data: torch.Tensor, scales: torch.Tensor, dtype: torch.dtype) -> None:
-        super().__init__(data.shape, dtype, data.device)
-        self.data, self.scales = data, scales  # float8_e4m3fn [..., out, in]; float32 [..., out]
+class Fp8Weight(_ChannelScaledWeight):
+    """float8_e4m3fn data, float32 scales."""
 
     @classmethod
     def quantize(cls, weight: torch.Tensor) -> Fp8Weight:
@@ -221,13 +225,6 @@ class Fp8Weight(QuantizedWeight):
 
     def dequantize(self) -> torch.Tensor:
         return (self.data.float() * self.scales.unsqueeze(-1)).to(self.dtype)
-
-    def _select(self, index: torch.Tensor | int) -> Fp8Weight:
-        return Fp8Weight(self.data[index], self.scales[index], self.dtype)
-
-    @property
-    def nbytes(self) -> int:
-        return self.data.nbytes + self.scales.nbytes
 
 
 class Int4Weight(QuantizedWeight):

@@ -167,7 +167,7 @@ def _step_time(
         return step_time, arch or step_time.model, kv_tokens
     from idealized_runtime.core.catalog import get_hardware
     from idealized_runtime.core.types import Deployment, Precision, parse_precision
-    from idealized_runtime.cost_model.hardware.planner import plan_deployment
+    from idealized_runtime.cost_model.hardware.planner import plan_gpus
 
     architecture = _architecture(str(arch))
     accelerator = get_hardware(str(hardware))
@@ -181,23 +181,15 @@ def _step_time(
         efficiency, stack_name = chosen.efficiency, chosen.name
     precision = parse_precision(*precision_options, default=default)
     if tp is None:  # the fewest GPUs that hold the weights
-        deployment = plan_deployment(
-            architecture,
-            accelerator,
-            context_tokens=1,
-            precision=precision,
-            efficiency=efficiency,
-            stack=stack_name,
-        )
-    else:
-        deployment = Deployment(
-            architecture=architecture,
-            hardware=accelerator,
-            tp=tp,
-            precision=precision,
-            efficiency=efficiency,
-            stack=stack_name,
-        )
+        tp = plan_gpus(architecture, accelerator, context_tokens=1, precision=precision).tp
+    deployment = Deployment(
+        architecture=architecture,
+        hardware=accelerator,
+        tp=tp,
+        precision=precision,
+        efficiency=efficiency,
+        stack=stack_name,
+    )
     capacity = kv_tokens or kv_capacity_tokens(deployment)
     step_time = HardwareStepTime(deployment)
     return step_time, architecture.name, capacity

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import csv
 import json
+from collections.abc import Mapping
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 
@@ -19,6 +20,7 @@ from idealized_runtime.core.types import Architecture, Hardware, Measurement, Pr
 REFERENCE_DIR = "reference"
 # mt_nlg was profiled with 35 of its 105 layers; the paper multiplied its runtimes by 3.
 _LAYER_SCALED_PROFILES = {"mt_nlg": 3.0}
+T = TypeVar("T")
 
 
 class UnknownNameError(KeyError):
@@ -44,12 +46,17 @@ def architectures() -> dict[str, Architecture]:
     return {entry["name"]: Architecture(**entry) for entry in entries}
 
 
-def get_architecture(name: str) -> Architecture:
+def _by_name(entries: Mapping[str, T], name: str, kind: str) -> T:
+    """``entries[name]``, or an ``UnknownNameError`` that lists the known names."""
     try:
-        return architectures()[name]
+        return entries[name]
     except KeyError:
-        known = ", ".join(sorted(architectures()))
-        raise UnknownNameError(f"unknown architecture {name!r}; known: {known}") from None
+        known = ", ".join(sorted(entries))
+        raise UnknownNameError(f"unknown {kind} {name!r}; known: {known}") from None
+
+
+def get_architecture(name: str) -> Architecture:
+    return _by_name(architectures(), name, "architecture")
 
 
 @lru_cache(maxsize=1)
@@ -62,11 +69,7 @@ def hardware_catalog() -> dict[str, Hardware]:
 
 
 def get_hardware(name: str) -> Hardware:
-    try:
-        return hardware_catalog()[name]
-    except KeyError:
-        known = ", ".join(sorted(hardware_catalog()))
-        raise UnknownNameError(f"unknown hardware {name!r}; known: {known}") from None
+    return _by_name(hardware_catalog(), name, "hardware")
 
 
 @lru_cache(maxsize=1)

@@ -2,6 +2,10 @@
 
 Everything that crosses a module boundary is one of these types. They are pydantic v2 models so
 that the CLI, the JSON files and the REST API validate and serialise them the same way.
+
+One concern, kept in one module on purpose: the vocabulary every layer shares (architecture,
+hardware, precision, deployment and stack efficiency, provenance, measurement, fitted cost model,
+request record, load summary), so that a type has one definition and one place to look it up.
 """
 
 from __future__ import annotations

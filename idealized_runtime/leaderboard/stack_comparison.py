@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from idealized_runtime.core.scenarios import Workload
 from idealized_runtime.core.types import (
@@ -105,32 +106,13 @@ def _fit_runtimes(
 
 # (architecture, stack, GPU, workloads, TP) -> runtimes: the service answers repeated
 # side-by-side requests without recomputing them (a few hundred entries at most).
-_HARDWARE_MODEL_CACHE: dict[tuple, _StackRuntimes] = {}
-_HARDWARE_MODEL_CACHE_SIZE = 512
-
-
+# The same architecture on the same stack recurs under each of its names: computed once.
+@lru_cache(maxsize=512)
 def _hardware_model_runtimes(
     arch: Architecture,
     stack: str,
     hardware: Hardware,
-    workloads: Sequence[Workload],
-    tp: int | None,
-) -> _StackRuntimes:
-    key = (arch.model_dump_json(), stack, hardware.model_dump_json(), tuple(workloads), tp)
-    found = _HARDWARE_MODEL_CACHE.get(key)
-    if found is None:
-        found = _compute_hardware_model_runtimes(arch, stack, hardware, workloads, tp)
-        if len(_HARDWARE_MODEL_CACHE) >= _HARDWARE_MODEL_CACHE_SIZE:
-            _HARDWARE_MODEL_CACHE.clear()
-        _HARDWARE_MODEL_CACHE[key] = found
-    return found
-
-
-def _compute_hardware_model_runtimes(
-    arch: Architecture,
-    stack: str,
-    hardware: Hardware,
-    workloads: Sequence[Workload],
+    workloads: tuple[Workload, ...],
     tp: int | None,
 ) -> _StackRuntimes:
     """The hardware model on ``stack``: ``hardware_model_estimate`` plans the GPUs (at the
@@ -200,7 +182,7 @@ def _stack_runtimes(
     if arch is None:
         why = "no architecture known: the hardware model needs the model's shape"
         return _StackRuntimes({}, note=why)
-    found = _hardware_model_runtimes(arch, stack, hardware, workloads, tp)
+    found = _hardware_model_runtimes(arch, stack, hardware, tuple(workloads), tp)
     if stack == HELM_STACK and found.values:  # say so: HELM's column is mostly its tables
         why = "not in HELM's tables: the hardware model on HELM's stack"
         found = replace(found, note="; ".join(filter(None, (why, found.note))))

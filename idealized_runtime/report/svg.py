@@ -83,18 +83,15 @@ class Axes:
         left, right = MARGIN_LEFT, WIDTH - MARGIN_RIGHT
         top, bottom = MARGIN_TOP, HEIGHT - MARGIN_BOTTOM
         for tick in self.y_ticks:
-            y = self.y(tick)
-            parts.append(f'<line class="grid" x1="{left}" x2="{right}" y1="{y:.1f}" y2="{y:.1f}"/>')
-            parts.append(
-                f'<text class="tick" x="{left - 6}" y="{y + 4:.1f}" text-anchor="end">'
-                f"{_format_tick(tick)}</text>"
+            y = f"{self.y(tick):.1f}"
+            label_y = f"{self.y(tick) + 4:.1f}"
+            parts += _grid_line(
+                (str(left), str(right), y, y), (str(left - 6), label_y), "end", tick
             )
         for tick in self.x_ticks:
-            x = self.x(tick)
-            parts.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{top}" y2="{bottom}"/>')
-            parts.append(
-                f'<text class="tick" x="{x:.1f}" y="{bottom + 16}" text-anchor="middle">'
-                f"{_format_tick(tick)}</text>"
+            x = f"{self.x(tick):.1f}"
+            parts += _grid_line(
+                (x, x, str(top), str(bottom)), (x, str(bottom + 16)), "middle", tick
             )
         parts.append(
             f'<path class="axis" d="M{left},{top} V{bottom} H{right}" fill="none"/>'
@@ -222,3 +219,15 @@ def _legend(prompts: Sequence[int], methods: Sequence[str], dashes: dict[str, st
         )
         y += 14
     return '<g class="legend-box">' + "".join(items) + "</g>"
+
+
+def _grid_line(
+    ends: tuple[str, str, str, str], label_at: tuple[str, str], anchor: str, tick: float
+) -> list[str]:
+    """A grid line (x1, x2, y1, y2, already formatted) and its tick label."""
+    x1, x2, y1, y2 = ends
+    x, y = label_at
+    return [
+        f'<line class="grid" x1="{x1}" x2="{x2}" y1="{y1}" y2="{y2}"/>',
+        f'<text class="tick" x="{x}" y="{y}" text-anchor="{anchor}">{_format_tick(tick)}</text>',
+    ]

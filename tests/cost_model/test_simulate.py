@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.estimate import decode_throughput
 from idealized_runtime.cost_model.serving.simulator import (
     ServerConfig,
@@ -35,10 +34,11 @@ from idealized_runtime.cost_model.serving.workload import (
     poisson_arrivals,
     read_workload,
 )
+from tests.deployments import deploy
 
 ONE_SECOND_STEPS = FittedStepTime("m", intercept_s=1.0, per_token_s=0.0, per_attended_s=0.0)
 ARCH, HARDWARE = get_architecture("llama-3.1-8b"), get_hardware("a100-80gb")
-ROOFLINE = HardwareStepTime(Deployment(architecture=ARCH, hardware=HARDWARE))
+ROOFLINE = HardwareStepTime(deploy(ARCH, HARDWARE))
 
 
 def test_chunked_prefill_then_one_token_per_step_by_hand() -> None:
@@ -82,18 +82,16 @@ def test_closed_loop_sends_the_next_request_when_one_ends() -> None:
 
 
 def test_kv_capacity_from_the_memory_planner() -> None:
-    capacity = kv_capacity_tokens(Deployment(architecture=ARCH, hardware=HARDWARE))
+    capacity = kv_capacity_tokens(deploy(ARCH, HARDWARE))
     # 8B in bf16 is 16 GB of weights; a token of KV is 2 * 32 layers * 8 heads * 128 * 2 B.
     assert capacity == pytest.approx((80e9 * 0.9 - 16.06e9) / 131072, rel=0.01)
     with pytest.raises(InputError, match="weights"):
-        kv_capacity_tokens(
-            Deployment(architecture=get_architecture("llama-3.1-405b"), hardware=HARDWARE)
-        )
+        kv_capacity_tokens(deploy(get_architecture("llama-3.1-405b"), HARDWARE))
 
 
 def test_roofline_step_of_decodes_equals_the_decode_step_time() -> None:
     table = decode_throughput(
-        Deployment(architecture=ARCH, hardware=HARDWARE, tp=1),
+        deploy(ARCH, HARDWARE, tp=1),
         context_tokens=300,
         batch_sizes=[1, 16],
     )
@@ -152,7 +150,7 @@ def test_every_request_once_and_throughput_capped(
     span = max(r["finished_at_s"] for r in rows) - min(r["started_at_s"] for r in rows)
     tokens_per_s = sum(o for _, o in shapes) / span
     cap = decode_throughput(
-        Deployment(architecture=ARCH, hardware=HARDWARE, tp=1),
+        deploy(ARCH, HARDWARE, tp=1),
         context_tokens=min(p for p, _ in shapes),
         batch_sizes=[8],
     )[0].tokens_per_s
@@ -241,7 +239,7 @@ def test_closed_loop_with_think_time_properties(
     # Throughput stays capped by the hardware model's batch throughput.
     span = max(r["finished_at_s"] for r in rows) - min(r["started_at_s"] for r in rows)
     cap = decode_throughput(
-        Deployment(architecture=ARCH, hardware=HARDWARE, tp=1),
+        deploy(ARCH, HARDWARE, tp=1),
         context_tokens=min(p for p, _ in shapes),
         batch_sizes=[8],
     )[0].tokens_per_s

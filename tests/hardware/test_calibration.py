@@ -7,7 +7,7 @@ import pytest
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import IDEAL, Deployment
+from idealized_runtime.core.types import IDEAL
 from idealized_runtime.cost_model.hardware.calibration import (
     ProfileCalibration,
     load_calibration,
@@ -18,6 +18,7 @@ from idealized_runtime.cost_model.hardware.calibration import (
     shipped_calibration,
 )
 from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
+from tests.deployments import deploy
 
 
 def test_pooled_beta_recovers_a_slope() -> None:
@@ -59,22 +60,8 @@ def test_bad_calibration_file(tmp_path) -> None:
 def test_transfer_to_faster_hardware() -> None:
     efficiency = shipped_calibration().efficiency
     arch = get_architecture("llama-3.1-70b")
-    a100 = float(
-        hardware_model_runtime(
-            Deployment(
-                architecture=arch, hardware=get_hardware("a100-80gb"), tp=4, efficiency=efficiency
-            ),
-            1000,
-            100,
-        )
-    )
-    h100 = float(
-        hardware_model_runtime(
-            Deployment(
-                architecture=arch, hardware=get_hardware("h100-sxm"), tp=4, efficiency=efficiency
-            ),
-            1000,
-            100,
-        )
+    a100, h100 = (
+        float(hardware_model_runtime(deploy(arch, gpu, tp=4, efficiency=efficiency), 1000, 100))
+        for gpu in (get_hardware("a100-80gb"), get_hardware("h100-sxm"))
     )
     assert h100 < a100

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from idealized_runtime.core.architectures import architecture_from_hf_file
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import BF16, Deployment, parse_precision
+from idealized_runtime.core.types import BF16, parse_precision
 from idealized_runtime.cost_model.hardware.counts import (
     forward_costs,
     kv_cache_bytes,
@@ -29,6 +29,7 @@ from idealized_runtime.cost_model.hardware.estimate import (
 )
 from idealized_runtime.cost_model.hardware.planner import min_gpus, plan_deployment, plan_gpus
 from idealized_runtime.cost_model.hardware.roofline import compute_hardware, hardware_model_runtime
+from tests.deployments import deploy
 
 CONFIGS = Path(__file__).parent / "hf_configs"
 H100, H200, A100 = get_hardware("h100-sxm"), get_hardware("h200"), get_hardware("a100-80gb")
@@ -206,7 +207,7 @@ def test_estimates_fall_monotonically_with_precision_bytes(
     runtimes = [
         float(
             hardware_model_runtime(
-                Deployment(architecture=arch, hardware=H100, batch_size=batch, precision=p),
+                deploy(arch, H100, batch_size=batch, precision=p),
                 prompt,
                 output,
             )
@@ -218,15 +219,13 @@ def test_estimates_fall_monotonically_with_precision_bytes(
     assert gpus == sorted(gpus, reverse=True)
     # fp8 compute (W8A8) is no slower than weight-only fp8, which moves the same bytes.
     w8a8 = hardware_model_runtime(
-        Deployment(
-            architecture=arch, hardware=H100, batch_size=batch, precision=parse_precision("fp8")
-        ),
+        deploy(arch, H100, batch_size=batch, precision=parse_precision("fp8")),
         prompt,
         output,
     )
     weight_only = parse_precision("fp8", activations="bf16")
     assert w8a8 <= hardware_model_runtime(
-        Deployment(architecture=arch, hardware=H100, batch_size=batch, precision=weight_only),
+        deploy(arch, H100, batch_size=batch, precision=weight_only),
         prompt,
         output,
     )
@@ -257,12 +256,8 @@ def test_int4_speeds_up_memory_bound_decode_by_the_byte_ratio() -> None:
     # Same GPU count: batch-1 decode is memory bound, so the speed-up is the bytes ratio.
     step_bf16 = forward_costs(llama, 1, 128)
     step_int4 = forward_costs(llama, 1, 128, precision=int4)
-    speedup = float(
-        hardware_model_runtime(Deployment(architecture=llama, hardware=H100), 128, 2)
-    ) / float(
-        hardware_model_runtime(
-            Deployment(architecture=llama, hardware=H100, precision=int4), 128, 2
-        )
+    speedup = float(hardware_model_runtime(deploy(llama, H100), 128, 2)) / float(
+        hardware_model_runtime(deploy(llama, H100, precision=int4), 128, 2)
     )
     decode_ratio = float(step_bf16.bytes) / float(step_int4.bytes)
     assert 3.5 < decode_ratio < 3.9
@@ -311,9 +306,7 @@ def test_decode_throughput_and_labels_carry_the_precision() -> None:
         batch_sizes=(1, 64),
     )
     assert all(point.num_gpus == 1 for point in points)
-    bf16 = decode_throughput(
-        Deployment(architecture=llama, hardware=H100, tp=1), context_tokens=2048, batch_sizes=(1,)
-    )
+    bf16 = decode_throughput(deploy(llama, H100, tp=1), context_tokens=2048, batch_sizes=(1,))
     assert points[0].tokens_per_s > 3 * bf16[0].tokens_per_s
     assert int4.label == "int4-g128 (weight-only), kv fp8"
     assert parse_precision("fp8").label == "fp8 (fp8 compute)"

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import IDEAL, Architecture, Deployment, Efficiency, Precision
+from idealized_runtime.core.types import IDEAL, Architecture, Efficiency, Precision
 from idealized_runtime.cost_model.hardware.calibration import shipped_calibration
 from idealized_runtime.cost_model.hardware.counts import (
     expected_experts_touched,
@@ -27,6 +27,10 @@ from idealized_runtime.cost_model.hardware.roofline import (
     to_fitted_cost_model,
     unaligned_factor,
 )
+from tests.deployments import deploy
+
+FP16 = Precision.from_dtype("float16")
+
 
 # A small GPT: 2 layers, h = 64, 4 heads of 16, MLP 256, vocab 512, biases, tied embeddings.
 GPT = Architecture(
@@ -59,7 +63,7 @@ MOE = Architecture(
 
 
 def test_gpt_prompt_pass_by_hand() -> None:
-    costs = forward_costs(GPT, 10, 0, precision=Precision.from_dtype("float16"))
+    costs = forward_costs(GPT, 10, 0, precision=FP16)
     # Matmul weights per layer: attention 4 x 64 x 64 = 16384, MLP 64 x 256 + 256 x 64 = 32768.
     # 2 FLOPs x 49152 x 10 tokens x 2 layers = 1,966,080.
     # Causal attention: token i attends to i positions, sum 1..10 = 55;
@@ -101,18 +105,15 @@ def test_moe_touches_all_experts_at_large_batch() -> None:
 
 
 def test_request_costs_sum_decode_steps() -> None:
-    costs = request_costs(GPT, 10, 5, precision=Precision.from_dtype("float16"))
-    steps = [
-        forward_costs(GPT, 1, 10 + i - 1, precision=Precision.from_dtype("float16"))
-        for i in range(1, 5)
-    ]
+    costs = request_costs(GPT, 10, 5, precision=FP16)
+    steps = [forward_costs(GPT, 1, 10 + i - 1, precision=FP16) for i in range(1, 5)]
     assert float(costs.decode.flops) == pytest.approx(sum(float(s.flops) for s in steps))
     assert float(costs.decode.kv_bytes) == pytest.approx(sum(float(s.kv_bytes) for s in steps))
 
 
 def test_ideal_decode_is_weights_over_bandwidth() -> None:
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
-    beta = float(hardware_model_beta(Deployment(architecture=arch, hardware=hw), 1))
+    beta = float(hardware_model_beta(deploy(arch, hw), 1))
     weights = float(forward_costs(arch, 1, 1).weight_bytes)
     assert weights / (hw.memory_bandwidth_gbps * 1e9) == pytest.approx(beta, rel=0.02)
 
@@ -120,14 +121,11 @@ def test_ideal_decode_is_weights_over_bandwidth() -> None:
 def test_runtime_is_alpha_plus_decode_steps() -> None:
     arch, hw = get_architecture("mistral-7b"), get_hardware("a100-80gb")
     p, o = 300, 40
-    steps = sum(
-        float(hardware_model_beta(Deployment(architecture=arch, hardware=hw), p + i - 1))
-        for i in range(1, o)
+    steps = sum(float(hardware_model_beta(deploy(arch, hw), p + i - 1)) for i in range(1, o))
+    expected = float(hardware_model_alpha(deploy(arch, hw), p)) + steps
+    assert float(hardware_model_runtime(deploy(arch, hw), p, o)) == pytest.approx(
+        expected, rel=1e-9
     )
-    expected = float(hardware_model_alpha(Deployment(architecture=arch, hardware=hw), p)) + steps
-    assert float(
-        hardware_model_runtime(Deployment(architecture=arch, hardware=hw), p, o)
-    ) == pytest.approx(expected, rel=1e-9)
 
 
 def test_bad_tensor_parallel_size() -> None:
@@ -141,10 +139,10 @@ def test_fitted_cost_model_matches_roofline() -> None:
     from idealized_runtime.cost_model.fitting.evaluate import predict_runtime as evaluate
 
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
-    fit = to_fitted_cost_model(Deployment(architecture=arch, hardware=hw))
+    fit = to_fitted_cost_model(deploy(arch, hw))
     assert fit.method == "analytic"
     for p, o in [(128, 1), (512, 64), (1920, 200)]:
-        direct = float(hardware_model_runtime(Deployment(architecture=arch, hardware=hw), p, o))
+        direct = float(hardware_model_runtime(deploy(arch, hw), p, o))
         assert float(evaluate(fit, p, o)) == pytest.approx(direct, rel=0.02)
 
 
@@ -168,25 +166,9 @@ HARDWARE = st.sampled_from(["a100-80gb", "h100-sxm", "l4", "mi300x"])
 )
 def test_runtime_monotone_in_tokens(arch, hw, eff, p, o, dp, do) -> None:
     a, h = get_architecture(arch), get_hardware(hw)
-    base = float(
-        hardware_model_runtime(Deployment(architecture=a, hardware=h, efficiency=eff), p, o)
-    )
-    assert (
-        float(
-            hardware_model_runtime(
-                Deployment(architecture=a, hardware=h, efficiency=eff), p + dp, o
-            )
-        )
-        > base
-    )
-    assert (
-        float(
-            hardware_model_runtime(
-                Deployment(architecture=a, hardware=h, efficiency=eff), p, o + do
-            )
-        )
-        > base
-    )
+    base = float(hardware_model_runtime(deploy(a, h, efficiency=eff), p, o))
+    assert float(hardware_model_runtime(deploy(a, h, efficiency=eff), p + dp, o)) > base
+    assert float(hardware_model_runtime(deploy(a, h, efficiency=eff), p, o + do)) > base
 
 
 @settings(max_examples=40, deadline=None)
@@ -211,23 +193,15 @@ def test_runtime_monotone_in_model_size(eff, hw, layers, extra_layers, width, p,
         )
 
     h = get_hardware(hw)
-    base = float(
-        hardware_model_runtime(
-            Deployment(architecture=arch(layers, width), hardware=h, efficiency=eff), p, o
-        )
-    )
+    base = float(hardware_model_runtime(deploy(arch(layers, width), h, efficiency=eff), p, o))
     deeper = float(
         hardware_model_runtime(
-            Deployment(architecture=arch(layers + extra_layers, width), hardware=h, efficiency=eff),
+            deploy(arch(layers + extra_layers, width), h, efficiency=eff),
             p,
             o,
         )
     )
-    wider = float(
-        hardware_model_runtime(
-            Deployment(architecture=arch(layers, 2 * width), hardware=h, efficiency=eff), p, o
-        )
-    )
+    wider = float(hardware_model_runtime(deploy(arch(layers, 2 * width), h, efficiency=eff), p, o))
     assert deeper > base and wider > base
 
 
@@ -235,15 +209,9 @@ def test_vectorized_runtime_matches_scalar() -> None:
     arch, hw = get_architecture("llama-3.1-8b"), get_hardware("h100-sxm")
     p = np.array([1, 100, 1000])
     o = np.array([1, 10, 100])
-    many = hardware_model_runtime(
-        Deployment(architecture=arch, hardware=hw, efficiency=CALIBRATED), p, o
-    )
+    many = hardware_model_runtime(deploy(arch, hw, efficiency=CALIBRATED), p, o)
     one = [
-        float(
-            hardware_model_runtime(
-                Deployment(architecture=arch, hardware=hw, efficiency=CALIBRATED), a, b
-            )
-        )
+        float(hardware_model_runtime(deploy(arch, hw, efficiency=CALIBRATED), a, b))
         for a, b in zip(p, o, strict=True)
     ]
     np.testing.assert_allclose(many, one)
@@ -267,20 +235,18 @@ def test_unaligned_ffn_width_slows_the_prompt_at_equal_flops() -> None:
     aligned, unaligned = _mlp_probe(4104, "swiglu"), _mlp_probe(6156, "gelu")
     a100 = get_hardware("a100-80gb")
     p = np.array([512.0, 2048.0])
-    cost_a = forward_costs(aligned, p, precision=Precision.from_dtype("float16"))
-    cost_u = forward_costs(unaligned, p, precision=Precision.from_dtype("float16"))
+    cost_a = forward_costs(aligned, p, precision=FP16)
+    cost_u = forward_costs(unaligned, p, precision=FP16)
     np.testing.assert_allclose(cost_a.flops, cost_u.flops)
     assert np.all(cost_a.unaligned_flops == 0)
     mlp_flops = 2.0 * 3 * 1024 * 4104 * p * 4
     np.testing.assert_allclose(cost_u.unaligned_flops, mlp_flops)
     slow = hardware_model_alpha(
-        Deployment(
-            architecture=unaligned, hardware=a100, precision=Precision.from_dtype("float16")
-        ),
+        deploy(unaligned, a100, precision=FP16),
         p,
     )
     fast = hardware_model_alpha(
-        Deployment(architecture=aligned, hardware=a100, precision=Precision.from_dtype("float16")),
+        deploy(aligned, a100, precision=FP16),
         p,
     )
     assert np.all(slow > 1.5 * fast)  # compute-bound: the MLP's FLOPs run 4x slower
@@ -297,28 +263,26 @@ def test_unaligned_factor_is_one_when_aligned() -> None:
     assert unaligned_factor(get_hardware("mi300x")) == 1.0  # figure not listed: no penalty
     # Aligned shapes: no unaligned FLOPs, so the factor changes nothing.
     arch = get_architecture("megatron-gptj-6b")
-    costs = forward_costs(
-        arch, np.array([1.0, 128.0, 1920.0]), precision=Precision.from_dtype("float16")
-    )
+    costs = forward_costs(arch, np.array([1.0, 128.0, 1920.0]), precision=FP16)
     assert np.all(costs.unaligned_flops == 0)
     no_penalty = a100.model_copy(update={"unaligned_matmul_tflops": None})
     for eff in (IDEAL, CALIBRATED):
         np.testing.assert_allclose(
             hardware_model_alpha(
-                Deployment(
-                    architecture=arch,
-                    hardware=a100,
+                deploy(
+                    arch,
+                    a100,
                     efficiency=eff,
-                    precision=Precision.from_dtype("float16"),
+                    precision=FP16,
                 ),
                 [1, 512, 1920],
             ),
             hardware_model_alpha(
-                Deployment(
-                    architecture=arch,
-                    hardware=no_penalty,
+                deploy(
+                    arch,
+                    no_penalty,
                     efficiency=eff,
-                    precision=Precision.from_dtype("float16"),
+                    precision=FP16,
                 ),
                 [1, 512, 1920],
             ),
@@ -327,19 +291,12 @@ def test_unaligned_factor_is_one_when_aligned() -> None:
 
 def test_yalm_ffn_is_the_unaligned_gemm() -> None:
     yalm = get_architecture("megatron-yalm")  # ffn 27308 / tp 4 = 6827 per GPU
-    costs = forward_costs(yalm, 1024.0, precision=Precision.from_dtype("float16"), tp=4)
+    costs = forward_costs(yalm, 1024.0, precision=FP16, tp=4)
     h, f = yalm.hidden_size, yalm.ffn_hidden_size
     mlp = 2.0 * 2 * h * f * 1024 * yalm.num_layers / 4
     assert float(costs.unaligned_flops) == pytest.approx(mlp)
     # At tp 1 the whole width (27308 x 2 = 54616 bytes) is off alignment too.
-    assert (
-        float(
-            forward_costs(
-                yalm, 1024.0, precision=Precision.from_dtype("float16"), tp=1
-            ).unaligned_flops
-        )
-        > 0
-    )
+    assert float(forward_costs(yalm, 1024.0, precision=FP16, tp=1).unaligned_flops) > 0
 
 
 def test_held_back_last_prompt_token_costs_a_shorter_pass_and_a_decode_step() -> None:
@@ -349,40 +306,22 @@ def test_held_back_last_prompt_token_costs_a_shorter_pass_and_a_decode_step() ->
     prompts = np.array([1.0, 2.0, 128.0, 2048.0])
     layers = {"num_layers": arch.num_layers, "efficiency": eff}
     head = pass_time(forward_costs(arch, prompts - 1, 0.0), hw, **layers).total_s
-    step = decode_step_time(
-        Deployment(architecture=arch, hardware=hw, efficiency=eff), prompts - 1
-    ).total_s
+    step = decode_step_time(deploy(arch, hw, efficiency=eff), prompts - 1).total_s
     expected = np.where(prompts > 1, head, 0.0) + step
     np.testing.assert_allclose(
-        hardware_model_alpha(Deployment(architecture=arch, hardware=hw, efficiency=held), prompts),
+        hardware_model_alpha(deploy(arch, hw, efficiency=held), prompts),
         expected,
     )
     # A one-token prompt is one pass either way; longer ones pay a whole extra pass.
-    whole = hardware_model_alpha(
-        Deployment(architecture=arch, hardware=hw, efficiency=eff), prompts
-    )
-    assert hardware_model_alpha(
-        Deployment(architecture=arch, hardware=hw, efficiency=held), 1
-    ) == pytest.approx(whole[0])
-    assert np.all(
-        hardware_model_alpha(
-            Deployment(architecture=arch, hardware=hw, efficiency=held), prompts[1:]
-        )
-        > whole[1:]
-    )
+    whole = hardware_model_alpha(deploy(arch, hw, efficiency=eff), prompts)
+    assert hardware_model_alpha(deploy(arch, hw, efficiency=held), 1) == pytest.approx(whole[0])
+    assert np.all(hardware_model_alpha(deploy(arch, hw, efficiency=held), prompts[1:]) > whole[1:])
     # The decode steps after the first token are the same steps.
     o = 64
     np.testing.assert_allclose(
-        hardware_model_runtime(
-            Deployment(architecture=arch, hardware=hw, efficiency=held), prompts, o
-        )
-        - hardware_model_alpha(
-            Deployment(architecture=arch, hardware=hw, efficiency=held), prompts
-        ),
-        hardware_model_runtime(
-            Deployment(architecture=arch, hardware=hw, efficiency=eff), prompts, o
-        )
-        - whole,
+        hardware_model_runtime(deploy(arch, hw, efficiency=held), prompts, o)
+        - hardware_model_alpha(deploy(arch, hw, efficiency=held), prompts),
+        hardware_model_runtime(deploy(arch, hw, efficiency=eff), prompts, o) - whole,
     )
 
 

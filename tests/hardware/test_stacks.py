@@ -17,7 +17,6 @@ from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.published import PublishedRow
-from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.roofline import decode_step_time, hardware_model_alpha
 from idealized_runtime.cost_model.hardware.stacks.calibrate import calibrate_stack
 from idealized_runtime.cost_model.hardware.stacks.catalog import (
@@ -39,6 +38,7 @@ from idealized_runtime.cost_model.hardware.stacks.targets import (
     relative_errors,
     targets_from_rows,
 )
+from tests.deployments import deploy
 
 
 def _row(row_id: str, model: str, tp: int, value: float, **extra: object) -> PublishedRow:
@@ -158,9 +158,7 @@ def test_tensor_parallel_physics(model: str, stack: str, context: int, gpu: str)
     efficiency = get_stack(stack).efficiency
     sizes = [tp for tp in (1, 2, 4, 8) if arch.num_heads % tp == 0]
     steps = [
-        decode_step_time(
-            Deployment(architecture=arch, hardware=hardware, tp=tp, efficiency=efficiency), context
-        )
+        decode_step_time(deploy(arch, hardware, tp=tp, efficiency=efficiency), context)
         for tp in sizes
     ]
     memory = [float(s.memory_s) for s in steps]
@@ -183,20 +181,14 @@ def test_moe_batch_physics(stack: str, batch: int, context: int, tp: int) -> Non
     arch, hardware = load_architecture("mixtral-8x7b"), get_hardware("h100-sxm")
     efficiency = get_stack(stack).efficiency
     kwargs = {"tp": tp, "efficiency": efficiency}
-    one = decode_step_time(
-        Deployment(architecture=arch, hardware=hardware, batch_size=batch, **kwargs), context
-    )
-    more = decode_step_time(
-        Deployment(architecture=arch, hardware=hardware, batch_size=batch + 1, **kwargs), context
-    )
+    one = decode_step_time(deploy(arch, hardware, batch_size=batch, **kwargs), context)
+    more = decode_step_time(deploy(arch, hardware, batch_size=batch + 1, **kwargs), context)
     assert float(more.memory_s) >= float(one.memory_s)
     assert float(more.total_s) >= float(one.total_s) * (1 - 1e-12)
     assert float(more.total_s) / (batch + 1) <= float(one.total_s) / batch * (1 + 1e-12)
     # A longer prompt never takes less time to process.
     prompts = np.array([16.0, 256.0, 4096.0])
-    alphas = hardware_model_alpha(
-        Deployment(architecture=arch, hardware=hardware, **kwargs), prompts
-    )
+    alphas = hardware_model_alpha(deploy(arch, hardware, **kwargs), prompts)
     assert np.all(np.diff(alphas) >= 0)
 
 
@@ -276,15 +268,13 @@ def test_cached_counts_predict_what_the_roofline_predicts() -> None:
         kwargs["precision"] = target.precision
         if target.metric == "ttft_s":
             expected = float(
-                hardware_model_alpha(
-                    Deployment(architecture=arch, hardware=hardware, **kwargs), target.prompt_tokens
-                )
+                hardware_model_alpha(deploy(arch, hardware, **kwargs), target.prompt_tokens)
             )
         elif target.metric == "decode_tokens_per_s":
             o = target.output_tokens
             expected = o / float(
                 hardware_model_runtime(
-                    Deployment(architecture=arch, hardware=hardware, **kwargs),
+                    deploy(arch, hardware, **kwargs),
                     target.prompt_tokens,
                     o,
                 )

@@ -15,17 +15,18 @@ DEMO_LIMIT_S = 170  # the demo must stay under 3 minutes on 2 cores
 
 
 @pytest.mark.demo
+def _run_demo(workdir: Path) -> subprocess.CompletedProcess[str]:
+    command = cli_command("demo", "--workdir", str(workdir), "--no-progress")
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=DEMO_LIMIT_S, check=False
+    )
+
+
 @pytest.mark.slow
 def test_demo_end_to_end_writes_report_and_reruns(tmp_path: Path) -> None:
     workdir = tmp_path / "demo"
     started = time.monotonic()
-    first = subprocess.run(
-        cli_command("demo", "--workdir", str(workdir), "--no-progress"),
-        capture_output=True,
-        text=True,
-        timeout=DEMO_LIMIT_S,
-        check=False,
-    )
+    first = _run_demo(workdir)
     elapsed = time.monotonic() - started
     assert first.returncode == 0, first.stderr[-3000:]
     report = workdir / "report" / "index.html"
@@ -39,13 +40,7 @@ def test_demo_end_to_end_writes_report_and_reruns(tmp_path: Path) -> None:
     tiny = next(line for line in models_csv.splitlines() if line.startswith("tiny-llama,"))
     assert tiny.count(",") > 5
 
-    second = subprocess.run(
-        cli_command("demo", "--workdir", str(workdir), "--no-progress"),
-        capture_output=True,
-        text=True,
-        timeout=DEMO_LIMIT_S,
-        check=False,
-    )
+    second = _run_demo(workdir)
     assert second.returncode == 0, second.stderr[-3000:]
     assert "resumed" in second.stderr
     assert (workdir / "report" / "index.html").is_file()
