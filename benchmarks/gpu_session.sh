@@ -11,8 +11,11 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-results}
 mkdir -p "$OUT"
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1
 PY=${PYTHON:-python3}
+# The package's installed names (idealized_runtime.cost_model, .data, ...) need an install.
+$PY -c "import idealized_runtime.data" 2>/dev/null ||
+  $PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1
 
 step() {  # step NAME SECONDS COMMAND...
   local name=$1 limit=$2
