@@ -7,11 +7,29 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from idealized_runtime.core.types import Deployment
+from idealized_runtime.core.types import Architecture, Deployment, Precision, parse_precision
 from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack, get_engine
 from idealized_runtime.cost_model.hardware.engines.step import kv_capacity_tokens
 from idealized_runtime.cost_model.serving.simulator import ServerConfig
 from idealized_runtime.cost_model.serving.step_time import EngineStepTime
+
+
+def default_precision(
+    architecture: Architecture,
+    dtype: str = "bfloat16",
+    weights: str | None = None,
+    kv_cache: str | None = None,
+    activations: str | None = None,
+) -> Precision:
+    """The precision an engine serves a checkpoint in: the options given, else the
+    checkpoint's own (``quantization_config``), else ``dtype``; the KV cache as the engines'
+    default for that checkpoint: fp8 for NVFP4 checkpoints (their quantization config quantizes
+    the KV cache too), else the 16-bit compute dtype."""
+    base = architecture.precision or Precision.from_dtype(dtype)  # type: ignore[arg-type]
+    precision = parse_precision(weights, kv_cache, activations, default=base)
+    if kv_cache is None and precision.weight_format == "nvfp4":
+        precision = precision.model_copy(update={"kv_cache": "fp8"})
+    return precision
 
 
 def engine_server(

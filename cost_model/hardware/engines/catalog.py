@@ -21,6 +21,7 @@ from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
 from idealized_runtime.cost_model.hardware.engines.step import EngineStepModel, SchedulerDefaults
+from idealized_runtime.cost_model.hardware.roofline import check_precision
 
 ENGINES_DIR = "engines"
 
@@ -48,6 +49,7 @@ class EngineStack:
         """The step times of ``deployment`` on this engine (its GPU must be measured)."""
         if deployment.pp > 1:
             raise InputError(f"the {self.name} stack models one pipeline stage (pp = 1)")
+        check_precision(deployment.hardware, deployment.precision)  # e.g. nvfp4 off Blackwell
         return EngineStepModel(deployment, self.kernels(deployment.hardware.name), self.scheduler)
 
     def to_json(self) -> dict[str, Any]:
