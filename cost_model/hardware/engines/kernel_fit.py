@@ -265,14 +265,17 @@ def _context_attention_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple
     shapes = _sample(_fastest(frame, keys))
     b, s, h, _, d = (shapes[k].to_numpy(dtype=np.float64) for k in keys)
     flops = 4.0 * b * h * d * s * (s + 1.0) / 2.0
-    rows = np.stack([flops, s], axis=1)
+    return _prompt_fit(np.stack([flops, s], axis=1), shapes, hardware, mla=False)
+
+
+def _prompt_fit(rows: np.ndarray, shapes: Any, hardware: Hardware, mla: bool) -> tuple[OpFit, dict]:
+    """Prompt attention: FLOPs at a rate growing with the chunk's positions."""
     seconds = shapes["latency"].to_numpy() * MS
     dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
 
     def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
-        return replace(dummy, context_attention=fit).context_attention_time(
-            hardware, x[:, 0], x[:, 1]
-        )
+        kernels = replace(dummy, context_attention=fit, mla_context=fit)
+        return kernels.context_attention_time(hardware, x[:, 0], x[:, 1], mla=mla)
 
     return _fit(
         [
@@ -331,24 +334,7 @@ def _mla_context_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit
     shapes = _sample(_fastest(frame, ["batch_size", "isl", "heads"]))
     b, s, h = (shapes[k].to_numpy(dtype=np.float64) for k in ("batch_size", "isl", "heads"))
     flops = 2.0 * b * h * (MLA_QK_DIM + MLA_V_DIM) * s * (s + 1.0) / 2.0
-    rows = np.stack([flops, s], axis=1)
-    seconds = shapes["latency"].to_numpy() * MS
-    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
-
-    def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
-        kernels = replace(dummy, mla_context=fit)
-        return kernels.context_attention_time(hardware, x[:, 0], x[:, 1], mla=True)
-
-    return _fit(
-        [
-            _Parameter("latency_s", 1e-5, 5e-7, 1e-3),
-            _Parameter("compute", 0.5, 0.02, 1.0),
-            _Parameter("half", 256.0, 1.0, 65536.0),
-        ],
-        predict,
-        rows,
-        seconds,
-    )
+    return _prompt_fit(np.stack([flops, s], axis=1), shapes, hardware, mla=True)
 
 
 def _mla_decode_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit, dict]:

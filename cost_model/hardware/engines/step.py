@@ -128,12 +128,11 @@ class EngineStepModel:
         verify = 1.0 + (spec.draft_tokens if spec is not None else 0)
         tokens = padded * verify + p
         mean_chunk = np.where(chunks > 0, p / np.maximum(chunks, 1.0), 0.0)
-        seconds = self._layers(tokens, d * verify, ld * verify, p, lp, mean_chunk, d)
+        seconds = self._layers((tokens, d * verify, ld * verify, p, lp, mean_chunk, d))
         seconds = seconds + self._head(padded * verify + chunks)
         if spec is not None:  # the draft: its layers once per draft token, over the decoders
-            one = self._layer(
-                len(self._layer_kinds) - 1, padded, d, ld, 0.0 * p, 0.0 * lp, 0.0 * p, d
-            )
+            zero = 0.0 * p
+            one = self._layer(len(self._layer_kinds) - 1, (padded, d, ld, zero, zero, zero, d))
             seconds = seconds + spec.draft_tokens * spec.draft_layers * (one + self._head(padded))
         overhead = np.where(
             graphed, self.scheduler.decode_overhead_s, self.scheduler.step_overhead_s
@@ -146,9 +145,10 @@ class EngineStepModel:
     def _layer_kinds(self) -> list[int]:
         return list(range(self.deployment.architecture.num_layers))
 
-    def _layers(
-        self, tokens, decode_tokens, decode_attended, prompt, prompt_attended, chunk, sequences
-    ) -> np.ndarray:
+    def _layers(self, work: tuple[np.ndarray, ...]) -> np.ndarray:
+        """All layers over ``work``: (tokens, decode tokens, decode attended positions, prompt
+        tokens, prompt attended positions, mean chunk length, decoding sequences)."""
+        tokens = work[0]
         arch = self.deployment.architecture
         dense = min(arch.first_k_dense_layers, arch.num_layers) if arch.num_experts > 1 else 0
         total = 0.0 * tokens
@@ -157,29 +157,11 @@ class EngineStepModel:
             kinds = [(0, arch.num_layers)]
         for layer, count in kinds:
             if count:
-                total = total + count * self._layer(
-                    layer,
-                    tokens,
-                    decode_tokens,
-                    decode_attended,
-                    prompt,
-                    prompt_attended,
-                    chunk,
-                    sequences,
-                )
+                total = total + count * self._layer(layer, work)
         return total
 
-    def _layer(
-        self,
-        layer,
-        tokens,
-        decode_tokens,
-        decode_attended,
-        prompt,
-        prompt_attended,
-        chunk,
-        sequences,
-    ) -> np.ndarray:
+    def _layer(self, layer: int, work: tuple[np.ndarray, ...]) -> np.ndarray:
+        tokens, _, decode_attended, _, prompt_attended, chunk, sequences = work
         dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
         arch, precision = dep.architecture, dep.precision
         dp, atp = dep.attention_dp, dep.attention_tp
