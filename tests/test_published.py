@@ -160,6 +160,13 @@ def test_a_row_with_an_unknown_source_is_one_located_error(
 # --- pairs needed to compare precisions and tensor-parallel sizes -------------------------
 
 
+def _serving_setup(row: PublishedRow) -> tuple:
+    """What else a serving-at-load figure depends on: clients, statistic, expert and attention
+    parallelism, speculative decoding (all None for the static tables)."""
+    return (row.concurrency, row.statistic, row.expert_parallel_size, row.attention_dp,
+            row.speculative)  # fmt: skip
+
+
 def _pairs(rows: list[PublishedRow], vary: str) -> dict[tuple, dict[str, float]]:
     """Groups rows that differ only in ``vary`` (weights or tensor_parallel_size)."""
     groups: dict[tuple, dict[str, float]] = defaultdict(dict)
@@ -175,6 +182,7 @@ def _pairs(rows: list[PublishedRow], vary: str) -> dict[tuple, dict[str, float]]
             "weights": row.weights,
             "activations": row.activations,
             "tp": row.tensor_parallel_size,
+            "serving": _serving_setup(row),
         }
         key_fields.pop("weights" if vary == "weights" else "tp")
         if vary == "weights":
@@ -237,7 +245,7 @@ def test_one_workload_across_an_engines_sources_stays_within_4x(rows: list[Publi
         metric, value = row.system_figure()
         key = (
             row.engine, row.gpu, row.model, row.weights, row.tensor_parallel_size,
-            row.prompt_tokens, row.output_tokens, metric,
+            row.prompt_tokens, row.output_tokens, metric, _serving_setup(row),
         )  # fmt: skip
         if row.metric == "ttft_s" and row.batch_size != 1:
             continue  # a static batch's TTFT includes queueing

@@ -70,7 +70,13 @@ class PhaseTime:
 
 def check_precision(hardware: Hardware, precision: Precision) -> None:
     """Refuse, in one line, a precision the GPU cannot compute in (fp8 without fp8 tensor
-    cores). Weight-only fp8 still runs there: the weights are dequantized to bf16 per GEMM."""
+    cores, NVFP4 without fp4 ones). Weight-only fp8 still runs there: the weights are
+    dequantized to bf16 per GEMM."""
+    if precision.fp4_compute and hardware.peak_fp4_tflops is None:
+        raise InputError(
+            f"{hardware.name} has no fp4 tensor cores: nvfp4 weights with fp4 activations run "
+            "on Blackwell GPUs (b200, b300, gb200); use --activations bf16 for weight-only nvfp4"
+        )
     if precision.fp8_compute and hardware.peak_fp8_tflops is None:
         raise InputError(
             f"{hardware.name} has no fp8 tensor cores: fp8 activations are not supported there; "
@@ -80,11 +86,13 @@ def check_precision(hardware: Hardware, precision: Precision) -> None:
 
 def compute_hardware(hardware: Hardware, precision: Precision | None) -> Hardware:
     """``hardware`` as the time model sees it at ``precision``: fp8 matmuls (W8A8) run at the
-    fp8 tensor-core peak; weight-only formats dequantize and run at the 16-bit peak."""
-    if precision is None or not precision.fp8_compute:
+    fp8 tensor-core peak, NVFP4 (W4A4) at the fp4 one; weight-only formats dequantize and run
+    at the 16-bit peak."""
+    if precision is None or not (precision.fp8_compute or precision.fp4_compute):
         return hardware
     check_precision(hardware, precision)
-    return hardware.model_copy(update={"peak_dense_tflops": hardware.peak_fp8_tflops})
+    peak = hardware.peak_fp4_tflops if precision.fp4_compute else hardware.peak_fp8_tflops
+    return hardware.model_copy(update={"peak_dense_tflops": peak})
 
 
 # --- stage 2: time --------------------------------------------------------------------------

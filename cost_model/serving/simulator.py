@@ -69,6 +69,7 @@ class _Request:
     arrival_s: float
     prefilled: int = 0
     token_times: list[float] = field(default_factory=list)
+    decode_steps: int = 0  # decode steps taken (speculative decoding yields more tokens each)
 
     @property
     def need(self) -> int:
@@ -87,6 +88,14 @@ class ServerConfig:
     # Seconds from a request's arrival until the scheduler sees it (a real server's HTTP
     # parsing and tokenization; 0 for the ideal server).
     request_overhead_s: float = 0.0
+    # How an engine shares a step between prompts and decode tokens: ``prefill_first`` runs
+    # waiting prompts in steps of their own (SGLang); otherwise decode tokens come first and
+    # prompts get what is left of the budget (vLLM, TensorRT-LLM). Without
+    # ``chunked_prefill`` a prompt joins a step only whole (or alone, when it exceeds the budget).
+    prefill_first: bool = False
+    chunked_prefill: bool = True
+    # Output tokens a decoding sequence gains per step (speculative decoding: > 1, on average).
+    tokens_per_step: float = 1.0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -97,6 +106,27 @@ class ServerConfig:
             raise InputError("the KV cache must hold at least one token")
         if not (math.isfinite(self.request_overhead_s) and self.request_overhead_s >= 0):
             raise InputError(f"request overhead must be >= 0 s, got {self.request_overhead_s}")
+        if not (math.isfinite(self.tokens_per_step) and self.tokens_per_step >= 1):
+            raise InputError(f"tokens per decode step must be >= 1, got {self.tokens_per_step}")
+
+    def emitted(self, steps_done: np.ndarray, steps: int) -> np.ndarray:
+        """Tokens each decoding sequence gains in each of its next ``steps`` steps, having taken
+        ``steps_done``: the running total floor(s x tokens_per_step) grows by >= 1 per step."""
+        rate = self.tokens_per_step
+        counts = np.floor((steps_done[:, None] + np.arange(steps + 1)[None, :]) * rate + 1e-9)
+        return np.diff(counts, axis=1).astype(np.int64)
+
+    def chunks(self, num_decoding: int, prompt_left: list[int]) -> list[int]:
+        """Prompt tokens each waiting prompt reads in this step (the engine's rule)."""
+        if self.chunked_prefill:
+            return prompt_chunks(num_decoding, prompt_left, self.token_budget)
+        budget, sizes = self.token_budget - num_decoding, []
+        for left in prompt_left:
+            if left > budget and (sizes or num_decoding):
+                break
+            sizes.append(left)
+            budget -= left
+        return sizes
 
 
 def simulate(
@@ -175,40 +205,68 @@ def simulate(
             continue
 
         decoding = [r for r in running if r.decoding]
-        contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
         prefilling = [r for r in running if not r.decoding]
+        if config.prefill_first and prefilling:
+            decoding = []  # the engine runs the waiting prompts in a step of their own
+        contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
         left = [r.shape.num_prompt_tokens - r.prefilled for r in prefilling]
-        sizes = prompt_chunks(len(decoding), left, config.token_budget)  # the engine's rule
+        sizes = config.chunks(len(decoding), left)  # the engine's rule
         chunks = list(zip(prefilling, sizes, strict=False))
         if chunks:
             work = StepWork.of(contexts, [(n, r.prefilled) for r, n in chunks])
             now += float(step_time.seconds(work)[0])
-            for request in decoding:
-                request.token_times.append(now)
+            _decode(decoding, config, np.array([now]))
             for request, n in chunks:
                 request.prefilled += n
                 if request.decoding:
                     request.token_times.append(now)
         else:
-            # Decode only: nothing changes the batch until a request ends or one arrives, so
-            # the steps up to then are computed at once (contexts grow by one per step).
-            left = min(r.shape.num_output_tokens - len(r.token_times) for r in decoding)
-            steps = np.arange(left, dtype=np.float64)
-            size = float(len(decoding))
-            context = float(sum(contexts)) + size * steps
-            work = StepWork(np.full(left, size), context + size, np.full(left, size), context)
-            ends = now + np.cumsum(step_time.seconds(work))
-            if arrivals:  # stop at the step during which the next request arrives
-                left = min(left, int(np.searchsorted(ends, arrivals[0][0])) + 1)
-            times = ends[:left].tolist()
-            for request in decoding:
-                request.token_times.extend(times)
-            now = times[-1]
+            now = _decode_until_change(decoding, contexts, config, step_time, now, arrivals)
         for request in [r for r in running if len(r.token_times) == r.shape.num_output_tokens]:
             running.remove(request)
             reserved -= request.need
             finish(request, True)
     return [row for row in rows if row is not None]
+
+
+def _decode(decoding: list[_Request], config: ServerConfig, ends: np.ndarray) -> None:
+    """Give each decoding request its tokens of the steps ending at ``ends``."""
+    if not decoding:
+        return
+    done = np.array([r.decode_steps for r in decoding], dtype=np.float64)
+    emitted = config.emitted(done, len(ends))
+    for request, counts in zip(decoding, emitted, strict=True):
+        remaining = request.shape.num_output_tokens - len(request.token_times)
+        times = np.repeat(ends, counts)[:remaining]
+        request.token_times.extend(times.tolist())
+        request.decode_steps += len(ends)
+
+
+def _decode_until_change(
+    decoding: list[_Request],
+    contexts: list[int],
+    config: ServerConfig,
+    step_time: StepTime,
+    now: float,
+    arrivals: list[tuple[float, int, float]],
+) -> float:
+    """Decode-only steps: nothing changes the batch until a request ends or one arrives, so the
+    steps up to then are computed at once (contexts grow by the tokens each step yields)."""
+    left = np.array([r.shape.num_output_tokens - len(r.token_times) for r in decoding])
+    rate = config.tokens_per_step
+    steps = max(1, int(np.min(np.ceil(left / rate))))  # the first to end may need a step more
+    index = np.arange(steps, dtype=np.float64)
+    size = float(len(decoding))
+    context = float(sum(contexts)) + size * rate * index
+    work = StepWork(
+        np.full(steps, size), context + size, np.full(steps, size), context,
+        np.full(steps, size), context + size,
+    )  # fmt: skip
+    ends = now + np.cumsum(step_time.seconds(work))
+    if arrivals:  # stop at the step during which the next request arrives
+        steps = min(steps, int(np.searchsorted(ends, arrivals[0][0])) + 1)
+    _decode(decoding, config, ends[:steps])
+    return float(ends[steps - 1])
 
 
 def _row(

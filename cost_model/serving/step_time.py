@@ -3,6 +3,7 @@
 A ``StepWork`` describes the steps (new tokens, attended positions, sequences, context); a
 ``StepTime`` turns it into seconds: ``HardwareStepTime`` (the roofline hardware model: the FLOPs
 and bytes of the step's decode tokens and prompt chunks, weights read once per step), or
+``EngineStepTime`` (an engine stack's measured kernels, ``hardware.engines``), or
 ``FittedStepTime`` (a linear model of step time in the step's tokens and attended positions,
 fitted to profiled batched runs, ``fit_step_time``, or to timed engine steps,
 ``fit_step_timings``, which also corrects each small token count on its own; saved and read
@@ -27,6 +28,7 @@ from numpy.typing import ArrayLike
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import PhaseCosts, forward_costs
+from idealized_runtime.cost_model.hardware.engines.step import EngineStepModel
 from idealized_runtime.cost_model.hardware.roofline import compute_hardware, pass_time
 
 STEP_FIT_KIND = "step_time_fit"
@@ -47,6 +49,10 @@ class StepWork:
     attended: np.ndarray
     sequences: np.ndarray
     context: np.ndarray
+    # The decoding sequences among ``sequences`` and the positions they attend to (None: every
+    # sequence decodes, as in a decode-only step).
+    decode_sequences: np.ndarray | None = None
+    decode_attended: np.ndarray | None = None
 
     @classmethod
     def of(cls, decode_contexts: Sequence[int], chunks: Sequence[tuple[int, int]]) -> StepWork:
@@ -64,6 +70,21 @@ class StepWork:
             np.array([attended]),
             np.array([decode + len(chunks)]),
             np.array([context + chunk_context]),
+            np.array([decode]),
+            np.array([context + decode]),
+        )
+
+    def split(self) -> tuple[np.ndarray, ...]:
+        """(decoding sequences, their attended positions, prompt tokens, prompt attended
+        positions, prompt chunks) of each step."""
+        decode = self.sequences if self.decode_sequences is None else self.decode_sequences
+        decode_attended = self.attended if self.decode_attended is None else self.decode_attended
+        return (
+            decode,
+            decode_attended,
+            self.tokens - decode,
+            self.attended - decode_attended,
+            self.sequences - decode,
         )
 
 
@@ -144,6 +165,17 @@ class HardwareStepTime:
             efficiency=deployment.efficiency,
         )
         return np.asarray(time.total_s, dtype=np.float64)
+
+
+@dataclass(frozen=True)
+class EngineStepTime:
+    """A step's time on an engine stack (``hardware.engines``): the engine's measured kernels
+    over the step's decode tokens and prompt chunks, plus its host time per step."""
+
+    model: EngineStepModel
+
+    def seconds(self, work: StepWork) -> np.ndarray:
+        return self.model.seconds(*work.split())
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ and prints the per-level summary that ``summarize`` prints for measured runs. Ru
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -58,9 +59,24 @@ def simulate_command(
     grid: Optional[str] = typer.Option(  # noqa: UP045
         None, "--grid", help="request shapes drawn from a grid: quick, helm-synthetic or a file"
     ),
-    max_batch: int = typer.Option(64, "--max-batch", min=1, help="requests decoded together"),
-    token_budget: int = typer.Option(
-        256, "--token-budget", min=1, help="tokens per step: decode tokens + prompt chunks"
+    max_batch: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--max-batch", min=1, help="requests decoded together (default 64, or the engine's)"
+    ),
+    token_budget: Optional[int] = typer.Option(  # noqa: UP045
+        None,
+        "--token-budget",
+        min=1,
+        help="tokens per step: decode tokens + prompt chunks (default 256, or the engine's)",
+    ),
+    ep: int = typer.Option(1, "--ep", min=1, help="expert-parallel size (engine stacks)"),
+    attention_dp: int = typer.Option(
+        1, "--attention-dp", min=1, help="attention data-parallel groups (engine stacks)"
+    ),
+    draft_tokens: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--draft-tokens", min=1, help="speculative decoding / MTP: draft tokens per step"
+    ),
+    acceptance: Optional[float] = typer.Option(  # noqa: UP045
+        None, "--acceptance", help="speculative decoding: acceptance rate of each draft token"
     ),
     kv_tokens: Optional[int] = typer.Option(  # noqa: UP045
         None, "--kv-tokens", min=1, help="KV cache capacity in tokens (default: memory planner)"
@@ -74,7 +90,10 @@ def simulate_command(
         None, "--activations", help="bf16 | fp16 | fp8 (fp8 tensor cores)"
     ),
     stack: Optional[str] = typer.Option(  # noqa: UP045
-        None, "--stack", help="reference stack's efficiencies (see `stacks`); default: ideal"
+        None,
+        "--stack",
+        help="engine stack (vllm, sglang, tensorrt-llm: measured kernels and the engine's "
+        "scheduler), or a reference stack's efficiencies (see `stacks`); default: ideal",
     ),
     dtype: str = typer.Option("bfloat16", "--dtype", help="float16 | bfloat16 | float32"),
     requests: Optional[int] = typer.Option(  # noqa: UP045
@@ -102,15 +121,28 @@ def simulate_command(
     if output.is_dir():
         fail(f"{output}: is a folder; -o names the JSONL file to write")
     try:
-        step_time, model, capacity = _step_time(
-            arch, hardware, fit, tp, dtype, kv_tokens, stack, (weights, kv_cache, activations)
-        )
+        layout = _Layout(tp, ep, attention_dp, draft_tokens, acceptance)
+        engine = _engine_stack(stack, fit)
+        if engine is not None:
+            step_time, model, config = _engine_setup(
+                engine, str(arch), str(hardware), layout, (weights, kv_cache, activations),
+                dtype, max_batch, token_budget, kv_tokens,
+            )  # fmt: skip
+        else:
+            if layout.engine_only():
+                raise InputError(
+                    "--ep, --attention-dp and --draft-tokens need an engine stack "
+                    "(--stack vllm, sglang or tensorrt-llm)"
+                )
+            step_time, model, capacity = _step_time(
+                arch, hardware, fit, tp, dtype, kv_tokens, stack, (weights, kv_cache, activations)
+            )
+            config = ServerConfig(max_batch or 64, token_budget or 256, capacity)
         if save_fit is not None:
             if not isinstance(step_time, FittedStepTime):
                 fail("--save-fit needs --fit")
             with atomic_writer(save_fit) as handle:
                 json.dump(step_time.to_dict(), handle, indent=1)
-        config = ServerConfig(max_batch, token_budget, capacity)
         levels = _levels(
             workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
             duration, seed,
@@ -140,6 +172,78 @@ def simulate_command(
     typer.echo(
         json.dumps(summaries_to_json(summaries), indent=1) if as_json else format_table(summaries)
     )
+
+
+@dataclass(frozen=True)
+class _Layout:
+    tp: int | None
+    ep: int
+    attention_dp: int
+    draft_tokens: int | None
+    acceptance: float | None
+
+    def engine_only(self) -> bool:
+        return self.ep > 1 or self.attention_dp > 1 or self.draft_tokens is not None
+
+
+def _engine_stack(stack: str | None, fit: Path | None) -> Any:
+    """The engine stack ``--stack`` names (None for a reference stack or none)."""
+    from idealized_runtime.cost_model.hardware.engines.catalog import engine_names, get_engine
+
+    if stack is None or stack not in engine_names():
+        return None
+    if fit is not None:
+        raise InputError("--stack with an engine and --fit are two ways to time steps; give one")
+    return get_engine(stack)
+
+
+def _engine_setup(
+    engine: Any,
+    arch: str,
+    hardware: str,
+    layout: _Layout,
+    precision_options: tuple[str | None, str | None, str | None],
+    dtype: str,
+    max_batch: int | None,
+    token_budget: int | None,
+    kv_tokens: int | None,
+) -> tuple[Any, str, Any]:
+    """Step times and server of a deployment on an engine stack (its defaults, overridden by
+    the options given)."""
+    from pydantic import ValidationError
+
+    from idealized_runtime.core.catalog import get_hardware
+    from idealized_runtime.core.types import Deployment, SpeculativeDecoding
+    from idealized_runtime.cost_model.serving.engines import default_precision, engine_server
+
+    if arch == "None" or hardware == "None":
+        raise InputError("an engine stack needs --arch and --hardware")
+    architecture = _architecture(arch)
+    if (layout.draft_tokens is None) != (layout.acceptance is None):
+        raise InputError("speculative decoding needs both --draft-tokens and --acceptance")
+    try:
+        speculative = (
+            SpeculativeDecoding(draft_tokens=layout.draft_tokens, acceptance_rate=layout.acceptance)
+            if layout.draft_tokens is not None
+            else None
+        )
+        deployment = Deployment(
+            architecture=architecture,
+            hardware=get_hardware(hardware),
+            tp=layout.tp or 1,
+            ep=layout.ep,
+            attention_dp=layout.attention_dp,
+            precision=default_precision(architecture, dtype, *precision_options),
+            speculative=speculative,
+            stack=engine.name,
+        )
+    except ValidationError as error:
+        message = error.errors()[0]["msg"].removeprefix("Value error, ")
+        raise InputError(message) from None
+    step_time, config = engine_server(
+        engine, deployment, max_batch=max_batch, token_budget=token_budget, kv_tokens=kv_tokens
+    )
+    return step_time, architecture.name, config
 
 
 def _step_time(

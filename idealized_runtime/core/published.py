@@ -34,6 +34,7 @@ Metric = Literal[
     "output_throughput_tokens_per_s",  # generated tokens/s summed over all sequences
     "output_throughput_tokens_per_s_per_gpu",  # the same divided by the GPUs used, as some publish
     "total_throughput_tokens_per_s",  # (prompt + generated) tokens/s over all sequences
+    "total_throughput_tokens_per_s_per_gpu",  # the same divided by the GPUs used
     "prefill_tokens_per_s",  # prompt tokens/s processed
 ]
 METRICS: tuple[str, ...] = Metric.__args__  # type: ignore[attr-defined]
@@ -46,11 +47,16 @@ METRIC_UNITS: dict[str, str] = {
     "output_throughput_tokens_per_s": "tokens/s",
     "output_throughput_tokens_per_s_per_gpu": "tokens/s per GPU",
     "total_throughput_tokens_per_s": "tokens/s",
+    "total_throughput_tokens_per_s_per_gpu": "tokens/s per GPU",
     "prefill_tokens_per_s": "tokens/s",
 }
 
 # Weight formats: a base number format, optionally with a quantization group size (int4-g128).
-_WEIGHTS = re.compile(r"^(fp32|bf16|fp16|fp8|fp6|int8|int4|fp4|nvfp4|mxfp4|mxfp8)(-g\d+)?$")
+_WEIGHTS = re.compile(
+    r"^(fp32|bf16|fp16|fp8|fp8-block|fp6|int8|int4|fp4|nvfp4|mxfp4|mxfp8)(-g\d+)?$"
+)
+# Which value of a distribution a serving-at-load figure is (empty: the figure itself).
+Statistic = Literal["mean", "median", "p90", "p99"]
 CacheDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4"]
 ActivationDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "nvfp4", "mxfp8"]
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
@@ -140,6 +146,14 @@ class PublishedRow(_Row):
     metric: Metric
     value: float = Field(gt=0, allow_inf_nan=False)
     notes: str | None = None
+    # Serving at load: closed-loop clients, the statistic a latency figure is, and how the
+    # engine spread the model (expert-parallel size, attention data parallel, speculative
+    # decoding such as "mtp").
+    concurrency: OptionalInt = None
+    statistic: Statistic | None = None
+    expert_parallel_size: OptionalInt = None
+    attention_dp: bool | None = None
+    speculative: str | None = None
 
     @field_validator("row_id")
     @classmethod
@@ -174,8 +188,8 @@ class PublishedRow(_Row):
     def system_figure(self) -> tuple[str, float]:
         """(metric, value) for the whole system: a per-GPU throughput times ``gpu_count``; every
         other metric unchanged."""
-        if self.metric == "output_throughput_tokens_per_s_per_gpu":
-            return "output_throughput_tokens_per_s", self.value * self.gpu_count
+        if self.metric.endswith("_per_gpu"):
+            return self.metric.removesuffix("_per_gpu"), self.value * self.gpu_count
         return self.metric, self.value
 
 
@@ -261,9 +275,12 @@ def published_frame() -> pandas.DataFrame:
         "num_requests",
         "prompt_tokens",
         "output_tokens",
+        "concurrency",
+        "expert_parallel_size",
     ):
         frame[column] = frame[column].astype("Int64")
     frame["cuda_graphs_or_compiled"] = frame["cuda_graphs_or_compiled"].astype("boolean")
+    frame["attention_dp"] = frame["attention_dp"].astype("boolean")
     return frame
 
 

@@ -328,6 +328,9 @@ class Hardware(_Frozen):
     peak_int8_tops: float | None = Field(
         default=None, gt=0, description="dense int8 tensor-core TOP/s; None: none"
     )
+    peak_fp4_tflops: float | None = Field(
+        default=None, gt=0, description="dense fp4 (NVFP4) tensor-core TFLOP/s; None: none"
+    )
     interconnect_gbps: float = Field(default=0, ge=0, description="per-GPU in-node, GB/s, one way")
     board_power_w: float = Field(default=0, ge=0)
     hourly_price_usd: float = Field(default=0, ge=0)
@@ -340,15 +343,19 @@ class Hardware(_Frozen):
 # --- Numeric precision ------------------------------------------------------------------------
 # Formats by their short names. Weights may be quantized (weight-only: dequantized into the
 # activation dtype per matmul; fp8 weights with fp8 activations: fp8 tensor-core GEMMs).
-WeightFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4"]
+WeightFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4"]
 KvCacheFormat = Literal["fp32", "bf16", "fp16", "fp8", "int8"]
-ActivationFormat = Literal["fp32", "bf16", "fp16", "fp8"]
+# fp4: NVFP4 matmuls on Blackwell's fp4 tensor cores (W4A4), with nvfp4 weights.
+ActivationFormat = Literal["fp32", "bf16", "fp16", "fp8", "fp4"]
 QuantizedScope = Literal["linear", "experts"]
-WEIGHT_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8", "int8", "int4", "mxfp4")
+WEIGHT_FORMATS: tuple[str, ...] = (
+    "bf16", "fp16", "fp32", "fp8", "fp8-block", "int8", "int4", "mxfp4", "nvfp4",
+)  # fmt: skip
 KV_CACHE_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8", "int8")
-ACTIVATION_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8")
+ACTIVATION_FORMATS: tuple[str, ...] = ("bf16", "fp16", "fp32", "fp8", "fp4")
 FORMAT_BITS: dict[str, int] = {
-    "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4, "mxfp4": 4,
+    "fp32": 32, "bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "int4": 4, "mxfp4": 4, "nvfp4": 4,
+    "fp4": 4,
 }  # fmt: skip
 DENSE_FORMATS: dict[str, Dtype] = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 FORMAT_OF_DTYPE: dict[str, str] = {dtype: name for name, dtype in DENSE_FORMATS.items()}
@@ -359,21 +366,34 @@ FORMAT_OF_DTYPE: dict[str, str] = {dtype: name for name, dtype in DENSE_FORMATS.
 # power-of-two scale, 4.25 bits per weight.
 DEFAULT_INT4_GROUP = 128
 MXFP4_GROUP = 32
+# NVFP4 (NVIDIA, Blackwell): groups of 16 share an fp8 (e4m3) scale, 4.5 bits per weight (the
+# per-tensor fp32 scale is negligible).
+NVFP4_GROUP = 16
 GROUPED_FORMATS: tuple[str, ...] = ("int8", "int4")
-_GROUP_SCALE_BITS = {"int8": 16, "int4": 16 + 4, "mxfp4": 8}
+_GROUP_SCALE_BITS = {"int8": 16, "int4": 16 + 4, "mxfp4": 8, "nvfp4": 8}
+# fp8 weights scaled per 128 x 128 block (DeepSeek-V3/R1's checkpoint): the same bytes as
+# per-tensor fp8 (the scales are negligible), but other GEMM kernels.
+FP8_BLOCK = "fp8-block"
 
 
 # The labels the parser accepts, for the API schema (group sizes: powers of two from 8 to 4096).
 _GROUPS = "|".join(str(2**k) for k in range(3, 13))
 WEIGHT_LABEL_PATTERN = (
-    rf"^(bf16|fp16|fp32|fp8|mxfp4(-g32)?|int8(-g({_GROUPS}))?|int4(-g({_GROUPS}))?)$"
+    rf"^(bf16|fp16|fp32|fp8|fp8-block|mxfp4(-g32)?|nvfp4(-g16)?|int8(-g({_GROUPS}))?"
+    rf"|int4(-g({_GROUPS}))?)$"
 )
 
 
 def _parse_weight_label(text: str) -> tuple[str, int | None]:
     """``int4-g128`` -> ("int4", 128); a one-line ValueError for anything else."""
     value = text.strip().lower()
+    if value == FP8_BLOCK:
+        return "fp8", None
     name, _, suffix = value.partition("-g")
+    if name == "nvfp4":
+        if suffix and suffix != str(NVFP4_GROUP):
+            raise ValueError(f"nvfp4 groups are {NVFP4_GROUP} weights, got {text!r}")
+        return name, NVFP4_GROUP
     if name in DENSE_FORMATS or name == "fp8":
         if suffix or "-" in value:
             raise ValueError(f"weight format {text!r} takes no group size")
@@ -391,8 +411,8 @@ def _parse_weight_label(text: str) -> tuple[str, int | None]:
             )
         return name, int(suffix)
     raise ValueError(
-        f"unknown weight format {text!r}; use one of bf16, fp16, fp32, fp8, int8[-gN], "
-        "int4[-gN], mxfp4"
+        f"unknown weight format {text!r}; use one of bf16, fp16, fp32, fp8, fp8-block, "
+        "int8[-gN], int4[-gN], mxfp4, nvfp4"
     )
 
 
@@ -405,7 +425,7 @@ class Precision(_Frozen):
     checkpoint); embeddings, norms, routers and the LM head stay in the 16-bit compute dtype.
     """
 
-    # canonical label: bf16 | fp16 | fp32 | fp8 | int8[-gN] | int4-gN | mxfp4
+    # canonical label: bf16 | fp16 | fp32 | fp8 | fp8-block | int8[-gN] | int4-gN | mxfp4 | nvfp4
     weights: str = Field("bf16", json_schema_extra={"pattern": WEIGHT_LABEL_PATTERN})
     kv_cache: KvCacheFormat = "bf16"
     activations: ActivationFormat = "bf16"
@@ -414,8 +434,10 @@ class Precision(_Frozen):
     @field_validator("weights")
     @classmethod
     def _canonical_weights(cls, value: str) -> str:
+        if value.strip().lower() == FP8_BLOCK:
+            return FP8_BLOCK
         name, group = _parse_weight_label(value)
-        if name == "mxfp4" or group is None:
+        if name in ("mxfp4", "nvfp4") or group is None:
             return name
         return f"{name}-g{group}"
 
@@ -436,7 +458,9 @@ class Precision(_Frozen):
                     data["kv_cache"] = fmt
         elif isinstance(activations, str) and weights is None:
             fmt = activations.strip().lower()
-            if fmt in ("fp16", "fp32", "fp8"):
+            if fmt == "fp4":
+                data = {**data, "weights": "nvfp4"}
+            elif fmt in ("fp16", "fp32", "fp8"):
                 data = {**data, "weights": fmt}
                 if data.get("kv_cache") is None and fmt != "fp8":
                     data["kv_cache"] = fmt
@@ -454,11 +478,20 @@ class Precision(_Frozen):
             raise ValueError(f"{fmt} weights dequantize into bf16 or fp16 activations, not fp32")
         if self.activations == "fp8" and fmt != "fp8":
             raise ValueError(f"fp8 activations need fp8 weights, got {self.weights} weights")
+        if self.activations == "fp4" and fmt != "nvfp4":
+            raise ValueError(f"fp4 activations need nvfp4 weights, got {self.weights} weights")
         return self
 
     @property
     def weight_format(self) -> WeightFormat:
+        if self.weights == FP8_BLOCK:
+            return "fp8"
         return self.weights.partition("-g")[0]  # type: ignore[return-value]
+
+    @property
+    def block_scaled(self) -> bool:
+        """fp8 weights scaled per 128 x 128 block (other GEMM kernels than per-tensor fp8)."""
+        return self.weights == FP8_BLOCK
 
     @property
     def group_size(self) -> int | None:
@@ -501,12 +534,18 @@ class Precision(_Frozen):
         return self.activations == "fp8"
 
     @property
+    def fp4_compute(self) -> bool:
+        """Matmuls run on fp4 tensor cores (NVFP4 W4A4)."""
+        return self.activations == "fp4"
+
+    @property
     def label(self) -> str:
         """``bf16``; ``int4-g128 (weight-only)``; ``fp8 (fp8 compute), kv fp8``; ..."""
         label = self.weights
         if self.quantized:
             label += " experts" if self.scope == "experts" else ""
-            label += " (fp8 compute)" if self.fp8_compute else " (weight-only)"
+            compute = " (fp8 compute)" if self.fp8_compute else " (weight-only)"
+            label += " (fp4 compute)" if self.fp4_compute else compute
         if self.kv_cache != FORMAT_OF_DTYPE[self.compute_dtype]:
             label += f", kv {self.kv_cache}"
         return label
@@ -546,6 +585,8 @@ def parse_precision(
                 act = base.activations
             elif fmt in DENSE_FORMATS or fmt == "fp8":
                 act = fmt
+            elif fmt == "nvfp4":
+                act = "fp4"  # NVFP4 checkpoints serve as W4A4 (TensorRT-LLM, vLLM, SGLang)
             else:
                 act = "bf16"
         else:
@@ -660,6 +701,27 @@ class Efficiency:
 
 
 IDEAL = Efficiency()
+MAX_DRAFT_TOKENS = 16
+
+
+class SpeculativeDecoding(_Frozen):
+    """Speculative decoding with a draft of ``draft_tokens`` tokens per decode step (multi-token
+    prediction heads, or a draft model), each accepted with probability ``acceptance_rate``
+    given the ones before it were: a step verifies draft + 1 tokens per sequence and yields
+    (1 - a^(k+1)) / (1 - a) of them on average."""
+
+    draft_tokens: Annotated[int, Field(ge=1, le=MAX_DRAFT_TOKENS)]
+    acceptance_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    # Decoder layers the draft runs per draft token (DeepSeek's MTP module: one).
+    draft_layers: Annotated[int, Field(ge=1, le=4096)] = 1
+
+    @property
+    def tokens_per_step(self) -> float:
+        """Output tokens a sequence gains per decode step, on average."""
+        a, k = self.acceptance_rate, self.draft_tokens
+        if a >= 1.0:
+            return float(k + 1)
+        return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
 class Deployment(_Frozen):
@@ -667,6 +729,12 @@ class Deployment(_Frozen):
     pipeline stage, ``pp`` stages), the number format, the sequences run together in a batch, and
     the software stack that times it: its ``efficiency`` (default: the ideal roofline) and, when
     it is a shipped calibrated stack, its name (``stack``).
+
+    Today's engines split a mixture of experts and its attention differently over the same
+    ``tp`` GPUs: ``ep`` expert-parallel ranks each hold num_experts / ep whole experts (split
+    further over tp / ep GPUs), and ``attention_dp`` data-parallel groups of tp / attention_dp
+    GPUs each run the attention of their own requests (every group holds the attention weights
+    and its own KV cache). ``speculative``: multi-token prediction or a draft model.
 
     The hardware model's functions take one ``Deployment`` instead of loose arguments;
     ``cost_model.hardware.planner.plan_deployment`` chooses the layout for one."""
@@ -681,10 +749,43 @@ class Deployment(_Frozen):
     batch_size: PositiveInt = 1
     efficiency: Efficiency = IDEAL
     stack: str | None = None
+    ep: PositiveInt = 1
+    attention_dp: PositiveInt = 1
+    speculative: SpeculativeDecoding | None = None
+
+    @model_validator(mode="after")
+    def _check_parallelism(self) -> Deployment:
+        arch = self.architecture
+        if self.ep > 1:
+            if arch.num_experts <= 1:
+                raise ValueError(
+                    f"expert parallelism needs a mixture of experts; {arch.name} is dense"
+                )
+            if self.tp % self.ep or arch.num_experts % self.ep:
+                raise ValueError(
+                    f"expert-parallel size {self.ep} must divide the tensor-parallel size "
+                    f"{self.tp} and the {arch.num_experts} experts of {arch.name}"
+                )
+        if self.tp % self.attention_dp:
+            raise ValueError(
+                f"attention data-parallel size {self.attention_dp} must divide the "
+                f"tensor-parallel size {self.tp}"
+            )
+        return self
 
     @property
     def num_gpus(self) -> int:
         return self.tp * self.pp
+
+    @property
+    def attention_tp(self) -> int:
+        """GPUs that split one attention layer: tp over the attention data-parallel groups."""
+        return self.tp // self.attention_dp
+
+    @property
+    def moe_tp(self) -> int:
+        """GPUs that split one expert: tp over the expert-parallel ranks."""
+        return self.tp // self.ep
 
     def with_efficiency(self, efficiency: Efficiency) -> Deployment:
         """The same deployment timed at another efficiency (a stack's fit tries many)."""

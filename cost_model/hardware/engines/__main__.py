@@ -1,0 +1,102 @@
+"""Refit the engine stacks from the kernel database and write ``data/engines/*.json``:
+
+python -m idealized_runtime.cost_model.hardware.engines [--database DIR] [--out FOLDER]
+
+``--database``: the ``systems/data`` folder of AIConfigurator's kernel databases (default: the
+installed ``aiconfigurator-core``, ``pip install 'idealized-runtime[calibration]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+
+from idealized_runtime.core.catalog import get_hardware
+from idealized_runtime.cost_model.hardware.engines.catalog import (
+    EngineStack,
+    engines_dir,
+    save_engine,
+)
+from idealized_runtime.cost_model.hardware.engines.kernel_fit import (
+    DATABASE_ENGINES,
+    DATABASE_GPUS,
+    database_root,
+    fit_gpu_kernels,
+    package_version,
+)
+from idealized_runtime.cost_model.hardware.engines.step import SchedulerDefaults
+
+# Each engine's defaults as its OpenAI-compatible server starts on a datacenter GPU (>= 80 GB);
+# the host times per step are a priori figures (not fitted to any serving measurement).
+DECODE_OVERHEAD_S = 0.5e-3  # a decode step replayed from a CUDA graph: schedule, sample, launch
+STEP_OVERHEAD_S = 2.0e-3  # a step with prompt chunks runs outside the graphs
+ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
+    "vllm": (
+        "vLLM (V1 engine): chunked prefill, decode tokens first, then prompt chunks in the "
+        "token budget; max_num_batched_tokens 8192, max_num_seqs 1024, "
+        "gpu_memory_utilization 0.9, CUDA graphs up to batch 512",
+        SchedulerDefaults(
+            token_budget=8192, max_running=1024, chunked_prefill=True, prefill_first=False,
+            memory_fraction=0.9, cuda_graph_max_batch=512, cuda_graph_step=8,
+            decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
+        ),
+    ),
+    "sglang": (
+        "SGLang: prefill first (a step with waiting prompts runs prompts only), chunked "
+        "prefill of 8192 tokens, mem_fraction_static 0.88, CUDA graphs up to batch 256",
+        SchedulerDefaults(
+            token_budget=8192, max_running=4096, chunked_prefill=True, prefill_first=True,
+            memory_fraction=0.88, cuda_graph_max_batch=256, cuda_graph_step=8,
+            decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
+        ),
+    ),
+    "tensorrt-llm": (
+        "TensorRT-LLM (PyTorch backend, trtllm-serve): in-flight batching of decode tokens and "
+        "whole prompts (no chunked prefill by default) within max_num_tokens 8192, "
+        "max_batch_size 2048, KV cache 0.9 of the memory the weights leave, CUDA graphs up "
+        "to batch 128",
+        SchedulerDefaults(
+            token_budget=8192, max_running=2048, chunked_prefill=False, prefill_first=False,
+            memory_fraction=0.9, of_free=True, cuda_graph_max_batch=128, cuda_graph_step=8,
+            decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
+        ),
+    ),
+}  # fmt: skip
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Refit the engine stacks from kernel measurements")
+    parser.add_argument("--database", default=None, help="the kernel database's systems/data")
+    parser.add_argument("--out", default=str(engines_dir()), help="folder to write to")
+    args = parser.parse_args(argv)
+    root = database_root(args.database)
+    Path(args.out).mkdir(parents=True, exist_ok=True)
+    for name, (description, scheduler) in ENGINES.items():
+        gpus = {}
+        for database_gpu, gpu in DATABASE_GPUS.items():
+            kernels = fit_gpu_kernels(root, database_gpu, DATABASE_ENGINES[name], get_hardware(gpu))
+            gpus[gpu] = kernels
+            print(f"{name} on {gpu} ({kernels.version}): " + ", ".join(
+                f"{op} {e.get('median', float('nan')):.0%}" for op, e in kernels.errors.items()
+            ))  # fmt: skip
+        engine = EngineStack(
+            name=name,
+            description=description,
+            scheduler=scheduler,
+            gpus=gpus,
+            provenance={
+                "package": "aiconfigurator-core",
+                "version": package_version() or "unknown",
+                "license": "Apache-2.0",
+                "database": "aiconfigurator_core/systems/data (files per GPU below)",
+            },
+            notes="Kernel parameters fitted on the engine's measured kernels (held-out shapes: "
+            "errors per operation); scheduler defaults from the engine's documented defaults; "
+            "host times per step a priori.",
+        )
+        print(f"wrote {save_engine(engine, args.out)}")
+
+
+if __name__ == "__main__":
+    main()

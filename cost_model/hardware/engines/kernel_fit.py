@@ -1,0 +1,492 @@
+"""Fitting an engine's kernel models (``kernels``) to its measured per-operation database.
+
+The measurements are AIConfigurator's kernel databases (PyPI ``aiconfigurator-core``,
+Apache-2.0): ``systems/data/<gpu>/<op>/<engine>/<version>/*.parquet`` with the latency of each
+GEMM shape and format, attention by batch and context, MLA, MoE by tokens and layout, and the
+engines' collectives, measured on the GPUs themselves. Only calibration reads them (the package
+is an optional extra, ``pip install idealized-runtime[calibration]``); the fitted parameters
+ship in ``data/engines/`` with the package version and the files used.
+
+Per operation, where an engine measures several kernels for one shape the fastest is taken (the
+engine's own choice among them). Each formula is fitted by least squares on log times, on every
+fifth shape held out first: the held-out median and 90th-percentile errors are recorded with
+the fit, then it is refitted on all shapes. ``fit_gpu_kernels`` does one engine on one GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Hardware
+from idealized_runtime.cost_model.hardware.engines.kernels import (
+    MLA_LATENT,
+    MLA_QK_DIM,
+    MLA_V_DIM,
+    GpuKernels,
+    OpFit,
+)
+
+if TYPE_CHECKING:
+    import pandas
+
+# GPU folders of the database and our catalog's names for them.
+DATABASE_GPUS: dict[str, str] = {
+    "h100_sxm": "h100-sxm",
+    "h200_sxm": "h200",
+    "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200",
+}
+# The database's engine folders for our engine names.
+DATABASE_ENGINES: dict[str, str] = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
+# The database's format names for ours, and which formats are fitted.
+GEMM_FORMATS: dict[str, str] = {
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+}
+MOE_FORMATS: dict[str, str] = {
+    "bfloat16": "bf16",
+    "fp8": "fp8",
+    "fp8_block": "fp8_block",
+    "nvfp4": "nvfp4",
+    "int4_wo": "int4_wo",
+    "w4a16_mxfp4": "mxfp4",
+}
+KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+MS = 1e-3  # the database's latencies are milliseconds
+HOLD_OUT_EVERY = 5
+MAX_ROWS = 3000  # shapes per fit (a deterministic sample of larger tables)
+# Routing of MoE measurements: a mildly skewed power law, as real routers are uneven.
+MOE_DISTRIBUTIONS = ("power_law_1.01", "balanced")
+
+
+def database_root(path: str | Path | None = None) -> Path:
+    """The kernel database's ``systems/data`` folder: ``path``, or the installed package's."""
+    if path is not None:
+        root = Path(path)
+    else:
+        try:
+            import aiconfigurator_core  # type: ignore[import-not-found]
+        except ImportError:
+            raise InputError(
+                "the kernel database needs aiconfigurator-core (pip install "
+                "'idealized-runtime[calibration]'), or give its systems/data folder"
+            ) from None
+        root = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    if not root.is_dir():
+        raise InputError(f"{root}: not a kernel database folder (systems/data)")
+    return root
+
+
+def package_version() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("aiconfigurator-core")
+    except PackageNotFoundError:
+        return None
+
+
+def _version_key(version: str) -> tuple:
+    parts = []
+    for piece in version.replace("rc", ".rc.").replace("post", ".post.").split("."):
+        parts.append((0, int(piece), "") if piece.isdigit() else (1, 0, piece))
+    return tuple(parts)
+
+
+def version_files(root: Path, gpu: str, op: str, engine: str, name: str) -> list[Path]:
+    """``name`` under ``<gpu>/<op>/<engine>/<version>/``, newest engine version first."""
+    folder = root / gpu / op / engine
+    if not folder.is_dir():
+        return []
+    versions = sorted((p.name for p in folder.iterdir() if (p / name).is_file()), key=_version_key)
+    return [folder / version / name for version in reversed(versions)]
+
+
+def newest_file(root: Path, gpu: str, op: str, engine: str, name: str) -> Path | None:
+    """The newest engine version's ``name`` under ``<gpu>/<op>/<engine>/``, if any."""
+    found = version_files(root, gpu, op, engine, name)
+    return found[0] if found else None
+
+
+def _read(path: Path) -> pandas.DataFrame:
+    import pandas
+
+    return pandas.read_parquet(path)
+
+
+def _fastest(frame: pandas.DataFrame, keys: Sequence[str]) -> pandas.DataFrame:
+    """One row per shape: the fastest kernel measured for it."""
+    return frame.groupby(list(keys), as_index=False)["latency"].min()
+
+
+def _sample(frame: pandas.DataFrame) -> pandas.DataFrame:
+    if len(frame) <= MAX_ROWS:
+        return frame.reset_index(drop=True)
+    return frame.sample(MAX_ROWS, random_state=0).reset_index(drop=True)
+
+
+# --- the generic fit --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Parameter:
+    name: str
+    start: float
+    lower: float
+    upper: float
+    log: bool = True  # fitted as log(value)
+
+
+def _fit(
+    parameters: Sequence[_Parameter],
+    predict: Callable[[OpFit, np.ndarray], np.ndarray],
+    rows: np.ndarray,
+    seconds: np.ndarray,
+    base: OpFit = OpFit(),
+) -> tuple[OpFit, dict[str, float]]:
+    """Least squares on log(predicted / measured) over ``rows``; held-out errors of a fit on
+    four fifths of them, then the fit on all."""
+    from scipy.optimize import least_squares
+
+    def to_x(values: Sequence[float]) -> np.ndarray:
+        return np.array(
+            [np.log(v) if p.log else v for p, v in zip(parameters, values, strict=True)]
+        )
+
+    def to_fit(x: np.ndarray) -> OpFit:
+        values = {
+            p.name: float(np.exp(v) if p.log else v) for p, v in zip(parameters, x, strict=True)
+        }
+        return replace(base, **values)
+
+    lower = to_x([p.lower for p in parameters])
+    upper = to_x([p.upper for p in parameters])
+    start = np.clip(to_x([p.start for p in parameters]), lower + 1e-9, upper - 1e-9)
+
+    def solve(index: np.ndarray) -> OpFit:
+        def residuals(x: np.ndarray) -> np.ndarray:
+            return np.log(predict(to_fit(x), rows[index]) / seconds[index])
+
+        result = least_squares(
+            residuals, start, bounds=(lower, upper), loss="soft_l1", f_scale=0.1, max_nfev=400
+        )
+        return to_fit(result.x)
+
+    order = np.arange(len(seconds))
+    held = order % HOLD_OUT_EVERY == 0
+    if held.sum() >= 3 and (~held).sum() >= len(parameters) + 2:
+        trial = solve(order[~held])
+        errors = np.abs(predict(trial, rows[held]) / seconds[held] - 1.0)
+        summary = {
+            "n": int(held.sum()),
+            "median": round(float(np.median(errors)), 4),
+            "p90": round(float(np.percentile(errors, 90)), 4),
+        }
+    else:
+        summary = {"n": 0}
+    return solve(order), summary
+
+
+# --- per operation ------------------------------------------------------------------------------
+
+
+def _gemm_fit(frame: pandas.DataFrame, hardware: Hardware, fmt: str) -> tuple[OpFit, dict]:
+    shapes = _sample(_fastest(frame, ["m", "n", "k"]))
+    rows = shapes[["m", "n", "k"]].to_numpy(dtype=np.float64)
+    seconds = shapes["latency"].to_numpy() * MS
+    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+
+    def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
+        kernels = replace(dummy, gemm={fmt: fit})
+        return kernels.gemm_time(hardware, x[:, 0], x[:, 1], x[:, 2], fmt)
+
+    return _fit(
+        [
+            _Parameter("latency_s", 5e-6, 5e-7, 1e-4),
+            _Parameter("compute", 0.7, 0.05, 1.0),
+            _Parameter("half", 32.0, 0.5, 4096.0),
+            _Parameter("bandwidth", 0.7, 0.05, 1.0),
+            _Parameter("sharpness", 3.0, 1.0, 20.0),
+        ],
+        predict,
+        rows,
+        seconds,
+    )
+
+
+def _moe_fit(frame: pandas.DataFrame, hardware: Hardware, fmt: str) -> tuple[OpFit, dict]:
+    keys = [
+        "num_tokens",
+        "hidden_size",
+        "inter_size",
+        "topk",
+        "num_experts",
+        "moe_tp_size",
+        "moe_ep_size",
+    ]
+    shapes = _sample(_fastest(frame, keys))
+    rows = shapes[keys].to_numpy(dtype=np.float64)
+    seconds = shapes["latency"].to_numpy() * MS
+    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+
+    def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
+        kernels = replace(dummy, moe={fmt: fit})
+        t, h, i, k, e, mtp, ep = x.T
+        return kernels.moe_time(
+            hardware, t, hidden=h, inter=i, experts=e, topk=k, ep=ep, moe_tp=mtp, fmt=fmt
+        )
+
+    return _fit(
+        [
+            _Parameter("latency_s", 2e-5, 1e-6, 1e-3),
+            _Parameter("compute", 0.5, 0.02, 1.0),
+            _Parameter("half", 16.0, 0.1, 4096.0),
+            _Parameter("bandwidth", 0.6, 0.05, 1.0),
+            _Parameter("sharpness", 2.0, 1.0, 20.0),
+        ],
+        predict,
+        rows,
+        seconds,
+    )
+
+
+def _context_attention_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit, dict]:
+    frame = frame[(frame["window_size"] == 0) & (frame["kv_cache_dtype"] == "bfloat16")]
+    keys = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"]
+    shapes = _sample(_fastest(frame, keys))
+    b, s, h, _, d = (shapes[k].to_numpy(dtype=np.float64) for k in keys)
+    flops = 4.0 * b * h * d * s * (s + 1.0) / 2.0
+    return _prompt_fit(np.stack([flops, s], axis=1), shapes, hardware, mla=False)
+
+
+def _prompt_fit(rows: np.ndarray, shapes: Any, hardware: Hardware, mla: bool) -> tuple[OpFit, dict]:
+    """Prompt attention: FLOPs at a rate growing with the chunk's positions."""
+    seconds = shapes["latency"].to_numpy() * MS
+    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+
+    def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
+        kernels = replace(dummy, context_attention=fit, mla_context=fit)
+        return kernels.context_attention_time(hardware, x[:, 0], x[:, 1], mla=mla)
+
+    return _fit(
+        [
+            _Parameter("latency_s", 1e-5, 5e-7, 1e-3),
+            _Parameter("compute", 0.5, 0.02, 1.0),
+            _Parameter("half", 256.0, 1.0, 65536.0),
+        ],
+        predict,
+        rows,
+        seconds,
+    )
+
+
+def _decode_attention_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit, dict]:
+    frame = frame[frame["window_size"] == 0]
+    keys = ["batch_size", "step", "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]
+    shapes = _sample(_fastest(frame, keys))
+    b, s, h, kvh, d = (shapes[k].to_numpy(dtype=np.float64) for k in keys[:5])
+    element = shapes["kv_cache_dtype"].map(KV_BYTES).to_numpy(dtype=np.float64)
+    kv_bytes = b * (s + 1.0) * 2.0 * kvh * d * element
+    flops = 4.0 * b * h * d * (s + 1.0)
+    return _decode_fit(np.stack([kv_bytes, flops, b], axis=1), shapes, hardware, mla=False)
+
+
+def _decode_fit(rows: np.ndarray, shapes: Any, hardware: Hardware, mla: bool) -> tuple[OpFit, dict]:
+    seconds = shapes["latency"].to_numpy() * MS
+    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+
+    def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
+        kernels = replace(dummy, decode_attention=fit, mla_decode=fit)
+        return kernels.decode_attention_time(hardware, x[:, 0], x[:, 1], x[:, 2], mla=mla)
+
+    return _fit(
+        [
+            _Parameter("latency_s", 1e-5, 5e-7, 1e-3),
+            _Parameter("bandwidth", 0.6, 0.02, 1.0),
+            _Parameter("compute", 0.3, 0.01, 1.0),
+            _Parameter("per_sequence_s", 1e-8, 1e-10, 1e-5),
+        ],
+        predict,
+        rows,
+        seconds,
+        base=OpFit(sharpness=4.0),
+    )
+
+
+def _mla_frames(frame: pandas.DataFrame) -> pandas.DataFrame:
+    frame = frame[frame["kv_cache_dtype"].isin(KV_BYTES)].copy()
+    frame["heads"] = frame["num_heads"]  # the heads on one GPU (tp_size says how they came)
+    return frame
+
+
+def _mla_context_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit, dict]:
+    frame = _mla_frames(frame)
+    frame = frame[frame["kv_cache_dtype"] == "bfloat16"]
+    shapes = _sample(_fastest(frame, ["batch_size", "isl", "heads"]))
+    b, s, h = (shapes[k].to_numpy(dtype=np.float64) for k in ("batch_size", "isl", "heads"))
+    flops = 2.0 * b * h * (MLA_QK_DIM + MLA_V_DIM) * s * (s + 1.0) / 2.0
+    return _prompt_fit(np.stack([flops, s], axis=1), shapes, hardware, mla=True)
+
+
+def _mla_decode_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit, dict]:
+    frame = _mla_frames(frame)
+    shapes = _sample(_fastest(frame, ["batch_size", "step", "heads", "kv_cache_dtype"]))
+    b, s, h = (shapes[k].to_numpy(dtype=np.float64) for k in ("batch_size", "step", "heads"))
+    element = shapes["kv_cache_dtype"].map(KV_BYTES).to_numpy(dtype=np.float64)
+    kv_bytes = b * (s + 1.0) * MLA_LATENT * element
+    flops = 2.0 * b * h * (s + 1.0) * (2 * 512 + 64)  # absorbed: q.latent and p.latent
+    return _decode_fit(np.stack([kv_bytes, flops, b], axis=1), shapes, hardware, mla=True)
+
+
+def _collective_fit(
+    frame: pandas.DataFrame, hardware: Hardware, ring: Callable[[int], float]
+) -> tuple[OpFit, dict]:
+    shapes = _fastest(frame, ["num_gpus", "message_size"])
+    gpus = sorted(int(n) for n in shapes["num_gpus"].unique())
+    link_rate = hardware.interconnect_gbps * 1e9
+    rows = shapes[["num_gpus", "message_size"]].to_numpy(dtype=np.float64)
+    seconds = shapes["latency"].to_numpy() * MS
+    parameters = [_Parameter("link", 0.6, 0.05, 1.5)] + [
+        _Parameter(f"latency_{n}", 1e-5, 5e-7, 1e-3) for n in gpus
+    ]
+
+    def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
+        return np.array([float(fit.collective(m, int(n), ring(int(n)), link_rate)) for n, m in x])
+
+    # The per-GPU-count latencies are parameters of their own: fit them through a wrapper.
+    from scipy.optimize import least_squares
+
+    def unpack(x: np.ndarray) -> OpFit:
+        return OpFit(
+            link=float(np.exp(x[0])),
+            latency_by_gpus={n: float(np.exp(v)) for n, v in zip(gpus, x[1:], strict=True)},
+        )
+
+    start = np.log([p.start for p in parameters])
+    bounds = (np.log([p.lower for p in parameters]), np.log([p.upper for p in parameters]))
+
+    def solve(index: np.ndarray) -> OpFit:
+        result = least_squares(
+            lambda x: np.log(predict(unpack(x), rows[index]) / seconds[index]), start, bounds=bounds
+        )
+        return unpack(result.x)
+
+    order = np.arange(len(seconds))
+    held = order % HOLD_OUT_EVERY == 0
+    trial = solve(order[~held])
+    errors = np.abs(predict(trial, rows[held]) / seconds[held] - 1.0)
+    summary = {
+        "n": int(held.sum()),
+        "median": round(float(np.median(errors)), 4),
+        "p90": round(float(np.percentile(errors, 90)), 4),
+    }
+    return solve(order), summary
+
+
+# --- one engine on one GPU ----------------------------------------------------------------------
+
+
+def _allreduce_frame(root: Path, gpu: str, engine: str) -> tuple[Any, Path] | None:
+    path = newest_file(root, gpu, "comm", engine, "custom_allreduce_perf.parquet")
+    if path is None:
+        return None
+    frame = _read(path)
+    if "backend" in frame.columns:  # CUDA-graph captured kernels: what serving runs
+        graph = frame[frame["backend"].astype(str).str.endswith("graph")]
+        frame = graph if len(graph) else frame
+    return frame, path
+
+
+def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardware) -> GpuKernels:
+    """Fit every operation of ``engine`` (a database engine folder) on ``database_gpu``."""
+    files: list[Path] = []
+    errors: dict[str, dict[str, float]] = {}
+
+    def need(op: str, name: str, owner: str = engine) -> Path:
+        path = newest_file(root, database_gpu, op, owner, name)
+        if path is None:
+            raise InputError(f"{database_gpu}/{op}/{owner}: no {name} in the kernel database")
+        files.append(path)
+        return path
+
+    gemm_path = need("gemm", "gemm_perf.parquet")
+    gemm_frame = _read(gemm_path)
+    gemm: dict[str, OpFit] = {}
+    for name, fmt in GEMM_FORMATS.items():
+        rows = gemm_frame[gemm_frame["gemm_dtype"] == name]
+        if len(rows) >= 20:
+            gemm[fmt], errors[f"gemm_{fmt}"] = _gemm_fit(rows, hardware, fmt)
+    moe: dict[str, OpFit] = {}
+    # The newest version that measured the common formats (a later one may add one format only).
+    for moe_path in version_files(root, database_gpu, "moe", engine, "moe_perf.parquet"):
+        moe_frame = _read(moe_path)
+        if moe_frame["moe_dtype"].isin(["bfloat16", "fp8", "fp8_block", "nvfp4"]).any():
+            break
+    else:
+        moe_frame = None
+    if moe_frame is not None:
+        files.append(moe_path)
+        for distribution in MOE_DISTRIBUTIONS:
+            chosen = moe_frame[moe_frame["distribution"] == distribution]
+            if len(chosen):
+                moe_frame = chosen
+                break
+        for name, fmt in MOE_FORMATS.items():
+            rows = moe_frame[moe_frame["moe_dtype"] == name]
+            if len(rows) >= 20:
+                moe[fmt], errors[f"moe_{fmt}"] = _moe_fit(rows, hardware, fmt)
+    context, errors["context_attention"] = _context_attention_fit(
+        _read(need("attention", "context_attention_perf.parquet")), hardware
+    )
+    decode, errors["decode_attention"] = _decode_attention_fit(
+        _read(need("attention", "generation_attention_perf.parquet")), hardware
+    )
+    mla: dict[str, OpFit] = {}
+    for kind, name, fitter in (
+        ("mla_context", "context_mla_perf.parquet", _mla_context_fit),
+        ("mla_decode", "generation_mla_perf.parquet", _mla_decode_fit),
+    ):
+        path = newest_file(root, database_gpu, "mla", engine, name)
+        if path is not None:
+            files.append(path)
+            mla[kind], errors[kind] = fitter(_read(path), hardware)
+    allreduce_source = _allreduce_frame(root, database_gpu, engine)
+    nccl = newest_file(root, database_gpu, "comm", "nccl", "nccl_perf.parquet")
+    if nccl is None:
+        raise InputError(f"{database_gpu}: no NCCL measurements in the kernel database")
+    nccl_frame = _read(nccl)
+    files.append(nccl)
+    if allreduce_source is None:
+        allreduce_frame = nccl_frame[nccl_frame["op_name"] == "all_reduce"]
+    else:
+        allreduce_frame, path = allreduce_source
+        files.append(path)
+    allreduce, errors["allreduce"] = _collective_fit(
+        allreduce_frame, hardware, lambda n: 2.0 * (n - 1) / n
+    )
+    alltoall, errors["alltoall"] = _collective_fit(
+        nccl_frame[nccl_frame["op_name"] == "alltoall"], hardware, lambda n: (n - 1) / n
+    )
+    return GpuKernels(
+        gpu=DATABASE_GPUS.get(database_gpu, database_gpu),
+        version=gemm_path.parent.name,
+        gemm=gemm,
+        moe=moe,
+        context_attention=context,
+        decode_attention=decode,
+        allreduce=allreduce,
+        alltoall=alltoall,
+        mla_context=mla.get("mla_context"),
+        mla_decode=mla.get("mla_decode"),
+        files=tuple(str(p.relative_to(root)) for p in files),
+        errors=errors,
+    )

@@ -1,0 +1,313 @@
+"""Kernel time models of an engine on one GPU: GEMMs, attention, MoE, collectives.
+
+Each operation's time is a small physical formula whose few parameters are fitted, per engine,
+GPU and number format, to that engine's measured kernels (``kernel_fit``):
+
+- GEMM (M tokens x K -> N): ``latency + soft_max(flops / (peak x compute x M / (M + m_half)),
+  bytes / (bandwidth x HBM))`` with softness ``sharpness`` (the roofline's max as it grows);
+  flops at the format's tensor-core peak (bf16, fp8 per-tensor and block-scaled, nvfp4, and
+  weight-only int4 / mxfp4 at the bf16 peak).
+- attention of prompt chunks (FlashAttention / FlashInfer style): ``latency + flops / (peak x
+  compute x S / (S + s_half))``, causal flops over the attended positions;
+- attention of decode tokens: ``latency + KV bytes / (bandwidth x HBM) + per_sequence x
+  sequences``;
+- MLA (DeepSeek) likewise, the decode side reading the 576-value latent per token;
+- MoE grouped GEMM: the GEMM formula over the rank's routed work, with the matmul rate growing
+  with the tokens per expert and the bytes of the experts the step touches;
+- all-reduce and all-to-all: ``latency(GPUs) + message x ring factor / (link x efficiency)``.
+
+``OpFit`` holds one fitted formula; ``GpuKernels`` all of an engine's on one GPU, with what
+they were fitted on and their held-out errors; both round-trip through JSON.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Hardware
+
+Array = np.ndarray
+# Bytes per element of each kernel number format's weights (scales included) and activations.
+WEIGHT_BYTES: dict[str, float] = {
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0,
+    "nvfp4": 0.5625,
+    "int4_wo": 0.53125,
+    "mxfp4": 0.53125,
+}
+ACTIVATION_BYTES: dict[str, float] = {
+    "bf16": 2.0,
+    "fp8": 1.0,
+    "fp8_block": 1.0,
+    "nvfp4": 0.5625,
+    "int4_wo": 2.0,
+    "mxfp4": 2.0,
+}
+# Formats whose matmuls run on the fp8 / fp4 tensor cores; the others at the bf16 peak.
+FP8_FORMATS = ("fp8", "fp8_block")
+FP4_FORMATS = ("nvfp4",)
+MLA_LATENT = 576  # DeepSeek's kv_lora_rank 512 + RoPE key 64, cached per token and layer
+MLA_QK_DIM, MLA_V_DIM = 192, 128  # per head: nope 128 + rope 64 for q.k, 128 for values
+
+
+def peak_flops(hardware: Hardware, fmt: str) -> float:
+    """FLOP/s of the tensor cores a kernel format's matmuls run on."""
+    if fmt in FP4_FORMATS:
+        peak = hardware.peak_fp4_tflops
+    elif fmt in FP8_FORMATS:
+        peak = hardware.peak_fp8_tflops
+    else:
+        peak = hardware.peak_dense_tflops
+    if peak is None:
+        raise InputError(f"{hardware.name} has no tensor cores for {fmt} matmuls")
+    return peak * 1e12
+
+
+def _soft_max(a: Array, b: Array, sharpness: float) -> Array:
+    top = np.maximum(a, b)
+    safe = np.where(top > 0, top, 1.0)
+    k = max(sharpness, 1.0)
+    return np.where(top > 0, safe * ((a / safe) ** k + (b / safe) ** k) ** (1.0 / k), 0.0)
+
+
+@dataclass(frozen=True)
+class OpFit:
+    """One fitted kernel formula (see the module docstring); unused parameters stay 0."""
+
+    latency_s: float = 0.0
+    compute: float = 1.0  # fraction of the format's tensor-core peak at full occupancy
+    half: float = 0.0  # rows (tokens, positions) at which the matmul rate is half of that
+    bandwidth: float = 1.0  # fraction of peak HBM bandwidth
+    sharpness: float = 4.0  # soft max between compute and memory time (large: the max)
+    per_sequence_s: float = 0.0  # decode attention: per sequence in the batch
+    link: float = 1.0  # collectives: fraction of the link bandwidth
+    latency_by_gpus: dict[int, float] = field(default_factory=dict)  # collectives
+
+    def compute_memory(
+        self, flops: Array, rows: Array, nbytes: Array, peak: float, hbm: float
+    ) -> Array:
+        """latency + soft max of the matmul time (rate growing with ``rows``) and the bytes'."""
+        rate = (
+            peak * self.compute * rows / (rows + self.half)
+            if self.half > 0
+            else peak * self.compute
+        )
+        math_s = flops / rate
+        memory_s = nbytes / (hbm * self.bandwidth)
+        return self.latency_s + _soft_max(math_s, memory_s, self.sharpness)
+
+    def collective(
+        self, message_bytes: Array, gpus: int, ring: float, link_bytes_s: float
+    ) -> Array:
+        """latency at ``gpus`` (interpolated in log GPUs) + message x ``ring`` / link rate."""
+        if gpus <= 1:
+            return np.zeros_like(np.asarray(message_bytes, dtype=np.float64))
+        known = sorted(self.latency_by_gpus)
+        latency = float(
+            np.interp(math.log2(gpus), np.log2(known), [self.latency_by_gpus[n] for n in known])
+        )
+        return latency + np.asarray(message_bytes) * ring / (link_bytes_s * self.link)
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            name: round(float(getattr(self, name)), 9)
+            for name in (
+                "latency_s",
+                "compute",
+                "half",
+                "bandwidth",
+                "sharpness",
+                "per_sequence_s",
+                "link",
+            )
+        }
+        if self.latency_by_gpus:
+            data["latency_by_gpus"] = {str(n): round(v, 9) for n, v in self.latency_by_gpus.items()}
+        return data
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> OpFit:
+        values = dict(data)
+        by_gpus = {int(n): float(v) for n, v in dict(values.pop("latency_by_gpus", {})).items()}
+        return cls(**{k: float(v) for k, v in values.items()}, latency_by_gpus=by_gpus)
+
+
+@dataclass(frozen=True)
+class GpuKernels:
+    """An engine's kernel fits on one GPU: GEMMs and MoE per kernel format, attention, MLA,
+    collectives; the engine version and files they come from; held-out errors per operation."""
+
+    gpu: str
+    version: str
+    gemm: dict[str, OpFit]
+    moe: dict[str, OpFit]
+    context_attention: OpFit
+    decode_attention: OpFit
+    allreduce: OpFit
+    alltoall: OpFit
+    mla_context: OpFit | None = None
+    mla_decode: OpFit | None = None
+    files: tuple[str, ...] = ()
+    errors: dict[str, dict[str, float]] = field(default_factory=dict)
+
+    def gemm_fit(self, fmt: str) -> tuple[OpFit, str]:
+        """The fit of ``fmt``'s GEMMs, or of the nearest format measured (block-scaled fp8 for
+        per-tensor fp8 and back; bf16 for anything else), and the format it is."""
+        return _nearest(self.gemm, fmt)
+
+    def moe_fit(self, fmt: str) -> tuple[OpFit, str]:
+        return _nearest(self.moe, fmt)
+
+    # --- operation times (seconds, arrays broadcast) ----------------------------------------
+
+    def gemm_time(self, hardware: Hardware, m: ArrayLike, n: float, k: float, fmt: str) -> Array:
+        fit, measured = self.gemm_fit(fmt)
+        m = np.asarray(m, dtype=np.float64)
+        flops = 2.0 * m * n * k
+        nbytes = n * k * WEIGHT_BYTES[measured] + m * k * ACTIVATION_BYTES[measured] + 2.0 * m * n
+        peak = peak_flops(hardware, measured)
+        hbm = hardware.memory_bandwidth_gbps * 1e9
+        return np.where(
+            m > 0, fit.compute_memory(flops, np.maximum(m, 1.0), nbytes, peak, hbm), 0.0
+        )
+
+    def moe_time(
+        self,
+        hardware: Hardware,
+        tokens: ArrayLike,
+        *,
+        hidden: ArrayLike,
+        inter: ArrayLike,
+        experts: ArrayLike,
+        topk: ArrayLike,
+        ep: ArrayLike,
+        moe_tp: ArrayLike,
+        fmt: str,
+    ) -> Array:
+        """One MoE layer's grouped GEMMs (gate+up and down) on one rank for ``tokens`` tokens
+        routed over ``experts`` (each ``inter`` wide), the rank holding experts / ep of them at
+        inter / moe_tp."""
+        fit, measured = self.moe_fit(fmt)
+        t = np.asarray(tokens, dtype=np.float64)
+        hidden, inter, experts, topk, ep, moe_tp = (
+            np.asarray(v, dtype=np.float64) for v in (hidden, inter, experts, topk, ep, moe_tp)
+        )
+        width = inter / moe_tp
+        local = experts / ep
+        assignments = t * topk / ep
+        flops = 2.0 * assignments * 3.0 * hidden * width
+        touched = local * (1.0 - (1.0 - topk / experts) ** t)
+        nbytes = touched * 3.0 * hidden * width * WEIGHT_BYTES[measured]
+        nbytes = nbytes + assignments * (hidden * ACTIVATION_BYTES[measured] + 2.0 * hidden)
+        per_expert = np.maximum(t * topk / experts, 1e-3)
+        peak = peak_flops(hardware, measured)
+        hbm = hardware.memory_bandwidth_gbps * 1e9
+        return np.where(t > 0, fit.compute_memory(flops, per_expert, nbytes, peak, hbm), 0.0)
+
+    def context_attention_time(
+        self, hardware: Hardware, flops: ArrayLike, positions: ArrayLike, mla: bool = False
+    ) -> Array:
+        """Prompt-chunk attention of ``flops`` causal FLOPs, chunks of ``positions`` each."""
+        fit = self.mla_context if mla and self.mla_context is not None else self.context_attention
+        f = np.asarray(flops, dtype=np.float64)
+        s = np.maximum(np.asarray(positions, dtype=np.float64), 1.0)
+        peak = peak_flops(hardware, "bf16")
+        return np.where(f > 0, fit.compute_memory(f, s, 0.0 * f, peak, 1.0), 0.0)
+
+    def decode_attention_time(
+        self,
+        hardware: Hardware,
+        kv_bytes: ArrayLike,
+        flops: ArrayLike,
+        sequences: ArrayLike,
+        mla: bool = False,
+    ) -> Array:
+        """Decode attention reading ``kv_bytes`` of cache for ``sequences`` sequences."""
+        fit = self.mla_decode if mla and self.mla_decode is not None else self.decode_attention
+        b = np.asarray(kv_bytes, dtype=np.float64)
+        seqs = np.asarray(sequences, dtype=np.float64)
+        peak = peak_flops(hardware, "bf16")
+        hbm = hardware.memory_bandwidth_gbps * 1e9
+        body = fit.compute_memory(np.asarray(flops, dtype=np.float64), 1.0 + 0.0 * b, b, peak, hbm)
+        return np.where(seqs > 0, body + fit.per_sequence_s * seqs, 0.0)
+
+    def allreduce_time(self, hardware: Hardware, message_bytes: ArrayLike, gpus: int) -> Array:
+        link = hardware.interconnect_gbps * 1e9
+        return self.allreduce.collective(message_bytes, gpus, 2.0 * (gpus - 1) / gpus, link)
+
+    def alltoall_time(self, hardware: Hardware, message_bytes: ArrayLike, gpus: int) -> Array:
+        link = hardware.interconnect_gbps * 1e9
+        return self.alltoall.collective(message_bytes, gpus, (gpus - 1) / gpus, link)
+
+    # --- files ------------------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "version": self.version,
+            "files": list(self.files),
+            "gemm": {fmt: fit.to_json() for fmt, fit in sorted(self.gemm.items())},
+            "moe": {fmt: fit.to_json() for fmt, fit in sorted(self.moe.items())},
+            "context_attention": self.context_attention.to_json(),
+            "decode_attention": self.decode_attention.to_json(),
+            "allreduce": self.allreduce.to_json(),
+            "alltoall": self.alltoall.to_json(),
+            "errors": self.errors,
+        }
+        if self.mla_context is not None:
+            data["mla_context"] = self.mla_context.to_json()
+        if self.mla_decode is not None:
+            data["mla_decode"] = self.mla_decode.to_json()
+        return data
+
+    @classmethod
+    def from_json(cls, gpu: str, data: Mapping[str, Any]) -> GpuKernels:
+        try:
+            optional = {
+                name: OpFit.from_json(data[name]) if name in data else None
+                for name in ("mla_context", "mla_decode")
+            }
+            return cls(
+                gpu=gpu,
+                version=str(data["version"]),
+                files=tuple(data.get("files", ())),
+                gemm={f: OpFit.from_json(v) for f, v in dict(data["gemm"]).items()},
+                moe={f: OpFit.from_json(v) for f, v in dict(data.get("moe", {})).items()},
+                context_attention=OpFit.from_json(data["context_attention"]),
+                decode_attention=OpFit.from_json(data["decode_attention"]),
+                allreduce=OpFit.from_json(data["allreduce"]),
+                alltoall=OpFit.from_json(data["alltoall"]),
+                errors=dict(data.get("errors", {})),
+                **optional,
+            )
+        except (KeyError, TypeError, ValueError, AttributeError) as error:
+            raise InputError(
+                f"not an engine kernel file for {gpu}: missing or bad {error}"
+            ) from None
+
+
+# Which measured format stands in for one that was not measured, in order.
+_STAND_INS: dict[str, tuple[str, ...]] = {
+    "fp8": ("fp8", "fp8_block", "bf16"),
+    "fp8_block": ("fp8_block", "fp8", "bf16"),
+    "nvfp4": ("nvfp4", "fp8_block", "fp8", "bf16"),
+    "int4_wo": ("int4_wo", "mxfp4", "bf16"),
+    "mxfp4": ("mxfp4", "int4_wo", "bf16"),
+}
+
+
+def _nearest(fits: Mapping[str, OpFit], fmt: str) -> tuple[OpFit, str]:
+    for candidate in _STAND_INS.get(fmt, (fmt, "bf16")):
+        if candidate in fits:
+            return fits[candidate], candidate
+    if fits:
+        first = sorted(fits)[0]
+        return fits[first], first
+    raise InputError(f"no kernel measurements for {fmt} matmuls")

@@ -1,0 +1,320 @@
+"""A serving step's time on an engine: the forward pass over a step's decode tokens and prompt
+chunks, operation by operation, each timed by the engine's fitted kernels on the GPU.
+
+Per layer and GPU (``Deployment``: tp GPUs, ``attention_dp`` attention groups of
+``attention_tp`` GPUs, ``ep`` expert ranks of ``moe_tp`` GPUs):
+
+- attention projections: GEMMs over the group's tokens (a 1 / attention_dp share of the step's),
+  split over attention_tp (MLA: its low-rank projections, the latent up-projections absorbed);
+- attention: prompt chunks as causal attention over their attended positions, decode tokens as
+  reads of their cached K/V (or MLA latent), in the KV-cache format;
+- an all-reduce of the hidden states over attention_tp;
+- dense MLP GEMMs, or the router, the routed experts' grouped GEMM for all the step's tokens on
+  the rank's experts, the shared experts; an all-to-all dispatch and combine when the experts
+  are spread over ranks that hold other tokens (ep > 1 or attention_dp > 1), else an all-reduce;
+- the LM head for the sampled positions.
+
+Multi-token prediction (``Deployment.speculative``) verifies draft + 1 tokens per decoding
+sequence and runs the draft layers once per draft token. A step pays the engine's host time:
+``decode_overhead_s`` for a decode-only step replayed from a captured CUDA graph (its batch
+padded up to the graph's size), ``step_overhead_s`` for a step with prompt chunks.
+
+``kv_capacity_tokens`` is the KV cache an engine leaves next to the weights.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Deployment, Precision
+from idealized_runtime.cost_model.hardware.counts import (
+    end_weight_parameters,
+    kv_bytes_per_token_layer,
+    layer_weights,
+)
+from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class SchedulerDefaults:
+    """How an engine schedules and sizes its batches out of the box.
+
+    ``token_budget``: tokens per step (vLLM ``max_num_batched_tokens``, SGLang
+    ``chunked_prefill_size``, TensorRT-LLM ``max_num_tokens``); ``max_running``: sequences
+    decoded together; ``chunked_prefill``: prompts longer than what is left of the budget are
+    split (else a prompt waits until it fits whole); ``prefill_first``: a step with waiting
+    prompts runs prompts only (SGLang), else decode tokens first and prompts in what is left
+    (vLLM, TensorRT-LLM); ``memory_fraction`` of the GPU memory (``of_free``: of what the
+    weights leave) holds weights and KV cache; ``cuda_graph_max_batch``: decode-only steps up
+    to this batch replay a captured graph, padded to ``cuda_graph_step`` sequences."""
+
+    token_budget: int
+    max_running: int
+    chunked_prefill: bool = True
+    prefill_first: bool = False
+    memory_fraction: float = 0.9
+    of_free: bool = False
+    cuda_graph_max_batch: int = 256
+    cuda_graph_step: int = 8
+    decode_overhead_s: float = 0.0
+    step_overhead_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.token_budget < 1 or self.max_running < 1:
+            raise InputError("an engine's token budget and running sequences must be >= 1")
+        if not 0 < self.memory_fraction <= 1:
+            raise InputError(f"memory fraction must be in (0, 1], got {self.memory_fraction}")
+
+    def graph_batch(self, sequences: np.ndarray) -> np.ndarray:
+        """The captured graph's batch a decode-only step of ``sequences`` runs at."""
+        small = 2.0 ** np.ceil(np.log2(np.maximum(sequences, 1.0)))
+        step = float(self.cuda_graph_step)
+        padded = np.where(sequences <= step, small, np.ceil(sequences / step) * step)
+        return np.where(sequences <= self.cuda_graph_max_batch, padded, sequences)
+
+
+def kernel_format(precision: Precision, experts: bool = False) -> str:
+    """The kernel number format of a precision's linear layers (``experts``: of the routed
+    experts, which gpt-oss-style checkpoints quantize alone)."""
+    if precision.scope == "experts" and not experts:
+        return "bf16"
+    fmt = precision.weight_format
+    if fmt == "fp8":
+        return "fp8_block" if precision.block_scaled else "fp8"
+    if fmt in ("nvfp4", "mxfp4"):
+        return fmt
+    if fmt == "int4":
+        return "int4_wo"
+    if fmt == "int8":
+        return "fp8"  # 8-bit weights: the nearest measured kernels
+    return "bf16"
+
+
+@dataclass(frozen=True)
+class EngineStepModel:
+    """Step times of one deployment on one engine's kernels (see the module docstring)."""
+
+    deployment: Deployment
+    kernels: GpuKernels
+    scheduler: SchedulerDefaults
+
+    def seconds(
+        self,
+        decode_sequences: ArrayLike,
+        decode_attended: ArrayLike,
+        prompt_tokens: ArrayLike,
+        prompt_attended: ArrayLike,
+        prompt_chunks: ArrayLike,
+    ) -> np.ndarray:
+        """Seconds of each step: ``decode_sequences`` decoding sequences attending to
+        ``decode_attended`` positions in all, prompt chunks of ``prompt_tokens`` tokens in all
+        attending to ``prompt_attended`` positions, in ``prompt_chunks`` chunks."""
+        d = np.asarray(decode_sequences, dtype=np.float64)
+        ld = np.asarray(decode_attended, dtype=np.float64)
+        p = np.asarray(prompt_tokens, dtype=np.float64)
+        lp = np.asarray(prompt_attended, dtype=np.float64)
+        chunks = np.asarray(prompt_chunks, dtype=np.float64)
+        d, ld, p, lp, chunks = np.broadcast_arrays(d, ld, p, lp, chunks)
+        decode_only = p <= 0
+        graphed = decode_only & (d <= self.scheduler.cuda_graph_max_batch)
+        padded = np.where(graphed, self.scheduler.graph_batch(d), d)
+        spec = self.deployment.speculative
+        verify = 1.0 + (spec.draft_tokens if spec is not None else 0)
+        tokens = padded * verify + p
+        mean_chunk = np.where(chunks > 0, p / np.maximum(chunks, 1.0), 0.0)
+        seconds = self._layers((tokens, d * verify, ld * verify, p, lp, mean_chunk, d))
+        seconds = seconds + self._head(padded * verify + chunks)
+        if spec is not None:  # the draft: its layers once per draft token, over the decoders
+            zero = 0.0 * p
+            one = self._layer(len(self._layer_kinds) - 1, (padded, d, ld, zero, zero, zero, d))
+            seconds = seconds + spec.draft_tokens * spec.draft_layers * (one + self._head(padded))
+        overhead = np.where(
+            graphed, self.scheduler.decode_overhead_s, self.scheduler.step_overhead_s
+        )
+        return seconds + overhead
+
+    # --- the pass ---------------------------------------------------------------------------
+
+    @property
+    def _layer_kinds(self) -> list[int]:
+        return list(range(self.deployment.architecture.num_layers))
+
+    def _layers(self, work: tuple[np.ndarray, ...]) -> np.ndarray:
+        """All layers over ``work``: (tokens, decode tokens, decode attended positions, prompt
+        tokens, prompt attended positions, mean chunk length, decoding sequences)."""
+        tokens = work[0]
+        arch = self.deployment.architecture
+        dense = min(arch.first_k_dense_layers, arch.num_layers) if arch.num_experts > 1 else 0
+        total = 0.0 * tokens
+        kinds = [(0, dense), (arch.num_layers - 1, arch.num_layers - dense)]
+        if arch.num_experts <= 1:
+            kinds = [(0, arch.num_layers)]
+        for layer, count in kinds:
+            if count:
+                total = total + count * self._layer(layer, work)
+        return total
+
+    def _layer(self, layer: int, work: tuple[np.ndarray, ...]) -> np.ndarray:
+        tokens, _, decode_attended, _, prompt_attended, chunk, sequences = work
+        dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
+        arch, precision = dep.architecture, dep.precision
+        dp, atp = dep.attention_dp, dep.attention_tp
+        h = arch.hidden_size
+        linear = kernel_format(precision)
+        local = tokens / dp  # the tokens of one attention group
+        w = layer_weights(arch, layer)
+        time = self._attention_gemms(local, linear)
+        # Attention over the cache: decode reads, prompt chunks compute.
+        kv_token = kv_bytes_per_token_layer(arch, precision, atp)
+        heads = arch.num_heads / atp
+        if arch.mla:
+            decode_flops = (
+                2.0 * heads * (2 * (arch.kv_lora_rank or 0) + (arch.qk_rope_head_dim or 0))
+            )
+            prompt_flops = (
+                2.0
+                * heads
+                * (
+                    (arch.qk_nope_head_dim or 0)
+                    + (arch.qk_rope_head_dim or 0)
+                    + (arch.v_head_dim or 0)
+                )
+            )
+        else:
+            decode_flops = prompt_flops = 4.0 * heads * arch.dim_per_head
+        time = time + k.decode_attention_time(
+            hw,
+            kv_token * decode_attended / dp,
+            decode_flops * decode_attended / dp,
+            sequences / dp,
+            mla=arch.mla,
+        )
+        time = time + k.context_attention_time(
+            hw, prompt_flops * prompt_attended / dp, chunk, mla=arch.mla
+        )
+        if atp > 1:
+            time = time + k.allreduce_time(hw, local * h * 2.0, atp)
+        if w.num_experts:
+            time = time + self._moe(w, tokens, local)
+        else:
+            ffn = arch.ffn_hidden_size
+            up = (2 if arch.gated_mlp else 1) * ffn / atp
+            time = (
+                time
+                + k.gemm_time(hw, local, up, h, linear)
+                + k.gemm_time(hw, local, h, ffn / atp, linear)
+            )
+            if atp > 1:
+                time = time + k.allreduce_time(hw, local * h * 2.0, atp)
+        return time
+
+    def _attention_gemms(self, local: np.ndarray, fmt: str) -> np.ndarray:
+        dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
+        arch, atp, h = dep.architecture, dep.attention_tp, dep.architecture.hidden_size
+        heads = arch.num_heads / atp
+        if arch.mla:
+            rank, rope = arch.kv_lora_rank or 0, arch.qk_rope_head_dim or 0
+            nope, v_dim = arch.qk_nope_head_dim or 0, arch.v_head_dim or 0
+            q_in = arch.q_lora_rank or h
+            shapes = [(q_in + rank + rope, h)] if arch.q_lora_rank else [(rank + rope, h)]
+            shapes += [
+                (heads * (nope + rope), q_in),  # q up-projection
+                (heads * rank, nope),  # absorbed key up-projection (per head, batched)
+                (heads * v_dim, rank),  # absorbed value up-projection
+                (h, heads * v_dim),  # output
+            ]
+        else:
+            d = arch.dim_per_head
+            q, kv = arch.num_heads * d / atp, max(arch.kv_heads / atp, 1.0) * d
+            shapes = [(q + 2 * kv, h), (h, q)]
+        return sum(k.gemm_time(hw, local, n, kk, fmt) for n, kk in shapes)
+
+    def _moe(self, w, tokens: np.ndarray, local: np.ndarray) -> np.ndarray:
+        dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
+        arch, h = dep.architecture, dep.architecture.hidden_size
+        experts_fmt = kernel_format(dep.precision, experts=True)
+        time = k.gemm_time(hw, local, arch.num_experts, h, "bf16")  # the router
+        time = time + k.moe_time(
+            hw,
+            tokens,
+            hidden=h,
+            inter=arch.expert_ffn_hidden_size,
+            experts=arch.num_experts,
+            topk=arch.experts_per_token,
+            ep=dep.ep,
+            moe_tp=dep.moe_tp,
+            fmt=experts_fmt,
+        )
+        if arch.num_shared_experts:
+            width = arch.num_shared_experts * arch.expert_ffn_hidden_size / dep.attention_tp
+            fmt = kernel_format(dep.precision)
+            time = (
+                time
+                + k.gemm_time(hw, local, 2 * width, h, fmt)
+                + k.gemm_time(hw, local, h, width, fmt)
+            )
+        if dep.ep > 1 or dep.attention_dp > 1:
+            # Dispatch (fp8 or bf16 activations) and combine (bf16) of the group's tokens.
+            sent = local * arch.experts_per_token * h
+            time = (
+                time
+                + k.alltoall_time(hw, sent * 1.0, dep.tp)
+                + k.alltoall_time(hw, sent * 2.0, dep.tp)
+            )
+        elif dep.tp > 1:
+            time = time + k.allreduce_time(hw, tokens * h * 2.0, dep.tp)
+        return time
+
+    def _head(self, rows: np.ndarray) -> np.ndarray:
+        dep = self.deployment
+        arch = dep.architecture
+        local = rows / dep.attention_dp
+        return self.kernels.gemm_time(
+            dep.hardware, local, arch.vocab_size / dep.attention_tp, arch.hidden_size, "bf16"
+        )
+
+
+def weight_bytes_per_gpu(deployment: Deployment) -> float:
+    """Bytes of weights on each GPU: the attention split over attention_tp (each attention
+    group holds a copy), experts over all tp GPUs (ep x moe_tp), the rest over tp."""
+    from idealized_runtime.cost_model.hardware.counts import layer_weight_bytes
+
+    arch, precision, tp = deployment.architecture, deployment.precision, deployment.tp
+    total = 0.0
+    dense_bytes = float(precision.dense_weight_bytes)
+    for layer in range(arch.num_layers):
+        w = layer_weights(arch, layer)
+        whole = float(layer_weight_bytes(arch, layer, precision))
+        linear = precision.bytes_per_weight if precision.scope == "linear" else dense_bytes
+        attention = w.attention_matrices * linear + w.attention_other * dense_bytes
+        total += attention / deployment.attention_tp + (whole - attention) / tp
+    embedding, head = end_weight_parameters(arch)
+    return total + (embedding + head) * dense_bytes / tp
+
+
+def kv_capacity_tokens(deployment: Deployment, scheduler: SchedulerDefaults) -> int:
+    """Tokens of KV cache the engine holds over all its attention groups, next to the weights
+    in ``scheduler.memory_fraction`` of each GPU's memory (of what the weights leave, for
+    engines that size the cache so); InputError in one line when the weights do not fit."""
+    arch, hardware = deployment.architecture, deployment.hardware
+    weights = weight_bytes_per_gpu(deployment)
+    memory = hardware.memory_gb * GB
+    if scheduler.of_free:
+        free = (memory - weights) * scheduler.memory_fraction
+    else:
+        free = memory * scheduler.memory_fraction - weights
+    if free <= 0:
+        raise InputError(
+            f"{arch.name} ({deployment.precision.label}) needs {weights / GB:.1f} GB of weights "
+            f"per GPU at tensor-parallel size {deployment.tp}; {hardware.name} leaves "
+            f"{memory * scheduler.memory_fraction / GB:.1f} GB (raise the GPU count)"
+        )
+    per_token = kv_bytes_per_token_layer(arch, deployment.precision, deployment.attention_tp)
+    per_token *= arch.num_layers
+    return int(free // per_token) * deployment.attention_dp

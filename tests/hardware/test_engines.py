@@ -1,0 +1,196 @@
+"""Engine stacks for serving at load: kernels, step times, scheduler rules, layouts, refusals."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Deployment, SpeculativeDecoding, parse_precision
+from idealized_runtime.cost_model.hardware.engines.catalog import (
+    EngineStack,
+    engine_names,
+    get_engine,
+)
+from idealized_runtime.cost_model.hardware.engines.step import (
+    kv_capacity_tokens,
+    weight_bytes_per_gpu,
+)
+from idealized_runtime.cost_model.serving.engines import default_precision, engine_server
+from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
+from idealized_runtime.cost_model.serving.step_time import StepWork
+from idealized_runtime.cost_model.serving.workload import RequestShape
+
+ENGINES = ("vllm", "sglang", "tensorrt-llm")
+H200, B200 = get_hardware("h200"), get_hardware("b200")
+
+
+def test_the_three_engines_ship_with_their_versions_and_provenance() -> None:
+    assert set(ENGINES) <= set(engine_names())
+    for name in ENGINES:
+        engine = get_engine(name)
+        assert engine.provenance["package"] == "aiconfigurator-core"
+        assert {"h100-sxm", "h200", "b200", "b300", "gb200"} <= set(engine.gpus)
+        for kernels in engine.gpus.values():
+            assert kernels.version and kernels.files
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_each_stacks_kernels_predict_held_out_shapes(name: str) -> None:
+    # Every fit was checked on every fifth measured shape, held out of that fit.
+    for kernels in get_engine(name).gpus.values():
+        errors = kernels.errors
+        assert errors["gemm_bf16"]["median"] <= 0.15, (name, kernels.gpu)
+        assert errors["gemm_bf16"]["n"] >= 100
+        assert errors["context_attention"]["median"] <= 0.25
+        assert errors["decode_attention"]["median"] <= 0.30
+        assert errors["allreduce"]["median"] <= 0.20
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_engine_json_round_trips(name: str) -> None:
+    engine = get_engine(name)
+    again = EngineStack.from_json(json.loads(json.dumps(engine.to_json())))
+    assert again.to_json() == engine.to_json()
+
+
+def test_a_step_costs_more_with_more_work_and_gemms_follow_their_kernels() -> None:
+    deployment = Deployment(architecture=get_architecture("llama-3.1-8b"), hardware=H200)
+    model = get_engine("vllm").step_model(deployment)
+    small = model.seconds(8, 8 * 1000, 0, 0, 0)
+    large = model.seconds(64, 64 * 1000, 0, 0, 0)
+    mixed = model.seconds(8, 8 * 1000, 2048, 2048 * 2049 / 2, 1)
+    assert small < large and small < mixed
+    kernels = model.kernels
+    assert kernels.gemm_time(H200, 4096, 4096, 4096, "bf16") > kernels.gemm_time(
+        H200, 4096, 4096, 4096, "fp8"
+    )
+
+
+def test_speculative_tokens_per_step_by_hand() -> None:
+    spec = SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.5)
+    assert spec.tokens_per_step == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert SpeculativeDecoding(draft_tokens=2, acceptance_rate=1.0).tokens_per_step == 3
+    assert SpeculativeDecoding(draft_tokens=2, acceptance_rate=0.0).tokens_per_step == 1
+
+
+def test_expert_and_attention_parallel_layouts_by_hand() -> None:
+    deepseek = get_architecture("deepseek-r1")
+    plain = Deployment(architecture=deepseek, hardware=B200, tp=8, precision=deepseek.precision)
+    spread = plain.model_copy(update={"ep": 8, "attention_dp": 8})
+    assert (spread.attention_tp, spread.moe_tp) == (1, 1)
+    # Attention data parallel: every GPU holds the whole attention, the rest stays split by 8.
+    from idealized_runtime.cost_model.hardware.counts import layer_weights
+
+    attention = sum(
+        layer_weights(deepseek, i).attention_matrices for i in range(deepseek.num_layers)
+    )  # fp8: one byte each
+    grown = weight_bytes_per_gpu(spread) - weight_bytes_per_gpu(plain)
+    assert grown == pytest.approx(attention * (1 - 1 / 8), rel=0.01)
+    # Each attention group keeps its own MLA cache: 8 groups hold 8x the tokens per byte.
+    engine = get_engine("sglang")
+    one = kv_capacity_tokens(plain, engine.scheduler)
+    eight = kv_capacity_tokens(spread, engine.scheduler)
+    free_plain = B200.memory_gb * 1e9 * 0.88 - weight_bytes_per_gpu(plain)
+    free_spread = B200.memory_gb * 1e9 * 0.88 - weight_bytes_per_gpu(spread)
+    assert eight / one == pytest.approx(8 * free_spread / free_plain, rel=0.01)
+
+
+def test_refusals_are_one_line() -> None:
+    llama = get_architecture("llama-3.1-8b")
+    with pytest.raises(ValueError, match="dense"):
+        Deployment(architecture=llama, hardware=H200, tp=2, ep=2)
+    with pytest.raises(ValueError, match="must divide"):
+        Deployment(architecture=llama, hardware=H200, tp=2, attention_dp=4)
+    nvfp4 = Deployment(architecture=llama, hardware=H200, precision=parse_precision("nvfp4"))
+    with pytest.raises(InputError, match="no fp4 tensor cores"):
+        get_engine("vllm").step_model(nvfp4)
+    with pytest.raises(InputError, match="no kernel measurements on a100-80gb"):
+        get_engine("vllm").step_model(
+            Deployment(architecture=llama, hardware=get_hardware("a100-80gb"))
+        )
+    deepseek = get_architecture("deepseek-r1")
+    with pytest.raises(InputError) as error:
+        kv_capacity_tokens(
+            Deployment(architecture=deepseek, hardware=H200, tp=4, precision=deepseek.precision),
+            get_engine("sglang").scheduler,
+        )
+    assert "\n" not in str(error.value) and "fp8" in str(error.value)
+
+
+def test_nvfp4_checkpoints_serve_with_an_fp8_kv_cache_by_default() -> None:
+    llama = get_architecture("llama-3.1-8b")
+    assert default_precision(llama, weights="nvfp4").kv_cache == "fp8"
+    assert default_precision(llama, weights="nvfp4").activations == "fp4"
+    assert default_precision(llama).kv_cache == "bf16"
+    # DeepSeek-R1 in fp8 fits 4 B200 (engines run it so).
+    deepseek = get_architecture("deepseek-r1")
+    four = Deployment(architecture=deepseek, hardware=B200, tp=4, precision=deepseek.precision)
+    assert kv_capacity_tokens(four, get_engine("sglang").scheduler) > 0
+
+
+class _Recorder:
+    """A step time that records every step's work."""
+
+    def __init__(self) -> None:
+        self.steps: list[StepWork] = []
+
+    def seconds(self, work: StepWork) -> np.ndarray:
+        self.steps.append(work)
+        return 1e-3 + 1e-6 * work.tokens
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    clients=st.integers(1, 12),
+    prompt=st.integers(1, 300),
+    output=st.integers(1, 20),
+    budget=st.integers(16, 256),
+    prefill_first=st.booleans(),
+    chunked=st.booleans(),
+)
+def test_scheduler_rules_per_engine(
+    clients: int, prompt: int, output: int, budget: int, prefill_first: bool, chunked: bool
+) -> None:
+    recorder = _Recorder()
+    config = ServerConfig(
+        max_batch=8, token_budget=budget, prefill_first=prefill_first, chunked_prefill=chunked
+    )
+    shapes = [RequestShape(prompt, output) for _ in range(3 * clients)]
+    rows = simulate(shapes, recorder, config, concurrency=clients)
+    assert len(rows) == len(shapes) and all(r["ok"] for r in rows)
+    assert all(r["num_output_tokens"] == output for r in rows)
+    for work in recorder.steps:
+        decode, _, prompt_tokens, _, chunks = work.split()
+        alone = chunks[0] == 1 and decode[0] == 0  # a whole prompt larger than the budget
+        assert work.tokens[0] <= budget or (not chunked and alone)
+        if prefill_first:
+            assert not (prompt_tokens[0] > 0 and decode[0] > 0)  # prompts run in steps alone
+    if not prefill_first and chunked:
+        # Decode first: no step leaves a decoding sequence out, so no gap between two tokens
+        # is longer than one step (at most the budget's tokens).
+        longest = 1e-3 + 1e-6 * budget
+        for row in rows:
+            assert max(row["inter_token_latencies_s"], default=0.0) <= longest + 1e-9
+
+
+def test_speculative_decoding_yields_exact_token_counts_in_fewer_steps() -> None:
+    deepseek = get_architecture("deepseek-r1")
+    base = Deployment(architecture=deepseek, hardware=B200, tp=8, precision=deepseek.precision)
+    spec = base.model_copy(
+        update={"speculative": SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.7)}
+    )
+    shapes = [RequestShape(256, 200) for _ in range(16)]
+    results = {}
+    for name, deployment in (("plain", base), ("mtp", spec)):
+        step_time, config = engine_server("sglang", deployment)
+        rows = simulate(shapes, step_time, config, concurrency=4)
+        assert all(r["num_output_tokens"] == 200 for r in rows)
+        assert all(len(r["inter_token_latencies_s"]) == 199 for r in rows)
+        results[name] = np.median([r["runtime_s"] for r in rows])
+    assert results["mtp"] < results["plain"]
