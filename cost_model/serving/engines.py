@@ -1,12 +1,22 @@
 """A deployment served by an engine stack (``hardware.engines``): its step times on the
 engine's measured kernels and the server the engine's defaults make (token budget, running
-sequences, how prompts and decode tokens share a step, KV-cache capacity, speculative tokens).
+sequences, how prompts and decode tokens share a step, KV-cache capacity, admission, speculative
+tokens); and the published acceptance of a model's multi-token prediction
+(``data/speculative/acceptance.csv``).
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+import csv
+from collections.abc import Mapping
+from dataclasses import fields, replace
+from functools import lru_cache
+from typing import Any
 
+from scipy.optimize import brentq
+
+from idealized_runtime.core.catalog import data_path
+from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture, Deployment, Precision, parse_precision
 from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack, get_engine
 from idealized_runtime.cost_model.hardware.engines.step import kv_capacity_tokens
@@ -39,14 +49,24 @@ def engine_server(
     max_batch: int | None = None,
     token_budget: int | None = None,
     kv_tokens: int | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> tuple[EngineStepTime, ServerConfig]:
     """The step times and the server of ``deployment`` on ``engine``; the options given
-    override the engine's defaults (as its command-line flags would)."""
+    override the engine's defaults (as its command-line flags would): ``settings`` any of
+    ``SchedulerDefaults``' fields (memory_fraction, cuda_graph_max_batch, admission,
+    recv_interval, ...)."""
     stack = get_engine(engine) if isinstance(engine, str) else engine
-    model = stack.step_model(deployment)
     scheduler = stack.scheduler
+    known = {f.name for f in fields(scheduler)}
+    unknown = sorted(set(settings or {}) - known)
+    if unknown:
+        raise InputError(
+            f"unknown engine settings {', '.join(unknown)}; known: {', '.join(sorted(known))}"
+        )
+    scheduler = replace(scheduler, **dict(settings or {}))
     if token_budget is not None:
         scheduler = replace(scheduler, token_budget=token_budget)
+    model = replace(stack.step_model(deployment), scheduler=scheduler)
     spec = deployment.speculative
     config = ServerConfig(
         max_batch=max_batch or scheduler.max_running,
@@ -55,5 +75,43 @@ def engine_server(
         prefill_first=scheduler.prefill_first,
         chunked_prefill=scheduler.chunked_prefill,
         tokens_per_step=spec.tokens_per_step if spec is not None else 1.0,
+        admission=scheduler.admission,
+        recv_interval=scheduler.recv_interval,
     )
-    return EngineStepTime(replace(model, scheduler=scheduler)), config
+    return EngineStepTime(model), config
+
+
+@lru_cache(maxsize=1)
+def _acceptance_figures() -> dict[tuple[str, str], tuple[int, float]]:
+    """(model, metric) -> (draft tokens, value) of the published acceptance figures."""
+    with data_path("speculative", "acceptance.csv").open(encoding="utf-8", newline="") as handle:
+        return {
+            (r["model"], r["metric"]): (int(r["draft_tokens"]), float(r["value"]))
+            for r in csv.DictReader(handle)
+        }
+
+
+def published_acceptance(model: str, draft_tokens: int) -> float | None:
+    """The acceptance rate per draft token (``SpeculativeDecoding.acceptance_rate``) of
+    ``model``'s multi-token prediction with ``draft_tokens`` drafts, from published figures;
+    None when none are shipped. The first draft is accepted at its published rate a1; each
+    later one, given the one before it was, at the rate a that gives the published acceptance
+    length L at K drafts: L = 1 + a1 (1 - a^K) / (1 - a) (a module reused for later drafts
+    is less accurate there). The rate returned gives the same expected tokens per step as this
+    chain at ``draft_tokens`` drafts."""
+    figures = _acceptance_figures()
+    if (model, "first_draft_acceptance") not in figures or (
+        model,
+        "acceptance_length",
+    ) not in figures:
+        return None
+    first = figures[model, "first_draft_acceptance"][1]
+    published_k, length = figures[model, "acceptance_length"]
+    later = brentq(lambda a: 1 + first * _series(a, published_k) - length, 1e-6, 1 - 1e-9)
+    tokens = 1 + first * _series(later, draft_tokens)
+    return float(brentq(lambda a: _series(a, draft_tokens + 1) - tokens, 1e-9, 1 - 1e-9))
+
+
+def _series(rate: float, terms: int) -> float:
+    """1 + rate + ... + rate^(terms - 1)."""
+    return (1 - rate**terms) / (1 - rate)

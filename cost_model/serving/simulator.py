@@ -3,10 +3,12 @@
 The server holds up to ``max_batch`` requests. Each scheduler step is one forward pass: every
 running request past its prompt decodes one token, and what is left of a ``token_budget`` goes
 to prompt chunks of the requests still prefilling, first come first served (Dynamic SplitFuse).
-Requests wait in a FCFS queue until a slot is free and the KV cache can hold their whole
-sequence (prompt + output tokens; the capacity comes from the memory planner,
-``hardware.counts.memory_per_gpu``). A request's first token comes with the step that
-finishes its prompt, each further token with one later step.
+Requests wait in a FCFS queue until a slot is free and the KV cache lets them in
+(``admission``: by default only when it can hold their whole sequence, prompt + output tokens;
+engines admit against the cache in use now or an estimate, and preempt or retract when it runs
+out; the capacity comes from the memory planner, ``hardware.counts.memory_per_gpu``). A
+request's first token comes with the step that finishes its prompt, each further token with one
+later step.
 
 A step's duration comes from a ``StepTime`` (``step_time``).
 
@@ -36,6 +38,7 @@ from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunk
 from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB
+from idealized_runtime.cost_model.serving.admission import KvCache, ceil_tokens, check_admission
 from idealized_runtime.cost_model.serving.step_time import StepTime, StepWork
 from idealized_runtime.cost_model.serving.workload import RequestShape, think_times
 
@@ -70,6 +73,7 @@ class _Request:
     prefilled: int = 0
     token_times: list[float] = field(default_factory=list)
     decode_steps: int = 0  # decode steps taken (speculative decoding yields more tokens each)
+    recompute: int = 0  # generated tokens read again as prompt after losing the KV cache
 
     @property
     def need(self) -> int:
@@ -77,7 +81,28 @@ class _Request:
 
     @property
     def decoding(self) -> bool:
-        return self.prefilled == self.shape.num_prompt_tokens
+        return self.prefilled == self.shape.num_prompt_tokens + self.recompute
+
+    @property
+    def to_prefill(self) -> int:
+        return self.shape.num_prompt_tokens + self.recompute - self.prefilled
+
+    @property
+    def outputs(self) -> int:
+        return len(self.token_times)
+
+    @property
+    def output_left(self) -> int:
+        return self.shape.num_output_tokens - len(self.token_times)
+
+    @property
+    def held(self) -> int:
+        """Tokens in the KV cache (the newest token's entry counted: the next step writes it)."""
+        return self.shape.num_prompt_tokens + self.outputs if self.decoding else self.prefilled
+
+    def evict(self) -> None:
+        """The KV cache is freed: prompt and generated tokens are read again (recompute)."""
+        self.prefilled, self.recompute = 0, len(self.token_times)
 
 
 @dataclass(frozen=True)
@@ -96,6 +121,12 @@ class ServerConfig:
     chunked_prefill: bool = True
     # Output tokens a decoding sequence gains per step (speculative decoding: > 1, on average).
     tokens_per_step: float = 1.0
+    # When a request comes into the KV cache and what happens when the cache runs out
+    # (``admission``: reserve, allocated, ratio, forecast).
+    admission: str = "reserve"
+    # The scheduler takes in new requests only every this many decode steps (SGLang's
+    # --scheduler-recv-interval; at once after a step with prompts, or when idle).
+    recv_interval: int = 1
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -108,6 +139,9 @@ class ServerConfig:
             raise InputError(f"request overhead must be >= 0 s, got {self.request_overhead_s}")
         if not (math.isfinite(self.tokens_per_step) and self.tokens_per_step >= 1):
             raise InputError(f"tokens per decode step must be >= 1, got {self.tokens_per_step}")
+        check_admission(self.admission)
+        if self.recv_interval < 1:
+            raise InputError(f"the receive interval must be >= 1 step, got {self.recv_interval}")
 
     def emitted(self, steps_done: np.ndarray, steps: int) -> np.ndarray:
         """Tokens each decoding sequence gains in each of its next ``steps`` steps, having taken
@@ -172,7 +206,9 @@ def simulate(
 
     waiting: deque[_Request] = deque()
     running: list[_Request] = []
-    reserved = 0
+    cache = KvCache(capacity, config.admission)
+    per_token = ceil_tokens(config.tokens_per_step)  # cache slots a decoding sequence takes
+    since_receive = config.recv_interval  # decode steps since the scheduler took requests in
     now = 0.0
 
     def finish(request: _Request, ok: bool, error: str | None = None) -> None:
@@ -185,33 +221,29 @@ def simulate(
             next_closed += 1
 
     while arrivals or waiting or running:
-        while arrivals and arrivals[0][0] <= now:
-            _, index, arrival = heapq.heappop(arrivals)
-            request = _Request(index, shapes[index], arrival)
-            if capacity is not None and request.need > capacity:
-                finish(request, False, f"needs {request.need} tokens of KV cache, has {capacity}")
-                continue
-            waiting.append(request)
-        while waiting and len(running) < config.max_batch:
-            if capacity is not None and reserved + waiting[0].need > capacity:
-                break  # FCFS: the head of the queue waits for memory
-            request = waiting.popleft()
-            reserved += request.need
-            running.append(request)
+        if not running or since_receive >= config.recv_interval:
+            since_receive = 0
+            while arrivals and arrivals[0][0] <= now:
+                _, index, arrival = heapq.heappop(arrivals)
+                request = _Request(index, shapes[index], arrival)
+                if capacity is not None and request.need > capacity:
+                    error = f"needs {request.need} tokens of KV cache, has {capacity}"
+                    finish(request, False, error)
+                    continue
+                waiting.append(request)
+        _admit(waiting, running, cache, config, per_token)
         if not running:
+            cache.idle()
+            since_receive = config.recv_interval
             if not arrivals:
                 break
             now = max(now, arrivals[0][0])
             continue
 
-        decoding = [r for r in running if r.decoding]
-        prefilling = [r for r in running if not r.decoding]
-        if config.prefill_first and prefilling:
-            decoding = []  # the engine runs the waiting prompts in a step of their own
+        decoding, chunks = _step_plan(running, config)
+        if cache.evicts:
+            decoding, chunks = _make_room(decoding, chunks, running, waiting, cache, config)
         contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
-        left = [r.shape.num_prompt_tokens - r.prefilled for r in prefilling]
-        sizes = config.chunks(len(decoding), left)  # the engine's rule
-        chunks = list(zip(prefilling, sizes, strict=False))
         if chunks:
             work = StepWork.of(contexts, [(n, r.prefilled) for r, n in chunks])
             now += float(step_time.seconds(work)[0])
@@ -220,13 +252,93 @@ def simulate(
                 request.prefilled += n
                 if request.decoding:
                     request.token_times.append(now)
+            since_receive = config.recv_interval  # after prompts, SGLang takes requests in
         else:
-            now = _decode_until_change(decoding, contexts, config, step_time, now, arrivals)
+            limit = cache.decode_steps_that_fit(running, len(decoding) * per_token)
+            if waiting and cache.admission == "ratio":
+                limit = min(limit, _RATIO_RECHECK_STEPS)  # the decaying ratio may admit one
+            now, steps = _decode_until_change(
+                decoding, contexts, config, step_time, now, arrivals, max(limit, 1), since_receive
+            )
+            # The scheduler polled for requests every recv_interval steps: what is left.
+            total, interval = since_receive + steps, config.recv_interval
+            since_receive = total if total <= interval else (total % interval or interval)
+            cache.after_decode_steps(steps)
         for request in [r for r in running if len(r.token_times) == r.shape.num_output_tokens]:
             running.remove(request)
-            reserved -= request.need
             finish(request, True)
     return [row for row in rows if row is not None]
+
+
+# SGLang checks admission at every step; with requests waiting for memory under its decaying
+# estimate, the simulation checks at least this often (decode-only steps are run in stretches).
+_RATIO_RECHECK_STEPS = 8
+
+
+def _admit(
+    waiting: deque[_Request],
+    running: list[_Request],
+    cache: KvCache,
+    config: ServerConfig,
+    per_token: int,
+) -> None:
+    """Let waiting requests in, first come first served, while a slot is free and the cache's
+    rule admits the head of the queue. Under the engines' rules (all but ``reserve``) a
+    request comes in only in a step that has token budget left for its prompt."""
+    admitted: list[_Request] = []
+    while waiting and len(running) < config.max_batch:
+        head = waiting[0]
+        decoding = sum(1 for r in running if r.decoding)
+        pending = sum(r.to_prefill for r in running if not r.decoding)
+        budget = config.token_budget - pending - (0 if config.prefill_first else decoding)
+        if cache.admission != "reserve" and budget <= 0:
+            break
+        step_need = decoding * per_token + min(pending, config.token_budget)
+        if not cache.admits(head, running, admitted, step_need, min(head.to_prefill, budget)):
+            break  # FCFS: the head of the queue waits for memory
+        running.append(waiting.popleft())
+        admitted.append(head)
+
+
+def _step_plan(
+    running: list[_Request], config: ServerConfig
+) -> tuple[list[_Request], list[tuple[_Request, int]]]:
+    """The next step's decoding requests and prompt chunks (the engine's rule)."""
+    decoding = [r for r in running if r.decoding]
+    prefilling = [r for r in running if not r.decoding]
+    if config.prefill_first and prefilling:
+        decoding = []  # the engine runs the waiting prompts in a step of their own
+    sizes = config.chunks(len(decoding), [r.to_prefill for r in prefilling])
+    return decoding, list(zip(prefilling, sizes, strict=False))
+
+
+def _make_room(
+    decoding: list[_Request],
+    chunks: list[tuple[_Request, int]],
+    running: list[_Request],
+    waiting: deque[_Request],
+    cache: KvCache,
+    config: ServerConfig,
+) -> tuple[list[_Request], list[tuple[_Request, int]]]:
+    """When the step's tokens do not fit the cache, running requests give theirs back (the
+    engine's victim, requeued to recompute) until they do; the step is planned again."""
+    per_token = ceil_tokens(config.tokens_per_step)
+    if cache.free(running) >= len(decoding) * per_token + sum(n for _, n in chunks):
+        return decoding, chunks
+    while len(running) > 1:
+        need = len(decoding) * per_token + sum(n for _, n in chunks)
+        if cache.free(running) >= cache.room_wanted(len(decoding), need):
+            break
+        victim = cache.victim(running)
+        running.remove(victim)
+        victim.evict()
+        if cache.requeue_first:
+            waiting.appendleft(victim)
+        else:
+            waiting.append(victim)
+        decoding, chunks = _step_plan(running, config)
+    cache.after_eviction(running)
+    return decoding, chunks
 
 
 def _decode(decoding: list[_Request], config: ServerConfig, ends: np.ndarray) -> None:
@@ -249,12 +361,18 @@ def _decode_until_change(
     step_time: StepTime,
     now: float,
     arrivals: list[tuple[float, int, float]],
-) -> float:
-    """Decode-only steps: nothing changes the batch until a request ends or one arrives, so the
-    steps up to then are computed at once (contexts grow by the tokens each step yields)."""
+    limit: int,
+    since_receive: int,
+) -> tuple[float, int]:
+    """Decode-only steps: nothing changes the batch until a request ends, one arrives (and the
+    scheduler, which polls for requests every ``recv_interval`` steps, ``since_receive`` of
+    them gone, sees it) or the KV cache fills (``limit`` steps), so the steps up to then are
+    computed at once (contexts grow by the tokens each step yields). Returns the time and the
+    steps taken."""
     left = np.array([r.shape.num_output_tokens - len(r.token_times) for r in decoding])
     rate = config.tokens_per_step
     steps = max(1, int(np.min(np.ceil(left / rate))))  # the first to end may need a step more
+    steps = min(steps, limit)
     index = np.arange(steps, dtype=np.float64)
     size = float(len(decoding))
     context = float(sum(contexts)) + size * rate * index
@@ -263,10 +381,14 @@ def _decode_until_change(
         np.full(steps, size), context + size,
     )  # fmt: skip
     ends = now + np.cumsum(step_time.seconds(work))
-    if arrivals:  # stop at the step during which the next request arrives
-        steps = min(steps, int(np.searchsorted(ends, arrivals[0][0])) + 1)
+    if arrivals:  # stop at the first poll after the step during which the next one arrives
+        arrives = int(np.searchsorted(ends, arrivals[0][0])) + 1
+        interval = config.recv_interval
+        first_poll = max(interval - since_receive, 1)
+        polls = -(-max(arrives - first_poll, 0) // interval)
+        steps = min(steps, first_poll + polls * interval)
     _decode(decoding, config, ends[:steps])
-    return float(ends[steps - 1])
+    return float(ends[steps - 1]), steps
 
 
 def _row(

@@ -194,3 +194,35 @@ def test_speculative_decoding_yields_exact_token_counts_in_fewer_steps() -> None
         assert all(len(r["inter_token_latencies_s"]) == 199 for r in rows)
         results[name] = np.median([r["runtime_s"] for r in rows])
     assert results["mtp"] < results["plain"]
+
+
+def test_each_engine_admits_as_its_scheduler_does_and_flags_override() -> None:
+    deepseek = get_architecture("deepseek-r1")
+    deployment = Deployment(
+        architecture=deepseek, hardware=B200, tp=8, precision=deepseek.precision
+    )
+    rules = {name: engine_server(name, deployment)[1].admission for name in ENGINES}
+    assert rules == {"vllm": "allocated", "sglang": "ratio", "tensorrt-llm": "reserve"}
+    flags = {"admission": "forecast", "recv_interval": 30, "memory_fraction": 0.82}
+    _, config = engine_server("sglang", deployment, settings=flags)
+    assert (config.admission, config.recv_interval) == ("forecast", 30)
+    smaller = engine_server("sglang", deployment)[1].kv_capacity_tokens
+    assert config.kv_capacity_tokens is not None and config.kv_capacity_tokens < smaller
+    with pytest.raises(InputError, match=r"^unknown engine settings chunk_size; known: "):
+        engine_server("sglang", deployment, settings={"chunk_size": 1})
+
+
+def test_published_mtp_acceptance_reproduces_its_figures() -> None:
+    from idealized_runtime.cost_model.serving.engines import published_acceptance
+
+    def tokens(k: int) -> float:
+        rate = published_acceptance("deepseek-r1", k)
+        assert rate is not None
+        return SpeculativeDecoding(draft_tokens=k, acceptance_rate=rate).tokens_per_step
+
+    # DeepSeek-V3's report: the first draft is accepted 85-90% of the time (0.875 stored);
+    # the original MTP module reused for 7 drafts: 3.20 tokens per step.
+    assert tokens(1) == pytest.approx(1.875)
+    assert tokens(7) == pytest.approx(3.20)
+    assert tokens(1) < tokens(2) < tokens(3) < tokens(7)
+    assert published_acceptance("llama-3.1-8b", 3) is None

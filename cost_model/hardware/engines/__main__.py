@@ -35,31 +35,39 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
     "vllm": (
         "vLLM (V1 engine): chunked prefill, decode tokens first, then prompt chunks in the "
         "token budget; max_num_batched_tokens 8192, max_num_seqs 1024, "
-        "gpu_memory_utilization 0.9, CUDA graphs up to batch 512",
+        "gpu_memory_utilization 0.9, CUDA graphs up to batch 512; a request is admitted when "
+        "the KV cache holds the prompt tokens it reads now, and the newest is preempted "
+        "(recomputed later) when decoding fills the cache",
         SchedulerDefaults(
             token_budget=8192, max_running=1024, chunked_prefill=True, prefill_first=False,
             memory_fraction=0.9, cuda_graph_max_batch=512, cuda_graph_step=8,
             decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
+            admission="allocated",
         ),
     ),
     "sglang": (
         "SGLang: prefill first (a step with waiting prompts runs prompts only), chunked "
-        "prefill of 8192 tokens, mem_fraction_static 0.88, CUDA graphs up to batch 256",
+        "prefill of 8192 tokens, mem_fraction_static 0.88, CUDA graphs up to batch 256; "
+        "admission against a decaying estimate of the running requests' future tokens "
+        "(new_token_ratio), retraction when decoding fills the cache",
         SchedulerDefaults(
             token_budget=8192, max_running=4096, chunked_prefill=True, prefill_first=True,
             memory_fraction=0.88, cuda_graph_max_batch=256, cuda_graph_step=8,
             decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
+            admission="ratio",
         ),
     ),
     "tensorrt-llm": (
         "TensorRT-LLM (PyTorch backend, trtllm-serve): in-flight batching of decode tokens and "
         "whole prompts (no chunked prefill by default) within max_num_tokens 8192, "
         "max_batch_size 2048, KV cache 0.9 of the memory the weights leave, CUDA graphs up "
-        "to batch 128",
+        "to batch 128; GUARANTEED_NO_EVICT: a request is admitted when the cache holds its "
+        "whole sequence beside the running ones'",
         SchedulerDefaults(
             token_budget=8192, max_running=2048, chunked_prefill=False, prefill_first=False,
             memory_fraction=0.9, of_free=True, cuda_graph_max_batch=128, cuda_graph_step=8,
             decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
+            admission="reserve",
         ),
     ),
 }  # fmt: skip

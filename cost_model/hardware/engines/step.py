@@ -39,6 +39,11 @@ from idealized_runtime.cost_model.hardware.counts import (
 from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
 
 GB = 1e9
+# How a server lets requests into its KV cache (``cost_model.serving.admission``): whole
+# sequences reserved (TensorRT-LLM), the tokens allocated now with preemption (vLLM), SGLang's
+# decaying estimate of future tokens with retraction, or SGLang's exact forecast for requests
+# that ignore end-of-sequence tokens with its prefix cache off.
+ADMISSIONS = ("reserve", "allocated", "ratio", "forecast")
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,10 @@ class SchedulerDefaults:
     prompts runs prompts only (SGLang), else decode tokens first and prompts in what is left
     (vLLM, TensorRT-LLM); ``memory_fraction`` of the GPU memory (``of_free``: of what the
     weights leave) holds weights and KV cache; ``cuda_graph_max_batch``: decode-only steps up
-    to this batch replay a captured graph, padded to ``cuda_graph_step`` sequences."""
+    to this batch replay a captured graph, padded to ``cuda_graph_step`` sequences;
+    ``admission``: how requests come into the KV cache (``ADMISSIONS``); ``recv_interval``: the
+    scheduler takes new requests in every this many decode steps (SGLang's
+    --scheduler-recv-interval)."""
 
     token_budget: int
     max_running: int
@@ -64,12 +72,20 @@ class SchedulerDefaults:
     cuda_graph_step: int = 8
     decode_overhead_s: float = 0.0
     step_overhead_s: float = 0.0
+    admission: str = "reserve"
+    recv_interval: int = 1
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
             raise InputError("an engine's token budget and running sequences must be >= 1")
         if not 0 < self.memory_fraction <= 1:
             raise InputError(f"memory fraction must be in (0, 1], got {self.memory_fraction}")
+        if self.admission not in ADMISSIONS:
+            raise InputError(
+                f"unknown admission rule {self.admission!r}; known: {', '.join(ADMISSIONS)}"
+            )
+        if self.recv_interval < 1:
+            raise InputError("an engine's receive interval must be >= 1 step")
 
     def graph_batch(self, sequences: np.ndarray) -> np.ndarray:
         """The captured graph's batch a decode-only step of ``sequences`` runs at."""
