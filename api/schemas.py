@@ -295,8 +295,9 @@ class HardwareModelEstimateIn(_Body):
     ideal: bool = Field(default=False, description="Ideal roofline instead of the calibration")
     stack: Name | None = Field(
         default=None,
-        description="Reference stack (`idealized-runtime stacks`); default: the best-calibrated "
-        "modern stack",
+        description="Engine stack (vllm, sglang, tensorrt-llm: the request's steps on the "
+        "engine's measured kernels) or reference stack (`idealized-runtime stacks`); default: "
+        "the best-calibrated modern stack",
     )
 
     model_config = ConfigDict(
@@ -338,7 +339,7 @@ class HardwareModelEstimateIn(_Body):
 
 
 class HardwareModelEstimateOut(BaseModel):
-    source: Literal["calibrated", "analytic"]
+    source: Literal["calibrated", "analytic", "engine"]
     calibration: str | None
     model: str
     hardware: str

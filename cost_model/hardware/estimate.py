@@ -138,7 +138,8 @@ class Estimate:
     """A request's runtime and costs, and where the figures come from.
 
     ``source``: ``profiled`` (a fit of measured timings), ``calibrated`` (the hardware model
-    with a shipped stack calibration) or ``analytic`` (the ideal roofline).
+    with a shipped stack calibration), ``analytic`` (the ideal roofline) or ``engine`` (an
+    engine stack's measured kernels and scheduler, ``hardware.engines``).
     """
 
     source: str
@@ -351,6 +352,65 @@ def hardware_model_estimate(
     return estimate_from_deployment(deployment, num_prompt_tokens, num_output_tokens), calibration
 
 
+def engine_estimate(
+    arch: Architecture,
+    hardware: Hardware,
+    num_prompt_tokens: int,
+    num_output_tokens: int,
+    *,
+    engine: str,
+    batch_size: int = 1,
+    tp: int | None = None,
+    precision: Precision | None = None,
+) -> Estimate:
+    """One request (``batch_size`` identical sequences sent together to an idle engine) on an
+    engine stack (vllm, sglang, tensorrt-llm): its prompt and decode steps timed by the
+    engine's measured kernels (``engines.request``), on the layout ``plan_request`` chooses
+    (``tp`` fixes it). InputError, in one line, for what the engine cannot run (a GPU it has
+    no measurements on, weights or KV cache that do not fit its memory)."""
+    from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
+    from idealized_runtime.cost_model.hardware.engines.request import request_times
+    from idealized_runtime.cost_model.hardware.engines.step import kv_capacity_tokens
+
+    stack = get_engine(engine)
+    precision = precision or arch.precision or BF16
+    deployment = plan_request(
+        arch, hardware, num_prompt_tokens, num_output_tokens,
+        batch_size=batch_size, tp=tp, precision=precision, stack=stack.name,
+    )  # fmt: skip
+    model = stack.step_model(deployment)  # refuses unmeasured GPUs and precisions
+    tokens = batch_size * (num_prompt_tokens + num_output_tokens)
+    capacity = kv_capacity_tokens(deployment, stack.scheduler)
+    if tokens > capacity:
+        raise InputError(
+            f"{stack.name} holds {capacity} tokens of KV cache for {arch.name} on "
+            f"{deployment.tp} {hardware.name}; the request needs {tokens} (raise --tp)"
+        )
+    alpha, runtime = request_times(model, num_prompt_tokens, num_output_tokens)
+    steps = max(num_output_tokens - 1, 0)
+    beta = (
+        (runtime - alpha) / steps
+        if steps
+        else request_times(model, num_prompt_tokens, 2)[1] - alpha
+    )
+    return Estimate(
+        source="engine",
+        model=arch.name,
+        hardware=hardware.name,
+        num_prompt_tokens=num_prompt_tokens,
+        num_output_tokens=num_output_tokens,
+        batch_size=batch_size,
+        runtime_s=runtime,
+        alpha_s=alpha,
+        beta_s=beta,
+        tp=deployment.tp,
+        num_gpus=deployment.num_gpus,
+        costs=cost_variants(runtime, deployment.num_gpus, hardware),
+        notes=(f"{stack.name} stack: {stack.gpus[hardware.name].version} kernels",),
+        precision=precision.label,
+    )
+
+
 class HardwareModelRequest(Protocol):
     """What a hardware-model estimate reads from a request: the REST API's body, a benchmark
     file's ``estimates`` entry (any object with these attributes)."""
@@ -371,12 +431,24 @@ class HardwareModelRequest(Protocol):
 def estimate_request(
     request: HardwareModelRequest, arch: Architecture, hardware: Hardware
 ) -> tuple[Estimate, Precision, str]:
-    """``hardware_model_estimate`` for ``request`` on ``arch`` and ``hardware``: the precision
-    parsed from the request's labels (unset parts: the checkpoint's own), the estimate, and the
-    stack's name ("" for the ideal roofline). InputError for refused input."""
+    """``hardware_model_estimate`` for ``request`` on ``arch`` and ``hardware`` (on an engine
+    stack, ``engine_estimate``, when ``request.stack`` names one): the precision parsed from the
+    request's labels (unset parts: the checkpoint's own), the estimate, and the stack's name
+    ("" for the ideal roofline). InputError for refused input."""
+    from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
+
     precision = parse_precision(
         request.weights, request.kv_cache, request.activations, default=arch.precision
     )
+    if request.stack in engine_names():
+        if request.ideal:
+            raise InputError("an engine stack and the ideal roofline exclude one another")
+        estimate = engine_estimate(
+            arch, hardware, request.prompt_tokens, request.output_tokens,
+            engine=request.stack, batch_size=request.batch_size, tp=request.tp,
+            precision=precision,
+        )  # fmt: skip
+        return estimate, precision, request.stack
     estimate, calibration = hardware_model_estimate(
         arch,
         hardware,

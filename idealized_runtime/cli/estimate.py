@@ -6,8 +6,9 @@ Two modes, one command:
 - ``--arch NAME --hardware KIND``: from the hardware model, with no profile at all: calibrated
   on a reference stack (``--stack NAME``; default: the best-calibrated modern stack, see
   ``idealized-runtime stacks``; ``helm-megatron-2022`` is HELM's 2022 stack) or the ideal
-  roofline (``--ideal``). With ``--fit`` as well, a fit for the architecture wins
-  (profiled), else the hardware model answers and says so.
+  roofline (``--ideal``), or on an engine stack (``--stack vllm|sglang|tensorrt-llm``: the
+  request's steps on the engine's measured kernels). With ``--fit`` as well, a fit for the
+  architecture wins (profiled), else the hardware model answers and says so.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ SOURCE_TEXT = {
     "profiled": "profiled (fit of measured timings)",
     "calibrated": "calibrated (hardware model, reference stack {calibration})",
     "analytic": "analytic (ideal roofline, no overheads)",
+    "engine": "engine stack {calibration} (its measured kernels and scheduler)",
 }
 
 
@@ -92,7 +94,10 @@ def estimate(
     ),
     ideal: bool = typer.Option(False, "--ideal", help="Ideal roofline, no calibration."),
     stack: str | None = typer.Option(
-        None, "--stack", help="Reference stack (see 'stacks'); default: best-calibrated modern."
+        None,
+        "--stack",
+        help="Engine stack (vllm, sglang, tensorrt-llm) or reference stack (see 'stacks'); "
+        "default: best-calibrated modern.",
     ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
@@ -153,10 +158,14 @@ def _estimate(
         raise InputError(f"--output-tokens must be from 0 to {MAX_TOKENS}, got {output_tokens}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
+    from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
+
+    engine = stack_name if stack_name in engine_names() else None
     if stack_name is not None:
         from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
-        get_stack(stack_name)  # an unknown name fails first, whatever else is wrong
+        if engine is None:
+            get_stack(stack_name)  # an unknown name fails first, whatever else is wrong
         if arch_name is None:
             raise InputError("--stack applies to the hardware model (--arch) only")
         if ideal:
@@ -191,6 +200,14 @@ def _estimate(
         if stack is None or stack.hardware in (hw.name, "unknown"):
             result = estimate_from_fit(profiled, prompt_tokens, output_tokens, hardware=hw)
             return result, ""
+    if engine is not None:
+        from idealized_runtime.cost_model.hardware.estimate import engine_estimate
+
+        result = engine_estimate(
+            architecture, hw, prompt_tokens, output_tokens,
+            engine=engine, batch_size=batch, tp=tp, precision=precision,
+        )  # fmt: skip
+        return result, engine
     notes = []
     if fit_path is not None:
         notes.append(f"no batch-1 fit of {label} on {hw.name} in {fit_path}")

@@ -211,3 +211,26 @@ def test_models_refuse_bad_hf_configs_with_the_reason(
     assert response.status_code == 422
     assert message in response.json()["detail"]
     assert client.get("/v1/models/bad-config").status_code == 404
+
+
+def test_an_engine_stack_estimate_through_cli_and_api(
+    client: httpx.Client, service: Service
+) -> None:
+    body = {"architecture": "llama-3.1-8b", "hardware": "h100-sxm", "prompt_tokens": 1000,
+            "output_tokens": 200, "weights": "fp8", "stack": "vllm"}  # fmt: skip
+    response = client.post("/v1/estimate/hardware-model", json=body, headers=service.auth)
+    assert response.status_code == 200, response.text
+    by_cli = cli(
+        "estimate", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "-p", "1000", "-o",
+        "200", "--weights", "fp8", "--stack", "vllm", "--json",
+    )  # fmt: skip
+    assert by_cli.returncode == 0, by_cli.stderr
+    out, expected = response.json(), json.loads(by_cli.stdout)
+    assert out["source"] == expected["source"] == "engine" and out["calibration"] == "vllm"
+    assert out["runtime_s"] == pytest.approx(expected["runtime_s"])
+    refused = client.post(
+        "/v1/estimate/hardware-model", json={**body, "hardware": "a100-80gb", "weights": None},
+        headers=service.auth,
+    )  # fmt: skip
+    assert refused.status_code == 422
+    assert "no kernel measurements on a100-80gb" in json.dumps(refused.json()["detail"])

@@ -226,3 +226,39 @@ def test_published_mtp_acceptance_reproduces_its_figures() -> None:
     assert tokens(7) == pytest.approx(3.20)
     assert tokens(1) < tokens(2) < tokens(3) < tokens(7)
     assert published_acceptance("llama-3.1-8b", 3) is None
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_an_engine_estimate_is_the_simulators_single_request(name: str) -> None:
+    from idealized_runtime.cost_model.hardware.estimate import engine_estimate
+
+    llama = get_architecture("llama-3.1-8b")
+    fp8 = parse_precision("fp8")
+    estimate = engine_estimate(
+        llama, get_hardware("h100-sxm"), 3000, 50, engine=name, tp=1, precision=fp8
+    )
+    deployment = Deployment(architecture=llama, hardware=get_hardware("h100-sxm"), precision=fp8)
+    step_time, config = engine_server(name, deployment)
+    (row,) = simulate([RequestShape(3000, 50, 0.0)], step_time, config)
+    assert estimate.source == "engine" and estimate.num_gpus == 1
+    assert estimate.alpha_s == pytest.approx(row["ttft_s"], rel=1e-9)
+    assert estimate.runtime_s == pytest.approx(row["runtime_s"], rel=1e-9)
+    assert estimate.beta_s == pytest.approx((row["runtime_s"] - row["ttft_s"]) / 49)
+
+
+def test_estimate_cli_on_an_engine_stack_and_its_refusals() -> None:
+    import subprocess
+    import sys
+
+    def run(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "idealized_runtime", "estimate", "--arch", "llama-3.1-8b",
+             "-p", "500", "-o", "20", *extra], capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+
+    done = run("--hardware", "h200", "--stack", "sglang")
+    assert done.returncode == 0 and "engine stack sglang" in done.stdout
+    for extra in (("--hardware", "a100-80gb", "--stack", "vllm"),
+                  ("--hardware", "h200", "--stack", "vllm", "--ideal")):  # fmt: skip
+        refused = run(*extra)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr

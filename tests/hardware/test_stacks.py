@@ -207,8 +207,8 @@ def test_estimate_stack_option() -> None:
     helm = json.loads(_cli(*base, "--json", "--stack", "a100-megatron-2022").stdout)
     assert default["stack"] == DEFAULT_STACK and helm["stack"] == HELM_STACK
     assert default["output_tokens_per_s"] > 1.8 * helm["output_tokens_per_s"]
-    text = _cli(*base, "--stack", "tensorrt-llm").stdout
-    assert "reference stack tensorrt-llm" in text
+    text = _cli(*base, "--stack", "lmdeploy").stdout
+    assert "reference stack lmdeploy" in text
 
 
 @pytest.mark.parametrize(
