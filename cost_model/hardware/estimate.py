@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
@@ -47,6 +47,9 @@ from idealized_runtime.cost_model.hardware.roofline import (
     hardware_model_runtime,
 )
 from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, get_stack
+
+if TYPE_CHECKING:
+    from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack
 
 BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 
@@ -273,28 +276,38 @@ def plan_request(
 
 
 def estimate_from_deployment(
-    deployment: Deployment, num_prompt_tokens: int, num_output_tokens: int
+    deployment: Deployment,
+    num_prompt_tokens: int,
+    num_output_tokens: int,
+    engine: EngineStack | None = None,
 ) -> Estimate:
     """The hardware model's figures for one request (the deployment's batch of identical
     sequences), on all of the deployment's GPUs. With pipeline stages the request still runs
     its layers one stage after another, so its time is that of all layers at the stage's
-    tensor-parallel size. Source ``calibrated`` on a named stack, else ``analytic``."""
+    tensor-parallel size. Source ``calibrated`` on a named stack, else ``analytic``; on an
+    ``engine`` stack (source ``engine``) the request's prompt and decode steps on the engine's
+    measured kernels, sent together to an idle engine (``engines.request``)."""
     _check_tokens(num_prompt_tokens, num_output_tokens, deployment.batch_size)
-    runtime = float(hardware_model_runtime(deployment, num_prompt_tokens, num_output_tokens))
-    alpha = float(hardware_model_alpha(deployment, num_prompt_tokens))
+    notes = []
+    if engine is not None:
+        from idealized_runtime.cost_model.hardware.engines.request import request_times
+
+        model = engine.step_model(deployment)  # refuses unmeasured GPUs and precisions
+        alpha, runtime = request_times(model, num_prompt_tokens, num_output_tokens)
+        next_step = request_times(model, num_prompt_tokens, 2)[1] - alpha
+        notes.append(f"{engine.name} {engine.kernels(deployment.hardware.name).version} kernels")
+    else:
+        runtime = float(hardware_model_runtime(deployment, num_prompt_tokens, num_output_tokens))
+        alpha = float(hardware_model_alpha(deployment, num_prompt_tokens))
+        next_step = float(hardware_model_beta(deployment, num_prompt_tokens))
     steps = max(num_output_tokens - 1, 0)
     # With one output token there is no decode step to average over: report the time of the
     # step that would come next, at this context.
-    beta = (
-        (runtime - alpha) / steps
-        if steps
-        else float(hardware_model_beta(deployment, num_prompt_tokens))
-    )
-    notes = []
+    beta = (runtime - alpha) / steps if steps else next_step
     if deployment.pp > 1:
         notes.append(f"{deployment.pp} pipeline stages of tensor-parallel size {deployment.tp}")
     return Estimate(
-        source="calibrated" if deployment.stack else "analytic",
+        source="engine" if engine else "calibrated" if deployment.stack else "analytic",
         model=deployment.architecture.name,
         hardware=deployment.hardware.name,
         num_prompt_tokens=num_prompt_tokens,
@@ -311,7 +324,7 @@ def estimate_from_deployment(
     )
 
 
-# --- estimates on a reference stack ----------------------------------------------------
+# --- estimates on a reference stack or an engine stack ----------------------------------
 
 
 def hardware_model_estimate(
@@ -325,15 +338,24 @@ def hardware_model_estimate(
     precision: Precision | None = None,
     ideal: bool = False,
     stack: str | None = None,
+    engine: str | None = None,
 ) -> tuple[Estimate, str]:
     """The hardware model's estimate as ``estimate --arch`` and the REST API give it: on a
     reference stack (source ``calibrated``; the stack's name is returned; default
-    ``DEFAULT_STACK``) or the ideal roofline (``ideal``: source ``analytic``,
-    name ""). ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
+    ``DEFAULT_STACK``), the ideal roofline (``ideal``: source ``analytic``, name ""), or an
+    engine stack (``engine``: vllm, sglang, tensorrt-llm; source ``engine``, its name
+    returned; InputError in one line when its KV cache cannot hold the request).
+    ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
     precision = precision or arch.precision or BF16
-    if ideal:
-        if stack is not None:
-            raise InputError("a reference stack and the ideal roofline exclude one another")
+    chosen_engine = None
+    if ideal and (stack is not None or engine is not None):
+        raise InputError("a stack and the ideal roofline exclude one another")
+    if engine is not None:
+        from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
+
+        chosen_engine = get_engine(engine)
+        efficiency, calibration = IDEAL, chosen_engine.name
+    elif ideal:
         efficiency, calibration = IDEAL, ""
     else:
         chosen = get_stack(stack or DEFAULT_STACK)
@@ -349,66 +371,25 @@ def hardware_model_estimate(
         efficiency=efficiency,
         stack=calibration or None,
     )
-    return estimate_from_deployment(deployment, num_prompt_tokens, num_output_tokens), calibration
+    if chosen_engine is not None:
+        _check_engine_cache(chosen_engine, deployment, num_prompt_tokens + num_output_tokens)
+    estimate = estimate_from_deployment(
+        deployment, num_prompt_tokens, num_output_tokens, chosen_engine
+    )
+    return estimate, calibration
 
 
-def engine_estimate(
-    arch: Architecture,
-    hardware: Hardware,
-    num_prompt_tokens: int,
-    num_output_tokens: int,
-    *,
-    engine: str,
-    batch_size: int = 1,
-    tp: int | None = None,
-    precision: Precision | None = None,
-) -> Estimate:
-    """One request (``batch_size`` identical sequences sent together to an idle engine) on an
-    engine stack (vllm, sglang, tensorrt-llm): its prompt and decode steps timed by the
-    engine's measured kernels (``engines.request``), on the layout ``plan_request`` chooses
-    (``tp`` fixes it). InputError, in one line, for what the engine cannot run (a GPU it has
-    no measurements on, weights or KV cache that do not fit its memory)."""
-    from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
-    from idealized_runtime.cost_model.hardware.engines.request import request_times
+def _check_engine_cache(engine: EngineStack, deployment: Deployment, tokens: int) -> None:
     from idealized_runtime.cost_model.hardware.engines.step import kv_capacity_tokens
 
-    stack = get_engine(engine)
-    precision = precision or arch.precision or BF16
-    deployment = plan_request(
-        arch, hardware, num_prompt_tokens, num_output_tokens,
-        batch_size=batch_size, tp=tp, precision=precision, stack=stack.name,
-    )  # fmt: skip
-    model = stack.step_model(deployment)  # refuses unmeasured GPUs and precisions
-    tokens = batch_size * (num_prompt_tokens + num_output_tokens)
-    capacity = kv_capacity_tokens(deployment, stack.scheduler)
-    if tokens > capacity:
+    needed = deployment.batch_size * tokens
+    capacity = kv_capacity_tokens(deployment, engine.scheduler)
+    if needed > capacity:
         raise InputError(
-            f"{stack.name} holds {capacity} tokens of KV cache for {arch.name} on "
-            f"{deployment.tp} {hardware.name}; the request needs {tokens} (raise --tp)"
+            f"{engine.name} holds {capacity} tokens of KV cache for "
+            f"{deployment.architecture.name} on {deployment.tp} {deployment.hardware.name}; the "
+            f"request needs {needed} (raise --tp)"
         )
-    alpha, runtime = request_times(model, num_prompt_tokens, num_output_tokens)
-    steps = max(num_output_tokens - 1, 0)
-    beta = (
-        (runtime - alpha) / steps
-        if steps
-        else request_times(model, num_prompt_tokens, 2)[1] - alpha
-    )
-    return Estimate(
-        source="engine",
-        model=arch.name,
-        hardware=hardware.name,
-        num_prompt_tokens=num_prompt_tokens,
-        num_output_tokens=num_output_tokens,
-        batch_size=batch_size,
-        runtime_s=runtime,
-        alpha_s=alpha,
-        beta_s=beta,
-        tp=deployment.tp,
-        num_gpus=deployment.num_gpus,
-        costs=cost_variants(runtime, deployment.num_gpus, hardware),
-        notes=(f"{stack.name} stack: {stack.gpus[hardware.name].version} kernels",),
-        precision=precision.label,
-    )
 
 
 class HardwareModelRequest(Protocol):
@@ -432,7 +413,7 @@ def estimate_request(
     request: HardwareModelRequest, arch: Architecture, hardware: Hardware
 ) -> tuple[Estimate, Precision, str]:
     """``hardware_model_estimate`` for ``request`` on ``arch`` and ``hardware`` (on an engine
-    stack, ``engine_estimate``, when ``request.stack`` names one): the precision parsed from the
+    stack when ``request.stack`` names one): the precision parsed from the
     request's labels (unset parts: the checkpoint's own), the estimate, and the stack's name
     ("" for the ideal roofline). InputError for refused input."""
     from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
@@ -440,15 +421,7 @@ def estimate_request(
     precision = parse_precision(
         request.weights, request.kv_cache, request.activations, default=arch.precision
     )
-    if request.stack in engine_names():
-        if request.ideal:
-            raise InputError("an engine stack and the ideal roofline exclude one another")
-        estimate = engine_estimate(
-            arch, hardware, request.prompt_tokens, request.output_tokens,
-            engine=request.stack, batch_size=request.batch_size, tp=request.tp,
-            precision=precision,
-        )  # fmt: skip
-        return estimate, precision, request.stack
+    engine = request.stack if request.stack in engine_names() else None
     estimate, calibration = hardware_model_estimate(
         arch,
         hardware,
@@ -458,6 +431,7 @@ def estimate_request(
         tp=request.tp,
         precision=precision,
         ideal=request.ideal,
-        stack=request.stack,
+        stack=None if engine else request.stack,
+        engine=engine,
     )
     return estimate, precision, calibration

@@ -200,14 +200,6 @@ def _estimate(
         if stack is None or stack.hardware in (hw.name, "unknown"):
             result = estimate_from_fit(profiled, prompt_tokens, output_tokens, hardware=hw)
             return result, ""
-    if engine is not None:
-        from idealized_runtime.cost_model.hardware.estimate import engine_estimate
-
-        result = engine_estimate(
-            architecture, hw, prompt_tokens, output_tokens,
-            engine=engine, batch_size=batch, tp=tp, precision=precision,
-        )  # fmt: skip
-        return result, engine
     notes = []
     if fit_path is not None:
         notes.append(f"no batch-1 fit of {label} on {hw.name} in {fit_path}")
@@ -220,7 +212,8 @@ def _estimate(
         tp=tp,
         precision=precision,
         ideal=ideal,
-        stack=stack_name,
+        stack=None if engine else stack_name,
+        engine=engine,
     )
     if notes:
         result = Estimate(**{**result.__dict__, "notes": (*result.notes, *notes)})

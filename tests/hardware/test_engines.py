@@ -230,13 +230,14 @@ def test_published_mtp_acceptance_reproduces_its_figures() -> None:
 
 @pytest.mark.parametrize("name", ENGINES)
 def test_an_engine_estimate_is_the_simulators_single_request(name: str) -> None:
-    from idealized_runtime.cost_model.hardware.estimate import engine_estimate
+    from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
 
     llama = get_architecture("llama-3.1-8b")
     fp8 = parse_precision("fp8")
-    estimate = engine_estimate(
+    estimate, stack = hardware_model_estimate(
         llama, get_hardware("h100-sxm"), 3000, 50, engine=name, tp=1, precision=fp8
     )
+    assert stack == name
     deployment = Deployment(architecture=llama, hardware=get_hardware("h100-sxm"), precision=fp8)
     step_time, config = engine_server(name, deployment)
     (row,) = simulate([RequestShape(3000, 50, 0.0)], step_time, config)
