@@ -2,9 +2,9 @@
 AIConfigurator (``pip install aiconfigurator==0.12.0``), for ``serving_vs_published.py``.
 
 Reads a JSON list of points on stdin (model_path, system, backend, isl, osl, concurrency, tp,
-ep, attention_dp, gemm, moe, kv, nextn) and writes one JSON object per point to stdout: ttft_s,
-tpot_s and output tokens/s per GPU, or the error AIConfigurator raised (a point it does not
-cover). This file imports only AIConfigurator and the standard library.
+ep, attention_dp, gemm, moe, kv, nextn, nextn_accepted) and writes one JSON object per point to
+stdout: ttft_s, tpot_s and output tokens/s per GPU, or the error AIConfigurator raised (a point
+it does not cover). This file imports only AIConfigurator and the standard library.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ def predict(point: dict) -> dict:
             moe_quant_mode=point["moe"],
             kvcache_quant_mode=point["kv"],
             nextn=point["nextn"],
+            nextn_accepted=point.get("nextn_accepted"),
         )
         return {
             "ttft_s": float(result.ttft) / 1e3,

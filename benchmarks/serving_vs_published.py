@@ -1,14 +1,19 @@
 """Serving at load: the simulator on the engine stacks against published serving measurements.
 
 Every row of ``data/published/measurements.csv`` measured at a concurrency (closed-loop
-clients) is simulated as a user would: ``simulate`` with the row's engine stack (``vllm``,
+clients) is simulated as its source ran it: ``simulate`` with the row's engine stack (``vllm``,
 ``sglang``, ``tensorrt-llm``), GPU, tensor-parallel, expert-parallel and attention
-data-parallel sizes, weight format (the KV cache in the engine's default for the checkpoint:
-fp8 for NVFP4 checkpoints, else the 16-bit compute dtype), and the benchmark client's workload
-(ten requests per client, prompt and output lengths drawn from 80-100% of the stated ones).
-Speculative decoding (``mtp``) runs 3 draft tokens accepted at 0.7 each (the sources state
-neither). Nothing here is fitted on serving measurements: the engine stacks come from kernel
-measurements and the engines' defaults, so every figure is held out, whatever its source.
+data-parallel sizes, weight format, the engine flags the source's launch scripts set
+(``launch_settings``: InferenceX's KV-cache format and memory fraction, running requests,
+token budget, CUDA-graph batch, SGLang's receive interval, prefix cache off, MTP draft tokens;
+else the engine's defaults, the KV cache in the engine's default for the checkpoint), and the
+benchmark client's workload (ten requests per client, prompt and output lengths drawn from
+80-100% of the stated ones, ignore_eos). Speculative decoding (``mtp``) accepts its drafts at
+the published rate for the model (``data/speculative/acceptance.csv``). The engine stacks come
+from kernel measurements and the engines' rules; the one figure fitted on serving measurements,
+each engine's request overhead (TTFT that the kernels do not explain: HTTP, tokenization,
+first-token delivery), is fitted for each point on the other sources' points only
+(``held_out_overheads``: leave one source out), so every figure printed is held out by source.
 
 Printed per engine, GPU and model family: median and 90th percentile of |predicted / published
 - 1| for median TTFT, median TPOT and output throughput per GPU, at concurrency >= 8 and at
@@ -17,7 +22,12 @@ all concurrencies; beside them, with ``--aiconfigurator PYTHON`` (an interpreter
 NVIDIA's AIConfigurator on the points it covers, and both on the points both cover.
 Rows the model cannot express are counted with the one-line reason.
 
+With ``--offline`` (or ``--only-offline``) it also simulates the engines' published offline
+max-throughput runs (TensorRT-LLM's perf overview, several versions: every request queued at
+once, fixed lengths; the engine's defaults) and compares output tokens/s per GPU.
+
 Usage: python benchmarks/serving_vs_published.py [--aiconfigurator PYTHON] [--min-concurrency 8]
+       [--json OUT] [--offline | --only-offline]
 """
 
 from __future__ import annotations
@@ -36,8 +46,8 @@ from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.published import PublishedRow, load_published
 from idealized_runtime.core.types import Deployment, SpeculativeDecoding, parse_precision
-from idealized_runtime.cost_model.serving.engines import engine_server
-from idealized_runtime.cost_model.serving.simulator import simulate
+from idealized_runtime.cost_model.serving.engines import engine_server, published_acceptance
+from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
 from idealized_runtime.cost_model.serving.workload import RequestShape
 
 METRICS = {
@@ -45,7 +55,6 @@ METRICS = {
     "time_per_output_token_s": "tpot",
     "output_throughput_tokens_per_s_per_gpu": "tput/gpu",
 }
-MTP = SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.7)
 REQUESTS_PER_CLIENT = 10
 LENGTH_RANGE = 0.8  # the client draws lengths from 80-100% of the stated ones
 AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm"}
@@ -68,42 +77,133 @@ class Point:
     speculative: str
     prompt_tokens: int
     output_tokens: int
-    concurrency: int
+    concurrency: int  # OFFLINE: every request queued at once (a max-throughput run)
     source_id: str
+    requests: int = 0
+
+
+OFFLINE = 1 << 30
+SERVED = ("vllm", "sglang", "tensorrt-llm")
+OFFLINE_METRICS = ("output_throughput_tokens_per_s", "output_throughput_tokens_per_s_per_gpu")
 
 
 def points_of(rows: list[PublishedRow]) -> dict[Point, dict[str, float]]:
+    """The serving points at a concurrency, and the engines' offline max-throughput points
+    (all requests queued at once, fixed lengths: output tokens/s per GPU)."""
     found: dict[Point, dict[str, float]] = defaultdict(dict)
     for row in rows:
-        if row.concurrency is None or row.metric not in METRICS:
+        offline = (
+            row.concurrency is None and row.batch_size is None and row.engine in SERVED
+            and row.metric in OFFLINE_METRICS and bool(row.prompt_tokens and row.output_tokens)
+        )  # fmt: skip
+        if not offline and (row.concurrency is None or row.metric not in METRICS):
             continue
         if row.statistic not in (None, "median"):
             continue
         point = Point(
             row.engine, row.gpu, row.model, row.weights, row.tensor_parallel_size,
             row.expert_parallel_size or 1, bool(row.attention_dp), row.speculative or "",
-            row.prompt_tokens or 0, row.output_tokens or 0, row.concurrency, row.source_id,
+            row.prompt_tokens or 0, row.output_tokens or 0, row.concurrency or OFFLINE,
+            row.source_id, row.num_requests or 0 if offline else 0,
         )  # fmt: skip
+        if offline:
+            per_gpu = row.metric.endswith("_per_gpu")
+            value = row.value if per_gpu else row.value / row.gpu_count
+            found[point]["output_throughput_tokens_per_s_per_gpu"] = value
+            continue
         found[point][row.metric] = row.value
     return found
 
 
-def deployment_of(point: Point) -> Deployment:
-    kv = "fp8" if point.weights == "nvfp4" else None  # the engines' default for the checkpoint
+# InferenceX's launch scripts (SemiAnalysisAI/InferenceX, benchmarks/dsr1_fp8_b200.sh,
+# dsr1_fp4_b200.sh, dsr1_fp8_h200.sh at 1fc5d73c, dsr1_fp8_b200_mtp.sh at 574bcd35,
+# dsr1_fp8_h200_trt.sh at 1fc5d73c, dsr1_fp4_b200_trt.sh and dsr1_fp8_b200_trt_mtp.sh at
+# 111f0312; B300 runs as B200's). Runs of other dates may have used other versions.
+INFERENCEX_SCRIPTS = "SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh"
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How a source started the engine: scheduler flags, KV-cache format, MTP drafts."""
+
+    settings: dict
+    kv_cache: str | None = None
+    draft_tokens: int = 0
+
+
+def launch_settings(point: Point) -> Launch:
+    """The engine flags ``point``'s source set (InferenceX), else the engine's defaults."""
+    mtp = point.speculative == "mtp"
+    if not point.source_id.startswith("inferencex-"):
+        return Launch({}, "fp8" if point.weights == "nvfp4" else None, 3 if mtp else 0)
+    fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
+    if point.engine == "sglang":
+        if point.tp == 4 and not fp4:  # dsr1_fp8_b200.sh's TP=4 branch
+            running, fraction, budget = 32, 0.95, 8192
+        elif not blackwell:
+            running = 512 if point.output_tokens == point.prompt_tokens == 1024 else 256
+            fraction, budget = 0.82, 32768
+        else:
+            running = 256 if fp4 or mtp else 128
+            fraction, budget = (0.85, 16384) if fp4 else (0.82, 32768)
+        interval = 1 if not blackwell else (30 if point.concurrency >= 16 else 10)
+        settings = {
+            "admission": "forecast",  # --disable-radix-cache and a client that ignores EOS
+            "recv_interval": interval, "max_running": running, "cuda_graph_max_batch": running,
+            "memory_fraction": fraction, "token_budget": budget,
+        }  # fmt: skip
+        return Launch(settings, "fp8" if blackwell else None, 2 if mtp else 0)
+    # trtllm-serve's max_batch_size and max_num_tokens hold per attention-DP rank; with
+    # attention DP the scripts balance the ranks (enable_balance, timeout_iters 60).
+    ranks = point.tp if point.attention_dp else 1
+    drafts = (1 if point.attention_dp else 3) if mtp else 0
+    if mtp:
+        tokens = (drafts + 1) * (point.concurrency // ranks) + point.prompt_tokens + 64
+        settings = {"max_running": point.concurrency, "cuda_graph_max_batch": 256,
+                    "memory_fraction": 0.8}  # fmt: skip
+    else:
+        tokens = max(8192, point.concurrency + point.prompt_tokens + 64)
+        settings = {"cuda_graph_max_batch": 512 if fp4 else 128,
+                    "memory_fraction": 0.8 if fp4 else 0.75}  # fmt: skip
+    settings["token_budget"] = -(-tokens // 64) * 64 * ranks
+    if point.attention_dp:
+        settings |= {"gather_prompts": ranks, "gather_timeout_steps": 60}
+    return Launch(settings, "fp8", drafts)
+
+
+def deployment_of(point: Point, launch: Launch) -> Deployment:
+    architecture = get_architecture(point.model)
+    speculative = None
+    if launch.draft_tokens:
+        rate = published_acceptance(point.model, launch.draft_tokens)
+        if rate is None:
+            raise InputError(f"no published MTP acceptance for {point.model}")
+        speculative = SpeculativeDecoding(draft_tokens=launch.draft_tokens, acceptance_rate=rate)
     return Deployment(
-        architecture=get_architecture(point.model),
+        architecture=architecture,
         hardware=get_hardware(point.gpu),
         tp=point.tp,
         ep=point.ep,
         attention_dp=point.tp if point.attention_dp else 1,
-        precision=parse_precision(point.weights, kv),
-        speculative=MTP if point.speculative == "mtp" else None,
+        precision=parse_precision(point.weights, launch.kv_cache),
+        speculative=speculative,
     )
 
 
-def predict(point: Point) -> dict[str, float]:
-    """Simulated median TTFT, median TPOT and output tokens/s per GPU of ``point``."""
-    step_time, config = engine_server(point.engine, deployment_of(point))
+def predict(point: Point, overhead_s: float | None = None) -> dict[str, float]:
+    """Simulated median TTFT, median TPOT and output tokens/s per GPU of ``point``, with
+    ``overhead_s`` seconds per request (default: the engine stack's own)."""
+    launch = launch_settings(point)
+    settings = dict(launch.settings)
+    if overhead_s is not None:
+        settings["request_overhead_s"] = overhead_s
+    max_batch = settings.pop("max_running", None)
+    step_time, config = engine_server(
+        point.engine, deployment_of(point, launch), max_batch=max_batch, settings=settings
+    )
+    if point.concurrency == OFFLINE:
+        return {"output_throughput_tokens_per_s_per_gpu": offline_throughput(
+            point, step_time, config) / point.tp}  # fmt: skip
     rng = np.random.default_rng(0)
     count = REQUESTS_PER_CLIENT * point.concurrency
 
@@ -128,18 +228,71 @@ def predict(point: Point) -> dict[str, float]:
             "output_throughput_tokens_per_s_per_gpu": float(output)}  # fmt: skip
 
 
+def offline_throughput(point: Point, step_time: object, config: ServerConfig) -> float:
+    """Output tokens/s of an offline run (every request queued at once, fixed lengths) at its
+    steady state: the server kept full (as many clients as it runs sequences, four rounds of
+    requests), counting the requests that end between the first round's last end and the third
+    round's (ramp-up and drain left out)."""
+    clients = min(config.max_batch, point.requests or config.max_batch)
+    shapes = [RequestShape(point.prompt_tokens, point.output_tokens)] * (4 * clients)
+    rows = sorted(simulate(shapes, step_time, config, concurrency=clients),
+                  key=lambda r: r["finished_at_s"])  # fmt: skip
+    if not all(r["ok"] for r in rows):
+        raise InputError("a request never fits the KV cache")
+    first, last = rows[clients - 1]["finished_at_s"], rows[3 * clients - 1]["finished_at_s"]
+    return 2 * clients * point.output_tokens / (last - first)
+
+
+# Each engine's request overhead (HTTP, tokenization, first-token delivery: TTFT the kernels
+# do not explain) is fitted on its points at low concurrency, where TTFT is one prompt step.
+OVERHEAD_FIT_CONCURRENCY = 8
+
+
+def held_out_overheads(
+    points: list[Point], measured: dict[Point, dict[str, float]], refused: dict[str, int]
+) -> dict[Point, float]:
+    """Each point's request overhead, fitted on the other sources only: the median of
+    published minus simulated (no overhead) median TTFT over the engine's points at
+    concurrency <= 8 from every source but the point's own (leave one source out). Prints the
+    overhead fitted on all sources (what ``data/engines/<engine>.json`` ships)."""
+    residuals: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for point in points:
+        if point.concurrency > OVERHEAD_FIT_CONCURRENCY or "ttft_s" not in measured[point]:
+            continue
+        try:
+            simulated = predict(point, 0.0)["ttft_s"]
+        except InputError:
+            continue  # counted when the point itself is predicted
+        residuals[point.engine].append((point.source_id, measured[point]["ttft_s"] - simulated))
+    for engine, found in sorted(residuals.items()):
+        fitted = float(np.median([r for _, r in found]))
+        print(f"request overhead of {engine}, fitted on {len(found)} points at concurrency <= "
+              f"{OVERHEAD_FIT_CONCURRENCY} of {len({s for s, _ in found})} sources: "
+              f"{fitted * 1e3:.0f} ms")  # fmt: skip
+    overheads = {}
+    for point in points:
+        others = [r for source, r in residuals[point.engine] if source != point.source_id]
+        overheads[point] = max(float(np.median(others)), 0.0) if others else 0.0
+    return overheads
+
+
 def aiconfigurator(points: list[Point], python: str) -> list[dict]:
     """AIConfigurator's predictions of ``points``, run in its own interpreter."""
     requests = []
     for p in points:
         fmt = AIC_FORMATS.get(p.weights)
+        launch = launch_settings(p)
+        accepted = None  # average accepted drafts per step: the same published acceptance
+        if launch.draft_tokens:
+            spec = deployment_of(p, launch).speculative
+            accepted = spec.tokens_per_step - 1.0 if spec is not None else None
         requests.append({
             "model_path": AIC_MODELS.get(p.model, p.model), "system": AIC_SYSTEMS.get(p.gpu, p.gpu),
             "backend": AIC_BACKENDS[p.engine], "isl": p.prompt_tokens, "osl": p.output_tokens,
             "concurrency": p.concurrency, "tp": p.tp, "ep": p.ep,
             "attention_dp": p.tp if p.attention_dp else 1, "gemm": fmt,
-            "moe": fmt if get_architecture(p.model).num_experts > 1 else None, "kv": None,
-            "nextn": MTP.draft_tokens if p.speculative == "mtp" else 0,
+            "moe": fmt if get_architecture(p.model).num_experts > 1 else None,
+            "kv": launch.kv_cache, "nextn": launch.draft_tokens, "nextn_accepted": accepted,
         })  # fmt: skip
     helper = Path(__file__).with_name("aiconfigurator_points.py")
     done = subprocess.run(
@@ -160,21 +313,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", help="python of a venv with aiconfigurator 0.12")
     parser.add_argument("--min-concurrency", type=int, default=8)
+    parser.add_argument("--json", help="write every point's published and predicted figures")
+    parser.add_argument(
+        "--offline", action="store_true", help="also the offline max-throughput tables (slow)"
+    )
+    parser.add_argument(
+        "--only-offline", action="store_true", help="only the offline max-throughput tables"
+    )
     args = parser.parse_args()
-    measured = points_of(load_published())
+    measured = {
+        point: figures
+        for point, figures in points_of(load_published()).items()
+        if (point.concurrency == OFFLINE)
+        in ((True,) if args.only_offline else (False, args.offline))
+    }
     points = sorted(
         measured, key=lambda p: (p.engine, p.gpu, p.weights, p.concurrency, p.source_id)
     )
-    ours: dict[Point, dict[str, float]] = {}
     refused: dict[str, int] = defaultdict(int)
+    overheads = held_out_overheads(points, measured, refused)
+    ours: dict[Point, dict[str, float]] = {}
     for point in points:
         try:
-            ours[point] = predict(point)
+            ours[point] = predict(point, overheads.get(point, 0.0))
         except InputError as error:
             refused[str(error)] += 1
+    if args.json:
+        Path(args.json).write_text(json.dumps([
+            {"point": p.__dict__, "published": measured[p], "predicted": ours.get(p),
+             "overhead_s": overheads.get(p)} for p in points
+        ], indent=1))  # fmt: skip
     theirs: dict[Point, dict[str, float]] = {}
     if args.aiconfigurator:
-        for point, result in zip(points, aiconfigurator(points, args.aiconfigurator), strict=True):
+        served_points = [p for p in points if p.concurrency != OFFLINE]
+        for point, result in zip(
+            served_points, aiconfigurator(served_points, args.aiconfigurator), strict=True
+        ):
             if "error" in result:
                 refused[f"AIConfigurator: {result['error']}"] += 1
                 continue
@@ -187,38 +361,60 @@ def main() -> None:
           f"{len(points)} measured serving points, {len(ours)} simulated")  # fmt: skip
     for reason, count in sorted(refused.items()):
         print(f"  not predicted ({count}): {reason}")
-    for low, label in ((args.min_concurrency, f"concurrency >= {args.min_concurrency}"),
-                       (1, "all concurrencies")):  # fmt: skip
+    served = [p for p in points if p.concurrency != OFFLINE]
+    sections = (
+        (f"serving, concurrency >= {args.min_concurrency}",
+         [p for p in served if p.concurrency >= args.min_concurrency]),
+        ("serving, all concurrencies", served),
+        ("offline max throughput (all requests queued at once)",
+         [p for p in points if p.concurrency == OFFLINE]),
+    )  # fmt: skip
+    for label, members in sections:
         print()
-        print(f"|predicted / published - 1|, {label}: median, p90, n (held out: nothing is "
-              "fitted on serving measurements)")  # fmt: skip
-        head = " | ".join(f"{name:^18}" for name in METRICS.values())
-        print(f"{'engine':<13} {'gpu':<8} {'model':<12} {'who':<6} | {head}")
-        groups: dict[tuple, list[Point]] = defaultdict(list)
-        for p in points:
-            if p.concurrency >= low:
-                groups[(p.engine, p.gpu, p.model)].append(p)
-                groups[("all", "", "")].append(p)
-        for key, members in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
-            for who, predictions in (("ours", ours), ("aic", theirs), ("ours*", ours),
-                                     ("aic*", theirs)):  # fmt: skip
-                if (who.startswith("aic") or who.endswith("*")) and not args.aiconfigurator:
-                    continue
-                both = [p for p in members if p in ours and p in theirs]
-                chosen = both if who.endswith("*") else [p for p in members if p in predictions]
-                cells = []
-                for metric in METRICS:
-                    errors = [
-                        predictions[p][metric] / measured[p][metric] - 1.0
-                        for p in chosen if metric in measured[p]
-                    ]  # fmt: skip
-                    cells.append(_stats(errors))
-                print(f"{key[0]:<13} {key[1]:<8} {key[2]:<12} {who:<6} | " + " | ".join(cells))
+        print(f"|predicted / published - 1|, {label}: median, p90, n (held out by source: "
+              "the request overhead of each point fitted on the other sources)")  # fmt: skip
+        _table(members, measured, ours, theirs, bool(args.aiconfigurator))
     if args.aiconfigurator:
         print("* on the points both predict")
     print()
     print("Targets (concurrency >= 8): TPOT median <= 10% (p90 <= 25%), TTFT median <= 20% "
           "(p90 <= 50%), throughput per GPU median <= 10%.")  # fmt: skip
+
+
+def family(source_id: str) -> str:
+    """The source family: InferenceX runs, TensorRT-LLM's perf overview, ..."""
+    return source_id.split("-run-")[0] if "-run-" in source_id else source_id.rsplit("-v", 1)[0]
+
+
+def _table(
+    members: list[Point],
+    measured: dict[Point, dict[str, float]],
+    ours: dict[Point, dict[str, float]],
+    theirs: dict[Point, dict[str, float]],
+    with_aic: bool,
+) -> None:
+    head = " | ".join(f"{name:^18}" for name in METRICS.values())
+    print(f"{'engine':<13} {'gpu':<8} {'model':<15} {'who':<6} | {head}")
+    groups: dict[tuple, list[Point]] = defaultdict(list)
+    for p in members:
+        groups[(p.engine, p.gpu, p.model)].append(p)
+        groups[("all", family(p.source_id), "")].append(p)
+        groups[("all", "", "")].append(p)
+    for key, chosen_from in sorted(groups.items(), key=lambda kv: (kv[0][0] == "all", kv[0])):
+        for who, predictions in (("ours", ours), ("aic", theirs), ("ours*", ours),
+                                 ("aic*", theirs)):  # fmt: skip
+            if (who.startswith("aic") or who.endswith("*")) and not with_aic:
+                continue
+            both = [p for p in chosen_from if p in ours and p in theirs]
+            chosen = both if who.endswith("*") else [p for p in chosen_from if p in predictions]
+            cells = []
+            for metric in METRICS:
+                errors = [
+                    predictions[p][metric] / measured[p][metric] - 1.0
+                    for p in chosen if metric in measured[p] and metric in predictions[p]
+                ]  # fmt: skip
+                cells.append(_stats(errors))
+            print(f"{key[0]:<13} {key[1][:8]:<8} {key[2]:<15} {who:<6} | " + " | ".join(cells))
 
 
 if __name__ == "__main__":

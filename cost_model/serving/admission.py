@@ -94,15 +94,17 @@ class KvCache:
         admitted: Sequence[CachedRequest],
         step_need: int,
         chunk: int,
+        free: int | None = None,
     ) -> bool:
         """Whether ``request`` comes in now, beside ``running`` (``admitted`` of them came in
         at this scheduling point); ``step_need``: cache the running requests take in this
-        step; ``chunk``: prompt tokens the request would read in it."""
+        step; ``chunk``: prompt tokens the request would read in it; ``free``: the cache the
+        running requests leave (computed when not given)."""
         if self.capacity is None:
             return True
         if self.admission == "reserve":
             return sum(r.need for r in running) + request.need <= self.capacity
-        free = self.free(running)
+        free = self.free(running) if free is None else free
         if self.admission == "allocated":
             return free - step_need >= chunk
         # SGLang counts the prompt tokens every admitted request still has to read.

@@ -63,7 +63,10 @@ def engine_server(
         raise InputError(
             f"unknown engine settings {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
-    scheduler = replace(scheduler, **dict(settings or {}))
+    try:
+        scheduler = replace(scheduler, **dict(settings or {}))
+    except TypeError as error:  # a value of the wrong kind, e.g. memory_fraction=high
+        raise InputError(f"bad engine setting: {error}") from None
     if token_budget is not None:
         scheduler = replace(scheduler, token_budget=token_budget)
     model = replace(stack.step_model(deployment), scheduler=scheduler)
@@ -77,6 +80,9 @@ def engine_server(
         tokens_per_step=spec.tokens_per_step if spec is not None else 1.0,
         admission=scheduler.admission,
         recv_interval=scheduler.recv_interval,
+        gather_prompts=scheduler.gather_prompts,
+        gather_timeout_steps=scheduler.gather_timeout_steps,
+        request_overhead_s=scheduler.request_overhead_s,
     )
     return EngineStepTime(model), config
 

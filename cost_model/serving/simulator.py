@@ -75,17 +75,19 @@ class _Request:
     decode_steps: int = 0  # decode steps taken (speculative decoding yields more tokens each)
     recompute: int = 0  # generated tokens read again as prompt after losing the KV cache
 
-    @property
-    def need(self) -> int:
-        return self.shape.num_prompt_tokens + self.shape.num_output_tokens
+    def __post_init__(self) -> None:
+        # Plain ints: admission reads them for every running request at every step.
+        self.prompt = self.shape.num_prompt_tokens
+        self.output = self.shape.num_output_tokens
+        self.need = self.prompt + self.output  # prompt + output tokens
 
     @property
     def decoding(self) -> bool:
-        return self.prefilled == self.shape.num_prompt_tokens + self.recompute
+        return self.prefilled == self.prompt + self.recompute
 
     @property
     def to_prefill(self) -> int:
-        return self.shape.num_prompt_tokens + self.recompute - self.prefilled
+        return self.prompt + self.recompute - self.prefilled
 
     @property
     def outputs(self) -> int:
@@ -93,12 +95,14 @@ class _Request:
 
     @property
     def output_left(self) -> int:
-        return self.shape.num_output_tokens - len(self.token_times)
+        return self.output - len(self.token_times)
 
     @property
     def held(self) -> int:
         """Tokens in the KV cache (the newest token's entry counted: the next step writes it)."""
-        return self.shape.num_prompt_tokens + self.outputs if self.decoding else self.prefilled
+        if self.prefilled == self.prompt + self.recompute:
+            return self.prompt + len(self.token_times)
+        return self.prefilled
 
     def evict(self) -> None:
         """The KV cache is freed: prompt and generated tokens are read again (recompute)."""
@@ -127,6 +131,10 @@ class ServerConfig:
     # The scheduler takes in new requests only every this many decode steps (SGLang's
     # --scheduler-recv-interval; at once after a step with prompts, or when idle).
     recv_interval: int = 1
+    # Prompts wait until this many are waiting, or ``gather_timeout_steps`` decode steps have
+    # passed (TensorRT-LLM's attention-DP balance: every rank takes a prompt in the same step).
+    gather_prompts: int = 1
+    gather_timeout_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -142,6 +150,8 @@ class ServerConfig:
         check_admission(self.admission)
         if self.recv_interval < 1:
             raise InputError(f"the receive interval must be >= 1 step, got {self.recv_interval}")
+        if self.gather_prompts < 1 or self.gather_timeout_steps < 0:
+            raise InputError("prompts gathered must be >= 1 and their timeout >= 0 steps")
 
     def emitted(self, steps_done: np.ndarray, steps: int) -> np.ndarray:
         """Tokens each decoding sequence gains in each of its next ``steps`` steps, having taken
@@ -209,6 +219,7 @@ def simulate(
     cache = KvCache(capacity, config.admission)
     per_token = ceil_tokens(config.tokens_per_step)  # cache slots a decoding sequence takes
     since_receive = config.recv_interval  # decode steps since the scheduler took requests in
+    gathered_for = 0  # decode steps the waiting prompts have been gathered for
     now = 0.0
 
     def finish(request: _Request, ok: bool, error: str | None = None) -> None:
@@ -231,7 +242,14 @@ def simulate(
                     finish(request, False, error)
                     continue
                 waiting.append(request)
-        _admit(waiting, running, cache, config, per_token)
+        gathering = (
+            0 < len(waiting) < config.gather_prompts
+            and gathered_for < config.gather_timeout_steps
+            and any(r.decoding for r in running)
+        )
+        if not gathering:
+            _admit(waiting, running, cache, config, per_token)
+            gathered_for = 0
         if not running:
             cache.idle()
             since_receive = config.recv_interval
@@ -257,6 +275,8 @@ def simulate(
             limit = cache.decode_steps_that_fit(running, len(decoding) * per_token)
             if waiting and cache.admission == "ratio":
                 limit = min(limit, _RATIO_RECHECK_STEPS)  # the decaying ratio may admit one
+            if gathering:
+                limit = min(limit, config.gather_timeout_steps - gathered_for)
             now, steps = _decode_until_change(
                 decoding, contexts, config, step_time, now, arrivals, max(limit, 1), since_receive
             )
@@ -264,6 +284,7 @@ def simulate(
             total, interval = since_receive + steps, config.recv_interval
             since_receive = total if total <= interval else (total % interval or interval)
             cache.after_decode_steps(steps)
+            gathered_for += steps if gathering else 0
         for request in [r for r in running if len(r.token_times) == r.shape.num_output_tokens]:
             running.remove(request)
             finish(request, True)
@@ -286,18 +307,21 @@ def _admit(
     rule admits the head of the queue. Under the engines' rules (all but ``reserve``) a
     request comes in only in a step that has token budget left for its prompt."""
     admitted: list[_Request] = []
+    decoding = sum(1 for r in running if r.decoding)
+    pending = sum(r.to_prefill for r in running if not r.decoding)
+    free = cache.free(running)
     while waiting and len(running) < config.max_batch:
         head = waiting[0]
-        decoding = sum(1 for r in running if r.decoding)
-        pending = sum(r.to_prefill for r in running if not r.decoding)
         budget = config.token_budget - pending - (0 if config.prefill_first else decoding)
         if cache.admission != "reserve" and budget <= 0:
             break
         step_need = decoding * per_token + min(pending, config.token_budget)
-        if not cache.admits(head, running, admitted, step_need, min(head.to_prefill, budget)):
+        chunk = min(head.to_prefill, budget)
+        if not cache.admits(head, running, admitted, step_need, chunk, free):
             break  # FCFS: the head of the queue waits for memory
         running.append(waiting.popleft())
         admitted.append(head)
+        pending += head.to_prefill
 
 
 def _step_plan(
@@ -345,12 +369,16 @@ def _decode(decoding: list[_Request], config: ServerConfig, ends: np.ndarray) ->
     """Give each decoding request its tokens of the steps ending at ``ends``."""
     if not decoding:
         return
+    if config.tokens_per_step == 1.0:  # one token per step: the step ends themselves
+        times = ends.tolist()
+        for request in decoding:
+            request.token_times.extend(times[: request.output_left])
+            request.decode_steps += len(times)
+        return
     done = np.array([r.decode_steps for r in decoding], dtype=np.float64)
     emitted = config.emitted(done, len(ends))
     for request, counts in zip(decoding, emitted, strict=True):
-        remaining = request.shape.num_output_tokens - len(request.token_times)
-        times = np.repeat(ends, counts)[:remaining]
-        request.token_times.extend(times.tolist())
+        request.token_times.extend(np.repeat(ends, counts)[: request.output_left].tolist())
         request.decode_steps += len(ends)
 
 

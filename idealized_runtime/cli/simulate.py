@@ -81,6 +81,12 @@ def simulate_command(
     kv_tokens: Optional[int] = typer.Option(  # noqa: UP045
         None, "--kv-tokens", min=1, help="KV cache capacity in tokens (default: memory planner)"
     ),
+    engine_settings: list[str] = typer.Option(
+        [],
+        "--engine-setting",
+        help="engine stacks: a scheduler flag as KEY=VALUE, e.g. admission=forecast, "
+        "memory_fraction=0.82, recv_interval=30, cuda_graph_max_batch=256 (repeatable)",
+    ),
     tp: Optional[int] = typer.Option(None, "--tp", min=1, help="tensor-parallel size"),  # noqa: UP045
     weights: Optional[str] = typer.Option(  # noqa: UP045
         None, "--weights", help="bf16 | fp16 | fp8 | int8[-gN] | int4[-gN] | mxfp4"
@@ -123,12 +129,15 @@ def simulate_command(
     try:
         layout = _Layout(tp, ep, attention_dp, draft_tokens, acceptance)
         engine = _engine_stack(stack, fit)
+        settings = _engine_settings(engine_settings)
         if engine is not None:
             step_time, model, config = _engine_setup(
                 engine, str(arch), str(hardware), layout, (weights, kv_cache, activations),
-                dtype, max_batch, token_budget, kv_tokens,
+                dtype, max_batch, token_budget, kv_tokens, settings,
             )  # fmt: skip
         else:
+            if settings:
+                raise InputError("--engine-setting needs an engine stack (--stack vllm, ...)")
             if layout.engine_only():
                 raise InputError(
                     "--ep, --attention-dp and --draft-tokens need an engine stack "
@@ -207,6 +216,7 @@ def _engine_setup(
     max_batch: int | None,
     token_budget: int | None,
     kv_tokens: int | None,
+    settings: dict[str, Any],
 ) -> tuple[Any, str, Any]:
     """Step times and server of a deployment on an engine stack (its defaults, overridden by
     the options given)."""
@@ -241,9 +251,31 @@ def _engine_setup(
         message = error.errors()[0]["msg"].removeprefix("Value error, ")
         raise InputError(message) from None
     step_time, config = engine_server(
-        engine, deployment, max_batch=max_batch, token_budget=token_budget, kv_tokens=kv_tokens
-    )
+        engine, deployment, max_batch=max_batch, token_budget=token_budget, kv_tokens=kv_tokens,
+        settings=settings,
+    )  # fmt: skip
     return step_time, architecture.name, config
+
+
+def _engine_settings(items: list[str]) -> dict[str, Any]:
+    """``--engine-setting KEY=VALUE`` pairs, numbers and booleans parsed."""
+    settings: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--engine-setting needs KEY=VALUE, got {item!r}")
+        value: Any = raw.strip()
+        if value.lower() in ("true", "false"):
+            value = value.lower() == "true"
+        else:
+            for kind in (int, float):
+                try:
+                    value = kind(value)
+                    break
+                except ValueError:
+                    continue
+        settings[key.strip()] = value
+    return settings
 
 
 def _step_time(

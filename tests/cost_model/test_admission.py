@@ -192,3 +192,17 @@ def test_bad_admission_settings_are_one_line_errors() -> None:
         ServerConfig(admission="lifo")
     with pytest.raises(InputError, match="receive interval"):
         ServerConfig(recv_interval=0)
+
+
+def test_attention_dp_balance_gathers_prompts_until_enough_or_timeout() -> None:
+    # A decodes from t = 1. B arrives at 1.5 s and is seen after the step ending at 2 s; the
+    # engine waits for 4 prompts or 5 decode steps: B's prompt runs in the step ending at 8 s.
+    gather = ServerConfig(token_budget=16, gather_prompts=4, gather_timeout_steps=5)
+    alone = [RequestShape(1, 30, 0.0), RequestShape(1, 3, 1.5)]
+    assert simulate(alone, ONE_SECOND_STEPS, ServerConfig(token_budget=16))[1]["ttft_s"] == 1.5
+    assert simulate(alone, ONE_SECOND_STEPS, gather)[1]["ttft_s"] == 8.0 - 1.5
+    # Four prompts at once fill every rank: no wait.
+    four = [RequestShape(1, 30, 0.0)] + [RequestShape(1, 3, 1.5)] * 4
+    assert [r["ttft_s"] for r in simulate(four, ONE_SECOND_STEPS, gather)[1:]] == [1.5] * 4
+    # An idle server does not wait.
+    assert simulate([RequestShape(1, 3, 0.0)], ONE_SECOND_STEPS, gather)[0]["ttft_s"] == 1.0

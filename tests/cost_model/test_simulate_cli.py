@@ -83,6 +83,20 @@ def test_workload_and_profiled_fit(tmp_path: Path) -> None:
         (["--concurrency", "2", "--think-time", "-0.5"], "--think-time must be >= 0 seconds"),
         (["--concurrency", "2", "--think-time", "nan"], "--think-time must be >= 0 seconds"),
         (["--rate", "2", "--think-time", "1"], "--think-time applies to closed-loop clients"),
+        (["--rate", "2", "--engine-setting", "admission=forecast"], "needs an engine stack"),
+        (["--rate", "2", "--stack", "vllm", "--engine-setting", "chunk"], "needs KEY=VALUE"),
+        (
+            ["--rate", "2", "--stack", "vllm", "--engine-setting", "x=1"],
+            "unknown engine settings x",
+        ),
+        (
+            ["--rate", "2", "--stack", "sglang", "--engine-setting", "admission=lifo"],
+            "unknown admission rule 'lifo'",
+        ),
+        (
+            ["--rate", "2", "--stack", "sglang", "--engine-setting", "memory_fraction=most"],
+            "bad engine setting",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
@@ -130,3 +144,14 @@ def test_simulate_does_not_import_torch(tmp_path: Path) -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def test_engine_settings_change_the_server(tmp_path: Path) -> None:
+    base = ["simulate", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "--stack", "sglang",
+            "--rate", "50", "--prompt-tokens", "64", "--output-tokens", "32",
+            "--requests", "16", "--json"]  # fmt: skip
+    plain = _run(*base, "-o", str(tmp_path / "a.jsonl"))
+    polled = _run(*base, "--engine-setting", "recv_interval=30", "-o", str(tmp_path / "b.jsonl"))
+    assert plain.returncode == polled.returncode == 0, polled.stderr
+    ttft = [json.loads(r.stdout)[0]["ttft_s"]["p50"] for r in (plain, polled)]
+    assert ttft[1] > ttft[0]  # arrivals during decoding wait for the scheduler's next poll

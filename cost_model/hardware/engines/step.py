@@ -60,7 +60,11 @@ class SchedulerDefaults:
     to this batch replay a captured graph, padded to ``cuda_graph_step`` sequences;
     ``admission``: how requests come into the KV cache (``ADMISSIONS``); ``recv_interval``: the
     scheduler takes new requests in every this many decode steps (SGLang's
-    --scheduler-recv-interval)."""
+    --scheduler-recv-interval); ``gather_prompts``: prompts wait until this many are waiting or
+    ``gather_timeout_steps`` decode steps have passed (TensorRT-LLM's attention-DP balance,
+    ``attention_dp_config: enable_balance, timeout_iters``); ``request_overhead_s``: seconds
+    from a request's arrival until the scheduler sees it (HTTP, tokenization, first-token
+    delivery; fitted on serving measurements, see the stack's notes)."""
 
     token_budget: int
     max_running: int
@@ -74,6 +78,9 @@ class SchedulerDefaults:
     step_overhead_s: float = 0.0
     admission: str = "reserve"
     recv_interval: int = 1
+    gather_prompts: int = 1
+    gather_timeout_steps: int = 0
+    request_overhead_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
