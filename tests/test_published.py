@@ -220,10 +220,10 @@ def test_tensor_parallel_pairs_exist(rows: list[PublishedRow]) -> None:
 def test_ratios_within_one_source_are_plausible(rows: list[PublishedRow]) -> None:
     # Against the bf16/fp16 run of the same model, source and workload, no precision is 16x
     # faster or slower (int8 dynamic quantization at batch 1 is the slowest published, about
-    # 11x). Against the smallest TP size, k times the GPUs is never more than 4k times faster:
+    # 11x). Against the smallest TP size, k times the GPUs is never more than 5k times faster:
     # throughput runs scale super-linearly when one GPU has little memory left for the KV cache
-    # (Llama-3.1-70B in FP8 on one H100), but not beyond that. A wrong unit or a swapped column
-    # shows up here.
+    # (Llama-3.1-70B in FP8 on one H100: 9.1x from TP 1 to 2 at 128/4096 tokens in TensorRT-LLM
+    # 0.17's table), but not beyond that. A wrong unit or a swapped column shows up here.
     for group in _pairs(rows, "weights").values():
         for label, baseline in group.items():
             if label.startswith(("bf16/", "fp16/")):
@@ -232,14 +232,15 @@ def test_ratios_within_one_source_are_plausible(rows: list[PublishedRow]) -> Non
         smallest = min(group, key=int)
         for size, value in group.items():
             ratio = value / group[smallest]
-            assert 1 / 16 < ratio < 4 * int(size) / int(smallest), group
+            assert 1 / 16 < ratio < 5 * int(size) / int(smallest), group
 
 
-def test_one_workload_across_an_engines_sources_stays_within_4x(rows: list[PublishedRow]) -> None:
+def test_one_workload_across_an_engines_sources_stays_within_5x(rows: list[PublishedRow]) -> None:
     # The same engine, GPU, model, precision, TP size and lengths published by different sources
     # (one performance page at several releases, a blog post beside it) moves with the release
-    # and the batch size chosen, but not by 4x: milliseconds stored as seconds would, as would
-    # the per-GPU figure of a TP 4 or 8 run stored as the system's.
+    # and the batch size chosen, but not by 5x (static batches of TensorRT-LLM 0.9 to in-flight
+    # batching in 0.17: 4.1x): milliseconds stored as seconds would, as would the per-GPU
+    # figure of a TP 8 run stored as the system's.
     groups: dict[tuple, dict[str, float]] = defaultdict(dict)
     for row in rows:
         metric, value = row.system_figure()
@@ -254,7 +255,7 @@ def test_one_workload_across_an_engines_sources_stays_within_4x(rows: list[Publi
     for group in groups.values():
         if len(group) > 1:
             compared += 1
-            assert max(group.values()) / min(group.values()) < 4, group
+            assert max(group.values()) / min(group.values()) < 5, group
     assert compared >= 20
 
 
