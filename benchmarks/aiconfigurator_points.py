@@ -25,8 +25,9 @@ def predict(point: dict) -> dict:
             backend_version=None,
             isl=point["isl"],
             osl=point["osl"],
-            batch_size=point["concurrency"],
-            tp_size=point["tp"],
+            batch_size=max(point["concurrency"] // point["attention_dp"], 1),  # per DP rank
+            # AIConfigurator splits the GPUs as tp x attention_dp (attention) = moe_tp x moe_ep.
+            tp_size=point["tp"] // point["attention_dp"],
             pp_size=1,
             attention_dp_size=point["attention_dp"],
             moe_tp_size=point["tp"] // point["ep"] if point["moe"] else None,

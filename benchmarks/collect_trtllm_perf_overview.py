@@ -19,13 +19,12 @@ from pathlib import Path
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
 GPUS = {"H200 141GB HBM3": "h200", "H100 80GB HBM3": "h100-sxm"}
+# The page's model names -> (catalog name, Hugging Face checkpoint the page's runs quantized).
 MODELS = {
-    "LLaMA v3.1 8B": ("llama-3.1-8b", "meta-llama/Llama-3.1-8B-Instruct"),
-    "LLaMA v3.1 70B": ("llama-3.1-70b", "meta-llama/Llama-3.1-70B-Instruct"),
-    "LLaMA v3.1 405B": ("llama-3.1-405b", "meta-llama/Llama-3.1-405B-Instruct"),
-    "Mistral 7B": ("mistral-7b", "mistralai/Mistral-7B-v0.1"),
-    "Mixtral 8x7B": ("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1"),
-}
+    f"LLaMA v3.1 {size}": (f"llama-3.1-{size.lower()}", f"meta-llama/Llama-3.1-{size}-Instruct")
+    for size in ("8B", "70B", "405B")
+} | {"Mistral 7B": ("mistral-7b", "mistralai/Mistral-7B-v0.1"),
+     "Mixtral 8x7B": ("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1")}  # fmt: skip
 # The page's $num_requests per input/output lengths (the same table in every version).
 REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (2048, 128): 3000,
             (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000, (500, 2000): 3000,

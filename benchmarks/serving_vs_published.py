@@ -26,8 +26,11 @@ With ``--offline`` (or ``--only-offline``) it also simulates the engines' publis
 max-throughput runs (TensorRT-LLM's perf overview, several versions: every request queued at
 once, fixed lengths; the engine's defaults) and compares output tokens/s per GPU.
 
+``--reuse OUT`` takes our predictions from an earlier ``--json OUT`` (to rerun the comparison
+without simulating again).
+
 Usage: python benchmarks/serving_vs_published.py [--aiconfigurator PYTHON] [--min-concurrency 8]
-       [--json OUT] [--offline | --only-offline]
+       [--json OUT] [--reuse OUT] [--offline | --only-offline]
 """
 
 from __future__ import annotations
@@ -80,6 +83,7 @@ class Point:
     concurrency: int  # OFFLINE: every request queued at once (a max-throughput run)
     source_id: str
     requests: int = 0
+    kv_cache: str = ""  # as the source states it ("": not stated)
 
 
 OFFLINE = 1 << 30
@@ -104,7 +108,7 @@ def points_of(rows: list[PublishedRow]) -> dict[Point, dict[str, float]]:
             row.engine, row.gpu, row.model, row.weights, row.tensor_parallel_size,
             row.expert_parallel_size or 1, bool(row.attention_dp), row.speculative or "",
             row.prompt_tokens or 0, row.output_tokens or 0, row.concurrency or OFFLINE,
-            row.source_id, row.num_requests or 0 if offline else 0,
+            row.source_id, row.num_requests or 0 if offline else 0, row.kv_cache or "",
         )  # fmt: skip
         if offline:
             per_gpu = row.metric.endswith("_per_gpu")
@@ -135,7 +139,10 @@ def launch_settings(point: Point) -> Launch:
     """The engine flags ``point``'s source set (InferenceX), else the engine's defaults."""
     mtp = point.speculative == "mtp"
     if not point.source_id.startswith("inferencex-"):
-        return Launch({}, "fp8" if point.weights == "nvfp4" else None, 3 if mtp else 0)
+        kv = point.kv_cache or ("fp8" if point.weights == "nvfp4" else None)
+        # TensorRT-LLM 0.17's perf overview: "--kv_cache_free_gpu_mem_fraction 0.95" mostly.
+        settings = {"memory_fraction": 0.95} if point.source_id.endswith("-v0.17") else {}
+        return Launch(settings, kv, 3 if mtp else 0)
     fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
     if point.engine == "sglang":
         if point.tp == 4 and not fp4:  # dsr1_fp8_b200.sh's TP=4 branch
@@ -234,6 +241,9 @@ def offline_throughput(point: Point, step_time: object, config: ServerConfig) ->
     requests), counting the requests that end between the first round's last end and the third
     round's (ramp-up and drain left out)."""
     clients = min(config.max_batch, point.requests or config.max_batch)
+    if config.admission == "reserve" and config.kv_capacity_tokens:  # whole sequences fit
+        need = point.prompt_tokens + point.output_tokens
+        clients = min(clients, config.kv_capacity_tokens // need + 1)
     shapes = [RequestShape(point.prompt_tokens, point.output_tokens)] * (4 * clients)
     rows = sorted(simulate(shapes, step_time, config, concurrency=clients),
                   key=lambda r: r["finished_at_s"])  # fmt: skip
@@ -315,6 +325,9 @@ def main() -> None:
     parser.add_argument("--min-concurrency", type=int, default=8)
     parser.add_argument("--json", help="write every point's published and predicted figures")
     parser.add_argument(
+        "--reuse", help="our predictions from an earlier --json of this script (not simulated)"
+    )
+    parser.add_argument(
         "--offline", action="store_true", help="also the offline max-throughput tables (slow)"
     )
     parser.add_argument(
@@ -331,13 +344,19 @@ def main() -> None:
         measured, key=lambda p: (p.engine, p.gpu, p.weights, p.concurrency, p.source_id)
     )
     refused: dict[str, int] = defaultdict(int)
-    overheads = held_out_overheads(points, measured, refused)
     ours: dict[Point, dict[str, float]] = {}
-    for point in points:
-        try:
-            ours[point] = predict(point, overheads.get(point, 0.0))
-        except InputError as error:
-            refused[str(error)] += 1
+    if args.reuse:
+        earlier = json.loads(Path(args.reuse).read_text())
+        overheads = {Point(**e["point"]): e["overhead_s"] for e in earlier}
+        ours = {Point(**e["point"]): e["predicted"] for e in earlier if e["predicted"]}
+        ours = {p: v for p, v in ours.items() if p in measured}
+    else:
+        overheads = held_out_overheads(points, measured, refused)
+        for point in points:
+            try:
+                ours[point] = predict(point, overheads.get(point, 0.0))
+            except InputError as error:
+                refused[str(error)] += 1
     if args.json:
         Path(args.json).write_text(json.dumps([
             {"point": p.__dict__, "published": measured[p], "predicted": ours.get(p),

@@ -3,4 +3,6 @@
 ``workload``   request shapes and arrivals (Poisson, traces, closed-loop clients)
 ``step_time``  what one scheduler step takes: from the hardware model or fitted to timed steps
 ``simulator``  the discrete-event simulation; rows shaped like ``measure``'s
+``admission``  when a request comes into the KV cache, and what happens when it runs out
+``engines``    a deployment served by an engine stack (vLLM, SGLang, TensorRT-LLM)
 """
