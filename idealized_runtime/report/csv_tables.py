@@ -1,5 +1,5 @@
-"""The leaderboard as CSV tables (models, scenarios, workloads, frontiers, fits, stacks): one row
-per row of the board, every column present in every row.
+"""The leaderboard as CSV tables (models, scenarios, workloads, frontiers, fits, stacks, today's
+models and providers' prices): one row per row of the board, every column present in every row.
 """
 
 from __future__ import annotations
