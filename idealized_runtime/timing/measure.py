@@ -153,9 +153,8 @@ async def _measure_session(
             user = builder.text(spec.prompt_tokens, variant)
         else:
             user = builder.piece(spec.prompt_tokens, variant)
-        filler = builder.piece(spec.output_tokens, -1 - variant)
         if turn in job.done_turns:
-            history.append((user, filler))
+            history.append((user, builder.piece(spec.output_tokens, -1 - variant)))
             continue
         wait = spec.think_time_s if (sent or turn == 0) else 0.0
         if wait > 0:
@@ -167,7 +166,10 @@ async def _measure_session(
         )  # fmt: skip
         record(row)
         sent = True
-        history.append((user, "".join(result.answer_text) if result.ok else filler))
+        answer = "".join(result.answer_text)
+        if not result.ok:
+            answer = builder.piece(spec.output_tokens, -1 - variant)
+        history.append((user, answer))
 
 
 async def measure(
