@@ -49,7 +49,8 @@ def trace_zero(config: MeasureConfig) -> float | None:
 
 
 def planned_requests(config: MeasureConfig) -> int:
-    """Requests of the level in all: the trace's, or the grid's times the repeats."""
+    """Requests of the level in all: the conversations' turns, the trace's, or the grid's times
+    the repeats."""
     if config.conversations is not None:
         return sum(len(conversation.turns) for conversation in config.conversations)
     if config.workload is not None:
