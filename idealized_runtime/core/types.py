@@ -918,6 +918,41 @@ class LatencyStats(_Frozen):
     mean: NonNegativeFloat | None = None
 
 
+class TurnSummary(_Frozen):
+    """The requests of one turn index of a multi-turn level (every session's turn ``turn``):
+    prompts grow with the history resent, and a prefix cache may serve that history."""
+
+    turn: Annotated[int, Field(ge=0)]
+    requests: Annotated[int, Field(ge=0)]
+    error_rate: Annotated[float, Field(ge=0, le=1)]
+    prompt_tokens_mean: NonNegativeFloat | None = None
+    cached_prompt_tokens_mean: NonNegativeFloat | None = None
+    output_tokens_mean: NonNegativeFloat | None = None
+    reasoning_tokens_mean: NonNegativeFloat | None = None
+    ttft_s: LatencyStats = LatencyStats()
+    ttft_answer_s: LatencyStats = LatencyStats()
+    tpot_s: LatencyStats = LatencyStats()
+    e2e_s: LatencyStats = LatencyStats()
+
+
+class LoadCost(_Frozen):
+    """Dollars of a level's successful requests at a provider's prices per 1M tokens, and, where
+    the model's architecture is known, the idealized dollars of the same requests (the hardware
+    model on a reference GPU and stack, batch 1)."""
+
+    price: Name = Field(description="the price table's entry: provider/model")
+    usd_per_request: NonNegativeFloat
+    usd_per_million_tokens: NonNegativeFloat | None = Field(
+        default=None, description="dollars over prompt + output tokens, per million"
+    )
+    usd_per_million_output_tokens: NonNegativeFloat | None = None
+    idealized_usd_per_request: NonNegativeFloat | None = None
+    idealized_usd_per_million_output_tokens: NonNegativeFloat | None = None
+    idealized_basis: str | None = Field(
+        default=None, description="architecture, GPU and stack of the idealized dollars"
+    )
+
+
 class LoadSummary(_Frozen):
     """What users saw from one model at one load level ("concurrency=8", "rate=4.0", "trace")."""
 
@@ -932,3 +967,12 @@ class LoadSummary(_Frozen):
     e2e_s: LatencyStats
     error_rate: Annotated[float, Field(ge=0, le=1)]
     goodput_requests_per_s: NonNegativeFloat
+    # Reasoning models: the time to the first answer token (after the reasoning), and the
+    # tokens counted apart; the mean token counts of the successful requests.
+    ttft_answer_s: LatencyStats = LatencyStats()
+    prompt_tokens_mean: NonNegativeFloat | None = None
+    cached_prompt_tokens_mean: NonNegativeFloat | None = None
+    output_tokens_mean: NonNegativeFloat | None = None
+    reasoning_tokens_mean: NonNegativeFloat | None = None
+    turns: tuple[TurnSummary, ...] = ()  # multi-turn levels: per turn index
+    cost: LoadCost | None = None  # with a price table
