@@ -5,11 +5,10 @@ architecture on that stack; every idealized runtime names the stack it was compu
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import lru_cache
 
 from idealized_runtime.core.scenarios import Workload
 from idealized_runtime.core.types import (

@@ -17,12 +17,8 @@ from hypothesis import strategies as st
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
-from idealized_runtime.timing.importers.peers import (
-    COLUMNS,
-    detect_format,
-    import_results,
-    read_result_file,
-)
+from idealized_runtime.timing.importers.peer_rows import COLUMNS
+from idealized_runtime.timing.importers.peers import detect_format, import_results, read_result_file
 from tests.servers import cli_command
 
 FIXTURES = Path(__file__).parent / "fixtures"
