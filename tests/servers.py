@@ -5,6 +5,7 @@ The process handling is the library's (``idealized_runtime.processes``), re-expo
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ __all__ = [
     "ServerStartError",
     "cli_command",
     "free_port",
+    "run_cli",
     "running_server",
 ]
 
@@ -26,3 +28,12 @@ SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "helm_efficiency"
 def cli_command(*args: str) -> list[str]:
     """The installed CLI, run with this interpreter (works inside a venv without PATH)."""
     return [sys.executable, "-m", "idealized_runtime", *args]
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI to its end; its exit code, stdout and stderr, as text."""
+    return subprocess.run(
+        cli_command(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False
+    )

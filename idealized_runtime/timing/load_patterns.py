@@ -16,7 +16,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -39,6 +39,19 @@ async def run_with_concurrency(
 
     workers = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, len(jobs))))]
     await _wait_all(workers)
+
+
+@contextlib.asynccontextmanager
+async def _cancelled_together(tasks: list[asyncio.Task[None]]) -> AsyncIterator[None]:
+    """While jobs are being started: if the starter is cancelled, cancel every job started so
+    far and wait for them, so that no request outlives its level."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def run_poisson(
@@ -64,7 +77,7 @@ async def run_poisson(
         finally:
             slots.release()
 
-    try:
+    async with _cancelled_together(tasks):
         next_at = loop.time()
         for job in jobs:
             next_at += rng.expovariate(rate)
@@ -73,11 +86,6 @@ async def run_poisson(
                 break
             await slots.acquire()
             tasks.append(asyncio.create_task(start(job)))
-    except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
     await _wait_all(tasks)
 
 
@@ -98,17 +106,12 @@ async def run_at_arrivals(
         origin = loop.time() - (min(arrivals_s) if arrivals_s else 0.0)
     else:  # the event loop's clock is monotonic: place the wall-clock time on it once
         origin = loop.time() + (zero_at_wall_s - time.time())
-    try:
+    async with _cancelled_together(tasks):
         for job, arrival in sorted(zip(jobs, arrivals_s, strict=True), key=lambda pair: pair[1]):
             await asyncio.sleep(max(0.0, origin + arrival - loop.time()))
             if should_stop is not None and should_stop():
                 break
             tasks.append(asyncio.create_task(run(job)))
-    except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
     await _wait_all(tasks)
 
 

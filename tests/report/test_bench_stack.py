@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "idealized_runtime", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.servers import run_cli
 
 
 @pytest.mark.parametrize(

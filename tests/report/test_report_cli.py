@@ -5,18 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.servers import cli_command
-
-
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        cli_command(*args), capture_output=True, text=True, timeout=300, cwd=cwd, check=False
-    )
+from tests.servers import run_cli
 
 
 def test_report_from_bundled_data_writes_html_markdown_csv(tmp_path: Path) -> None:
