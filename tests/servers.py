@@ -15,6 +15,7 @@ __all__ = [
     "REPO_ROOT",
     "SHARED_REFERENCE",
     "ServerStartError",
+    "assert_refused_in_one_line",
     "cli_command",
     "free_port",
     "run_cli",
@@ -37,3 +38,10 @@ def run_cli(
     return subprocess.run(
         cli_command(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False
     )
+
+
+def assert_refused_in_one_line(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    """The CLI's answer to bad input: exit code 2 and one readable ``error:`` line naming it."""
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error:") and expected in result.stderr, result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
-from tests.servers import run_cli
+from tests.servers import assert_refused_in_one_line, run_cli
 
 
 @pytest.mark.parametrize(
@@ -20,10 +20,9 @@ from tests.servers import run_cli
 def test_bench_rejects_bad_stack_with_one_line(tmp_path: Path, text: str, expected: str) -> None:
     config = tmp_path / "bench.yaml"
     config.write_text(text, encoding="utf-8")
-    result = run_cli("bench", str(config), "-o", str(tmp_path / "results"))
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("error:") and expected in result.stderr
-    assert result.stderr.strip().count("\n") == 0
+    assert_refused_in_one_line(
+        run_cli("bench", str(config), "-o", str(tmp_path / "results")), expected
+    )
     assert not (tmp_path / "results").exists()
 
 
