@@ -63,18 +63,6 @@ class PrefixSharing:
         blocks = int(wanted // self.block_tokens) * self.block_tokens
         return max(0, min(blocks, prompt_tokens - 1))
 
-    def mean_cached(self, prompt_tokens: float, requests: int) -> float:
-        """Mean cached tokens per request over ``requests`` requests of ``prompt_tokens`` (the
-        first request of each group misses), for the steady-state estimator."""
-        if requests < 1:
-            raise InputError("requests must be >= 1")
-        whole = round(prompt_tokens)
-        hits = self.cached(whole, first_of_group=False)
-        if self.hit_rate is not None:
-            return float(hits)
-        misses = min(self.groups, requests)
-        return hits * (requests - misses) / requests
-
 
 def apply_prefix_sharing(
     shapes: Sequence[RequestShape], sharing: PrefixSharing

@@ -133,49 +133,127 @@ def _slots(server: Server, request: MeanRequest, clients: np.ndarray) -> tuple[n
     return np.maximum(slots, 1.0), kv_slots >= 1
 
 
-def aggregated_steady_state(
-    server: Server, request: MeanRequest, concurrency: ArrayLike
-) -> SteadyState:
-    """The steady state of ``concurrency`` closed-loop clients on one aggregated server."""
+# Grid points of the tabulated step times (see ``StepTable``).
+DECODER_GRID = 24
+TOKEN_GRID = 28
+
+
+class StepTable:
+    """One server's step times for one mean request, tabulated once in a few vectorized calls
+    of its ``StepTime`` and interpolated after: decode-only steps at every whole number of
+    decoders up to ``max_decoders`` (exact: a CUDA graph pads its batch in steps), steps of
+    prompt tokens alone, and mixed steps (decoders and prompt tokens) on a grid. The estimate
+    iterates on these, so a deployment's load levels cost a few step-time calls in all, and a
+    table serves every deployment that shares the server (a decode layout in many xPyD
+    pairs)."""
+
+    def __init__(self, server: Server, request: MeanRequest, max_decoders: int) -> None:
+        self.server, self.request = server, request
+        self.max_decoders = max(int(max_decoders), 1)
+        self.context = request.prompt_tokens + (request.output_tokens - 1) / 2
+        self.budget = float(server.config.token_budget)
+        self._decode: np.ndarray | None = None
+        self._prompts: tuple[np.ndarray, np.ndarray] | None = None
+        self._mixed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _seconds(self, decoders: np.ndarray, prompt: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        work = _work(decoders, self.context, prompt, self.request, chunk)
+        return np.asarray(self.server.step_time.seconds(work), dtype=np.float64)
+
+    def chunk(self, decoders: np.ndarray) -> np.ndarray:
+        """The prompt chunk a step holds beside ``decoders`` decode tokens."""
+        new = self.request.new_tokens
+        if self.server.config.chunked_prefill:
+            return np.minimum(new, np.maximum(self.budget - decoders, 1.0))
+        return new + 0 * decoders
+
+    def decode(self, decoders: np.ndarray) -> np.ndarray:
+        """A decode-only step of ``decoders`` sequences (at least one)."""
+        if self._decode is None:
+            whole = np.arange(1, self.max_decoders + 1, dtype=np.float64)
+            self._decode = self._seconds(whole, 0 * whole, 1 + 0 * whole)
+        d = np.clip(decoders, 1.0, self.max_decoders)
+        return np.interp(d, np.arange(1, self.max_decoders + 1), self._decode)
+
+    def prompts(self, tokens: np.ndarray) -> np.ndarray:
+        """A step of ``tokens`` prompt tokens alone (chunks of the prompt, within the budget)."""
+        if self._prompts is None:
+            grid = np.geomspace(1.0, max(self.budget, 2.0), TOKEN_GRID)
+            chunk = np.minimum(self.request.new_tokens, self.budget) + 0 * grid
+            self._prompts = np.log(grid), self._seconds(0 * grid, grid, chunk)
+        return np.interp(np.log(np.maximum(tokens, 1.0)), *self._prompts)
+
+    def mixed(self, decoders: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """A step of ``decoders`` decode tokens and ``tokens`` prompt tokens (bilinear in the
+        decoders and the logarithm of the prompt tokens)."""
+        if self._mixed is None:
+            d_grid = np.unique(np.round(np.geomspace(1.0, self.max_decoders, DECODER_GRID)))
+            d_grid = np.concatenate([[0.0], d_grid])
+            t_grid = np.geomspace(1.0, self.budget + self.request.new_tokens, TOKEN_GRID)
+            d, t = np.meshgrid(d_grid, t_grid, indexing="ij")
+            seconds = self._seconds(d.ravel(), t.ravel(), self.chunk(d.ravel()))
+            self._mixed = d_grid, np.log(t_grid), seconds.reshape(d.shape)
+        d_grid, t_grid, table = self._mixed
+        d = np.clip(decoders, 0.0, d_grid[-1])
+        t = np.clip(np.log(np.maximum(tokens, 1.0)), t_grid[0], t_grid[-1])
+        i = np.clip(np.searchsorted(d_grid, d) - 1, 0, len(d_grid) - 2)
+        j = np.clip(np.searchsorted(t_grid, t) - 1, 0, len(t_grid) - 2)
+        u = (d - d_grid[i]) / (d_grid[i + 1] - d_grid[i])
+        v = (t - t_grid[j]) / (t_grid[j + 1] - t_grid[j])
+        return (
+            (1 - u) * (1 - v) * table[i, j]
+            + u * (1 - v) * table[i + 1, j]
+            + (1 - u) * v * table[i, j + 1]
+            + u * v * table[i + 1, j + 1]
+        )
+
+
+def step_table(server: Server, request: MeanRequest, concurrency: ArrayLike) -> StepTable:
+    """A ``StepTable`` of ``server`` large enough for ``concurrency`` clients."""
+    clients = np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
+    slots, _ = _slots(server, request, clients)
+    return StepTable(server, request, int(np.max(slots)))
+
+
+def _clients(concurrency: ArrayLike) -> np.ndarray:
     clients = np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
     if np.any(clients < 1):
         raise InputError("concurrency must be >= 1")
-    config, step = server.config, server.step_time
+    return clients
+
+
+def aggregated_steady_state(
+    server: Server,
+    request: MeanRequest,
+    concurrency: ArrayLike,
+    table: StepTable | None = None,
+) -> SteadyState:
+    """The steady state of ``concurrency`` closed-loop clients on one aggregated server
+    (``table``: its step times, tabulated for at least as many decoders)."""
+    clients = _clients(concurrency)
+    config = server.config
+    table = table or step_table(server, request, clients)
     slots, fits = _slots(server, request, clients)
     decode = decode_steps(request, config.tokens_per_step)
-    context = request.prompt_tokens + (request.output_tokens - 1) / 2
-    budget = float(config.token_budget)
-    new = request.new_tokens
-    zero = np.zeros_like(clients)
-
-    def decoding_only(d: np.ndarray) -> np.ndarray:
-        return step.seconds(_work(d, context, zero, request, zero + 1))
+    budget, new = float(config.token_budget), request.new_tokens
 
     def prompts_first(x: np.ndarray, d: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, ...]:
         """(mean step a decoder sees, TTFT in the server) when prompts run on their own."""
-        t_decode = decoding_only(d)
         ends = np.maximum(x * mean, 1e-12)  # requests ending per decode step and its prompts
         after = -np.expm1(-ends)  # share of decode steps some request ended in
         prompts = np.maximum(ends / after, 1.0)  # their prompts run together next
         count = np.ceil(prompts * new / budget)
-        chunk = np.minimum(new, budget) + zero
-        t_prompts = count * step.seconds(
-            _work(zero, context, prompts * new / count, request, chunk)
-        )
-        return t_decode + after * t_prompts, t_prompts
+        t_prompts = count * table.prompts(prompts * new / count)
+        return table.decode(d) + after * t_prompts, t_prompts
 
     def decode_first(x: np.ndarray, d: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, ...]:
         """(mean step, TTFT in the server) when prompt chunks ride along the decode tokens."""
         left = np.maximum(budget - d, 1.0)
-        if config.chunked_prefill:
-            chunk, per_prompt = np.minimum(new, left), np.ceil(new / left)
-        else:
-            chunk, per_prompt = new + zero, 1.0 + zero
+        per_prompt = np.ceil(new / left) if config.chunked_prefill else 1.0 + 0 * d
         mixed = -np.expm1(-np.maximum(x * mean * per_prompt, 1e-12))
         tokens = np.clip(x * new * mean / mixed, new / per_prompt, np.maximum(left, new))
-        t_decode = decoding_only(d)
-        t_mixed = step.seconds(_work(d, context, tokens, request, chunk))
-        return mixed * t_mixed + (1 - mixed) * t_decode, per_prompt * t_mixed
+        t_mixed = table.mixed(d, tokens)
+        return mixed * t_mixed + (1 - mixed) * table.decode(d), per_prompt * t_mixed
 
     server_times = prompts_first if config.prefill_first else decode_first
     # Without chunked prefill a whole prompt joins only what the decode tokens leave of the
@@ -183,8 +261,8 @@ def aggregated_steady_state(
     cap = slots
     if not (config.chunked_prefill or config.prefill_first):
         cap = np.minimum(slots, max(budget - new, 1.0))
-    mean = decoding_only(cap)
-    x = slots / (decode * mean + decoding_only(zero + 1))
+    mean = table.decode(cap)
+    x = slots / (decode * mean + table.decode(0 * cap + 1))
     first = mean
     for _ in range(ITERATIONS):
         d = np.minimum(x * decode * mean, cap)
@@ -196,9 +274,12 @@ def aggregated_steady_state(
         x = x + DAMPING * (following - x)
         if np.all(moved < TOLERANCE):
             break
+    # The throughput of the final step times (the damped iterate lags them a little, and TTFT
+    # below is a small difference of large times).
     in_server = decode * mean
+    x = np.minimum(slots / (first + in_server), cap / np.maximum(in_server, 1e-12))
     if not (config.chunked_prefill or config.prefill_first):
-        x, in_server = _waves(server, request, slots, context, x, in_server)
+        x, in_server = _waves(table, slots, x, in_server)
     # Clients beyond the requests running wait for a slot: C = X x (wait + time in the server).
     ttft = np.maximum(clients / x - in_server, first)
     tpot = in_server / max(request.output_tokens - 1, 1)
@@ -206,12 +287,7 @@ def aggregated_steady_state(
 
 
 def _waves(
-    server: Server,
-    request: MeanRequest,
-    slots: np.ndarray,
-    context: float,
-    x: np.ndarray,
-    in_server: np.ndarray,
+    table: StepTable, slots: np.ndarray, x: np.ndarray, in_server: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """Throughput and decode time when long prompts cannot join the running decoders: an
     engine without chunked prefill admits a prompt only into what the decode tokens leave of
@@ -221,7 +297,7 @@ def _waves(
     step per request (each request alone when the mean prompt fills the budget), then decodes
     them together; a request decodes through about half its wave's refill. The two regimes are
     mixed by that expected count (capped at 1)."""
-    budget = float(server.config.token_budget)
+    request, budget = table.request, table.budget
     new, longest = request.new_tokens, request.longest_new
     spread = 2.0 * (longest - new)
     if spread > 0:
@@ -232,10 +308,9 @@ def _waves(
     if not np.any(weight > 0):
         return x, in_server
     n = np.where(new >= budget, 1.0, slots)
-    steps = decode_steps(request, server.config.tokens_per_step)
-    prompt = new + 0 * n
-    t_refill = server.step_time.seconds(_work(n / 2, context, prompt, request, prompt))
-    t_decode = server.step_time.seconds(_work(n, context, 0 * n, request, 1 + 0 * n))
+    steps = decode_steps(request, table.server.config.tokens_per_step)
+    t_refill = table.mixed(n / 2, new + 0 * n)
+    t_decode = table.decode(n)
     overlap = np.minimum(n / 2, steps)
     wave_x = n / (n * t_refill + steps * t_decode)
     wave_decode = overlap * t_refill + (steps - overlap) * t_decode
@@ -248,38 +323,33 @@ def disaggregated_steady_state(
     decode: Server,
     request: MeanRequest,
     concurrency: ArrayLike,
+    tables: tuple[StepTable, StepTable] | None = None,
 ) -> SteadyState:
     """The steady state of ``concurrency`` closed-loop clients on a disaggregated deployment
-    (see the module docstring)."""
+    (see the module docstring; ``tables``: the prefill and decode servers' step times)."""
     split = deployment.disaggregation
     if split is None:
         raise InputError("disaggregated_steady_state needs a disaggregated deployment")
-    clients = np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
-    if np.any(clients < 1):
-        raise InputError("concurrency must be >= 1")
+    clients = _clients(concurrency)
+    per_decoder = np.ceil(clients / split.decode_workers)
+    if tables is None:
+        tables = step_table(prefill, request, 1), step_table(decode, request, per_decoder)
+    prompt_table, decode_table = tables
     _, prefill_fits = _slots(prefill, MeanRequest(request.prompt_tokens, 1.0), clients)
-    slots, decode_fits = _slots(decode, request, np.ceil(clients / split.decode_workers))
+    slots, decode_fits = _slots(decode, request, per_decoder)
     steps = decode_steps(request, decode.config.tokens_per_step)
-    context = request.prompt_tokens + (request.output_tokens - 1) / 2
     new, budget = request.new_tokens, float(prefill.config.token_budget)
     transfer = float(kv_transfer_seconds(deployment, request.prompt_tokens))
-    zero = np.zeros_like(clients)
 
     def prompt_steps(prompts: np.ndarray) -> np.ndarray:
         """Seconds to read ``prompts`` prompts together, in steps of the budget."""
         count = np.ceil(prompts * new / budget)
-        chunk = np.minimum(new, budget) + zero
-        return count * prefill.step_time.seconds(
-            _work(zero, context, prompts * new / count, request, chunk)
-        )
+        return count * prompt_table.prompts(prompts * new / count)
 
-    def decoding(d: np.ndarray) -> np.ndarray:
-        return decode.step_time.seconds(_work(d, context, zero, request, zero + 1))
-
-    full = np.maximum(np.floor(budget / new), 1.0) + zero
+    full = np.maximum(np.floor(budget / new), 1.0) + 0 * clients
     prefill_capacity = split.prefill_workers * full / prompt_steps(full)
-    t_prompts = prompt_steps(zero + 1)
-    mean = decoding(slots)
+    t_prompts = prompt_steps(0 * clients + 1)
+    mean = decode_table.decode(slots)
     x = np.minimum(clients / (t_prompts + transfer + steps * mean), prefill_capacity)
     ttft = t_prompts + transfer
     for _ in range(ITERATIONS):
@@ -290,7 +360,7 @@ def disaggregated_steady_state(
         busy = np.minimum(arriving * t_prompts / prompts, 0.95)
         ttft = t_prompts * (1 + busy**2 / (2 * (1 - busy))) + transfer
         d = np.clip(x / split.decode_workers * steps * mean, 1.0, slots)
-        mean = mean + DAMPING * (decoding(d) - mean)
+        mean = mean + DAMPING * (decode_table.decode(d) - mean)
         decode_capacity = split.decode_workers * slots / np.maximum(steps * mean, 1e-12)
         capacity = np.minimum(decode_capacity, prefill_capacity)
         following = np.minimum(clients / (ttft + steps * mean), capacity)
@@ -299,7 +369,11 @@ def disaggregated_steady_state(
         if np.all(moved < TOLERANCE):
             break
     in_server = steps * mean
-    ttft = np.maximum(ttft, clients / x - in_server)
+    capacity = np.minimum(
+        split.decode_workers * slots / np.maximum(in_server, 1e-12), prefill_capacity
+    )
+    x = np.minimum(clients / (ttft + in_server), capacity)
+    ttft = np.maximum(ttft, clients / x - in_server)  # clients beyond the capacity wait
     tpot = in_server / max(request.output_tokens - 1, 1)
     fits = np.full(clients.shape, prefill_fits and decode_fits)
     return SteadyState(clients, ttft, tpot, x, fits)
