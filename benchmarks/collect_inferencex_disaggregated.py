@@ -34,10 +34,13 @@ PATH = "packages/app/cypress/fixtures/api/benchmarks.json"
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fixture")
-    parser.add_argument("--repository", required=True)
-    parser.add_argument("--commit", required=True)
-    parser.add_argument("--retrieved", default="2026-11-26")
+    for name, options in (
+        ("fixture", {}),
+        ("--repository", {"required": True}),
+        ("--commit", {"required": True}),
+        ("--retrieved", {"default": "2026-11-26"}),
+    ):
+        parser.add_argument(name, **options)  # type: ignore[arg-type]
     args = parser.parse_args()
     rows = []
     for point in json.loads(Path(args.fixture).read_text()):

@@ -33,25 +33,29 @@ router = APIRouter(prefix="/v1", tags=["plan"])
     ),
 )
 def create_plan(payload: PlanIn, _: Principal = Depends(reader)) -> PlanResult:
-    from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.cost_model.planning.search import plan
 
-    if (payload.architecture is None) == (payload.config is None):
-        raise InputError("give exactly one of architecture (a stored name) or config")
     cache = estimate_cache()
     with get_database().read_sessions() as session:
-        architecture: Architecture | None
-        if payload.config is not None:
-            name = str(payload.config.get("_name_or_path") or "config")
-            architecture = architecture_from_hf_config(payload.config, name=name, path="config")
-        else:
-            architecture = cache.architecture_for(session, payload.architecture or "")
-        if architecture is None:
-            raise not_found(
-                f"unknown architecture {payload.architecture!r}; GET /v1/models lists them"
-            )
+        architecture = _architecture(
+            payload, cache.architecture_for(session, payload.architecture or "")
+        )
         gpus = [
             cache.cached_hardware(n) or cache.load_hardware(session, n) for n in payload.hardware
         ]
     settings = payload.model_dump(exclude={"architecture", "config", "hardware"})
     return plan(PlanRequest(architecture=architecture, hardware=gpus, **settings))
+
+
+def _architecture(payload: PlanIn, stored: Architecture | None) -> Architecture:
+    """The body's HF config, else the stored architecture it names (404 when none)."""
+    from idealized_runtime.core.architectures import architecture_from_hf_config
+
+    if (payload.architecture is None) == (payload.config is None):
+        raise InputError("give exactly one of architecture (a stored name) or config")
+    if payload.config is not None:
+        label = str(payload.config.get("_name_or_path") or "config")
+        return architecture_from_hf_config(payload.config, name=label, path="config")
+    if stored is None:
+        raise not_found(f"unknown architecture {payload.architecture!r}; GET /v1/models lists them")
+    return stored

@@ -10,7 +10,14 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from idealized_runtime.core.types import Architecture, Disaggregation, Hardware, Name, Slo
+from idealized_runtime.core.types import (
+    Architecture,
+    Disaggregation,
+    Hardware,
+    Name,
+    Slo,
+    layout_label,
+)
 
 Mode = Literal["aggregated", "disaggregated"]
 IDEAL_STACK = "ideal"  # the roofline hardware model on an ideal server: the reference line
@@ -103,11 +110,7 @@ class PlanPoint(_Value):
     @property
     def layout(self) -> str:
         """``tp4``, ``tp8 ep8 dp8``, or ``2P(tp4)1D tp8`` for a disaggregated one."""
-        text = f"tp{self.tp}"
-        if self.ep > 1:
-            text += f" ep{self.ep}"
-        if self.attention_dp > 1:
-            text += f" dp{self.attention_dp}"
+        text = layout_label(self.tp, self.ep, self.attention_dp)
         if self.disaggregation is not None:
             text = f"{self.disaggregation.label} {text}"
         return text

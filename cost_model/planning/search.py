@@ -94,22 +94,14 @@ def plan(request: PlanRequest) -> PlanResult:
     verification = None
     if best is not None and request.verify:
         verification = verify(request, best, search.servers_of(best))
+    refused = [Refusal(reason=r, count=n) for r, n in search.refused.most_common()]
     return PlanResult(
-        model=request.architecture.name,
-        workload=request.workload,
-        slo=request.slo,
-        rate=request.rate,
-        frontiers=frontiers,
-        best=best,
-        best_per_hardware=per_hardware,
-        replicas=replicas,
-        gpus_for_rate=gpus,
-        verification=verification,
-        deployments=search.deployments,
-        evaluated=search.evaluated,
-        seconds=seconds,
-        refused=[Refusal(reason=r, count=n) for r, n in search.refused.most_common()],
-    )
+        model=request.architecture.name, workload=request.workload, slo=request.slo,
+        rate=request.rate, frontiers=frontiers, best=best, best_per_hardware=per_hardware,
+        replicas=replicas, gpus_for_rate=gpus, verification=verification,
+        deployments=search.deployments, evaluated=search.evaluated, seconds=seconds,
+        refused=refused,
+    )  # fmt: skip
 
 
 def _stacks(request: PlanRequest) -> list[str]:
@@ -286,15 +278,9 @@ def _deployment_of(request: PlanRequest, point: PlanPoint) -> Deployment:
     precision = default_precision(
         request.architecture, weights=point.weights, kv_cache=point.kv_cache
     )
-    return Deployment(
-        architecture=request.architecture,
-        hardware=hardware,
-        tp=point.tp,
-        ep=point.ep,
-        attention_dp=point.attention_dp,
-        precision=precision,
-        disaggregation=point.disaggregation,
-    )
+    layout = {"tp": point.tp, "ep": point.ep, "attention_dp": point.attention_dp}
+    return Deployment(architecture=request.architecture, hardware=hardware, precision=precision,
+                      disaggregation=point.disaggregation, **layout)  # fmt: skip
 
 
 def workload_shapes(request: PlanRequest, count: int, seed: int = 0) -> list[RequestShape]:

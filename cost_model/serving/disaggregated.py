@@ -109,15 +109,9 @@ class ClosedLoopResult:
 
 
 def simulate_closed_loop(
-    shapes: Sequence[RequestShape],
-    deployment: Deployment,
-    prefill: Server,
-    decode: Server,
-    concurrency: int,
-    *,
-    model: str = "model",
-    load: str = "simulated",
-) -> ClosedLoopResult:
+    shapes: Sequence[RequestShape], deployment: Deployment, prefill: Server, decode: Server,
+    concurrency: int, *, model: str = "model", load: str = "simulated",
+) -> ClosedLoopResult:  # fmt: skip
     """The closed loop of ``simulate_disaggregated``, with how many passes it took."""
     if concurrency < 1:
         raise InputError(f"--concurrency must be >= 1, got {concurrency}")
@@ -152,34 +146,26 @@ def _serve(
     prompts = [replace(s, num_output_tokens=1) for s in shapes]
     first_token = _pool(prompts, order, split.prefill_workers, prefill)
     transfer = kv_transfer_seconds(deployment, [s.num_prompt_tokens for s in shapes])
-    rows: list[dict[str, Any] | None] = [None] * len(shapes)
-    ready = np.zeros(len(shapes))
-    for i, row in first_token.items():
-        if not row["ok"]:
-            rows[i] = {**row, "model": model, "load": load, "request_index": i,
-                       "requested_output_tokens": shapes[i].num_output_tokens}  # fmt: skip
-            continue
-        ready[i] = row["finished_at_s"] + transfer[i]
-    passing = [i for i, r in enumerate(rows) if r is None and shapes[i].num_output_tokens > 1]
+    ready = {
+        i: row["finished_at_s"] + float(transfer[i]) for i, row in first_token.items() if row["ok"]
+    }
     # The decode instance holds the prompt and the first token: its first step makes token 2.
     continued = {
         i: RequestShape(
             shapes[i].num_prompt_tokens + 1,
             shapes[i].num_output_tokens - 1,
-            float(ready[i]),
+            ready[i],
             cached_tokens=shapes[i].num_prompt_tokens + 1,
         )
-        for i in passing
+        for i in ready
+        if shapes[i].num_output_tokens > 1
     }
-    by_ready = sorted(passing, key=lambda i: (ready[i], i))
+    by_ready = sorted(continued, key=lambda i: (ready[i], i))
     decoded = _pool(continued, by_ready, split.decode_workers, decode)
-    for i, shape in enumerate(shapes):
-        if rows[i] is not None:
-            continue
-        arrival = float(shape.arrival_s)  # type: ignore[arg-type]
-        later = decoded.get(i)
-        rows[i] = _row(shape, i, arrival, float(ready[i]), later, model, load)
-    return [row for row in rows if row is not None]
+    return [
+        _user_row(first_token[i], shape, ready.get(i), decoded.get(i), model, load, i)
+        for i, shape in enumerate(shapes)
+    ]
 
 
 def _pool(
@@ -201,41 +187,30 @@ def _pool(
     return found
 
 
-def _row(
+def _user_row(
+    first: dict[str, Any],
     shape: RequestShape,
-    index: int,
-    arrival: float,
-    first_token_s: float,
+    ready: float | None,
     decoded: dict[str, Any] | None,
     model: str,
     load: str,
+    index: int,
 ) -> dict[str, Any]:
-    """The user's view of one request: first token when its KV cache reached the decode
-    instance, the rest as that instance produced them."""
-    ok = decoded is None or bool(decoded["ok"])
-    if decoded is None:
-        gaps: list[float] = []
-        end = first_token_s
-    elif ok:
-        gaps = [decoded["ttft_s"], *decoded["inter_token_latencies_s"]]
-        end = decoded["finished_at_s"]
-    else:
-        gaps, end = [], decoded["finished_at_s"]
-    return {
-        "model": model,
-        "load": load,
-        "num_prompt_tokens": shape.num_prompt_tokens,
-        "num_output_tokens": shape.num_output_tokens if ok else 0,
-        "requested_prompt_tokens": shape.num_prompt_tokens,
-        "requested_output_tokens": shape.num_output_tokens,
-        "batch_size": 1,
-        "ok": ok,
-        "error": None if ok else decoded["error"],  # type: ignore[index]
-        "runtime_s": end - arrival if ok else None,
-        "ttft_s": first_token_s - arrival if ok else None,
-        "inter_token_latencies_s": [float(g) for g in gaps],
-        "started_at_s": arrival,
-        "finished_at_s": end,
-        "request_index": index,
-        "source": "simulated",
-    }
+    """The user's view of one request: the prefill instance's row, with the first token when
+    the KV cache reached the decode instance (``ready``) and the rest as that one made them."""
+    row = {**first, "model": model, "load": load, "request_index": index,
+           "requested_output_tokens": shape.num_output_tokens}  # fmt: skip
+    if ready is None:  # the prompt never fitted the prefill instance
+        return row
+    if decoded is not None and not decoded["ok"]:
+        row.update(ok=False, error=decoded["error"], num_output_tokens=0, runtime_s=None,
+                   ttft_s=None, inter_token_latencies_s=[],
+                   finished_at_s=decoded["finished_at_s"])  # fmt: skip
+        return row
+    gaps = [] if decoded is None else [decoded["ttft_s"], *decoded["inter_token_latencies_s"]]
+    end = ready if decoded is None else decoded["finished_at_s"]
+    arrival = first["started_at_s"]
+    row.update(num_output_tokens=shape.num_output_tokens, ttft_s=ready - arrival,
+               runtime_s=end - arrival, inter_token_latencies_s=[float(g) for g in gaps],
+               finished_at_s=end)  # fmt: skip
+    return row

@@ -83,31 +83,26 @@ def plan_command(
     if report is not None and report.exists() and not report.is_dir():
         fail(f"{report}: not a folder; --report names the folder to write plan.html in")
     levels = parse_load_levels(concurrency, "--concurrency", integer=True) if concurrency else None
+    options = {
+        "stacks": _names(stack) or None, "weights": _names(weights) or None, "rate": rate,
+        "slo": parse_slo(slo) if slo else Slo(), "max_gpus": max_gpus, "verify": verify,
+        **({"modes": _names(mode)} if mode else {}),
+        **({"concurrency": levels} if levels else {}),
+    }  # fmt: skip
+    lengths = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
+               "min_length_fraction": min_length, "shared_prefix_tokens": shared_prefix,
+               "prefix_groups": prefix_groups, "prefix_hit_rate": prefix_hit_rate}  # fmt: skip
     try:
         request = PlanRequest(
             architecture=load_architecture(arch),
             hardware=[get_hardware(name) for name in _names(hardware)],
-            stacks=_names(stack) or None,
-            workload=PlanWorkload(
-                prompt_tokens=prompt_tokens,
-                output_tokens=output_tokens,
-                min_length_fraction=min_length,
-                shared_prefix_tokens=shared_prefix,
-                prefix_groups=prefix_groups,
-                prefix_hit_rate=prefix_hit_rate,
-            ),
-            slo=parse_slo(slo) if slo else Slo(),
-            rate=rate,
-            weights=_names(weights) or None,
-            max_gpus=max_gpus,
-            verify=verify,
-            **({"modes": _names(mode)} if mode else {}),
-            **({"concurrency": levels} if levels else {}),
+            workload=PlanWorkload(**lengths),
+            **options,
         )
     except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        fail(f"{where}: {first['msg'].removeprefix('Value error, ')}")
+        problem = error.errors()[0]
+        field = ".".join(map(str, problem["loc"]))
+        fail(f"{field}: {problem['msg'].removeprefix('Value error, ')}")
     result = plan(request)
     if report is not None:
         write_plan_report(result, report)

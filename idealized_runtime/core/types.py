@@ -741,12 +741,15 @@ class Disaggregation(_Frozen):
     @property
     def label(self) -> str:
         """``2P(tp4)1D`` style: workers of each kind, the prefill layout in brackets."""
-        layout = f"tp{self.prefill_tp}"
-        if self.prefill_ep > 1:
-            layout += f" ep{self.prefill_ep}"
-        if self.prefill_attention_dp > 1:
-            layout += f" dp{self.prefill_attention_dp}"
+        layout = layout_label(self.prefill_tp, self.prefill_ep, self.prefill_attention_dp)
         return f"{self.prefill_workers}P({layout}){self.decode_workers}D"
+
+
+def layout_label(tp: int, ep: int = 1, attention_dp: int = 1) -> str:
+    """``tp8``, ``tp8 ep8 dp8``: an instance's GPUs, experts and attention groups."""
+    parts = [f"tp{tp}"] + [f"{name}{size}" for name, size in (("ep", ep), ("dp", attention_dp))
+                           if size > 1]  # fmt: skip
+    return " ".join(parts)
 
 
 class Deployment(_Frozen):

@@ -47,23 +47,22 @@ def test_plan_prints_the_best_and_the_frontiers() -> None:
     assert "frontier h100-sxm vllm (" in out
 
 
-@pytest.mark.parametrize(
-    ("extra", "fragment"),
-    [
-        (("--hardware", "tpu-v9"), "tpu-v9"),
-        (("--stack", "nope"), "unknown stack 'nope'"),
-        (("--slo", "ttft=fast"), "--slo"),
-        (("--weights", "fp3"), "fp3"),
-        (("--mode", "sideways"), "modes"),
-        (("--min-length", "1.5"), "min_length_fraction"),
-        (("--concurrency", "0"), "--concurrency"),
-    ],
-)
-def test_bad_input_is_one_line_and_exit_2(
-    extra: tuple[str, ...], fragment: str, tmp_path: Path
-) -> None:
+# Options (split on spaces) and what the one-line error names.
+BAD_INPUT = {
+    "--hardware tpu-v9": "tpu-v9",
+    "--stack nope": "unknown stack 'nope'",
+    "--slo ttft=fast": "--slo",
+    "--weights fp3": "fp3",
+    "--mode sideways": "modes",
+    "--min-length 1.5": "min_length_fraction",
+    "--concurrency 0": "--concurrency",
+}
+
+
+@pytest.mark.parametrize(("options", "fragment"), BAD_INPUT.items())
+def test_bad_input_is_one_line_and_exit_2(options: str, fragment: str, tmp_path: Path) -> None:
     report = tmp_path / "report"
-    result = _run(*SMALL, *extra, "--no-verify", "--report", str(report))
+    result = _run(*SMALL, *options.split(), "--no-verify", "--report", str(report))
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]

@@ -5,21 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import Slo
 from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
 from idealized_runtime.cost_model.planning.search import plan
 from idealized_runtime.report.plan import write_plan_report
-from tests.report.browser import chromium_missing_reason, headless_chromium
+from tests.report.browser import browser_marks, headless_chromium
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(
-        chromium_missing_reason() is not None, reason=str(chromium_missing_reason())
-    ),
-]
+pytestmark = browser_marks()
 
 CHARTS_JS = """
 return Array.from(document.querySelectorAll('svg.chart')).map(function (svg) {
