@@ -234,7 +234,9 @@ def main() -> None:
         try:
             same[point] = same_deployment(point)
         except (InputError, ValueError) as error:
-            refused[str(error).splitlines()[0][:160]] += 1
+            problems = getattr(error, "errors", None)  # a Deployment's validation: its message
+            reason = problems()[0]["msg"] if callable(problems) else str(error)
+            refused[reason.removeprefix("Value error, ")[:160]] += 1
         if point.speculative:
             continue
         key = point.group[1:]
