@@ -382,6 +382,7 @@ class PlanIn(PlanSettings):
                     "workload": {"prompt_tokens": 8192, "output_tokens": 1024},
                     "slo": {"ttft_s": 2.0, "tpot_s": 0.0333},
                     "rate": 50,
+                    "verify": False,
                 }
             ]
         },

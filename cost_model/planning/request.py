@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from idealized_runtime.core.types import (
     Architecture,
@@ -33,7 +33,8 @@ class PlanWorkload(_Value):
     """The requests to serve: prompt and output tokens (each drawn evenly from
     ``min_length_fraction`` x to 1 x the stated length, as InferenceX's client does with 0.8;
     1: fixed lengths), and the prompts' shared prefixes (``shared_prefix_tokens`` common to the
-    prompts of each of ``prefix_groups`` groups) or a prefix-cache hit rate."""
+    prompts of each of ``prefix_groups`` groups) or a prefix-cache hit rate (not both: the plan
+    refuses that in one line, ``serving.prefix_cache.PrefixSharing``)."""
 
     prompt_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
     output_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
@@ -41,12 +42,6 @@ class PlanWorkload(_Value):
     shared_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
     prefix_groups: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1
     prefix_hit_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
-
-    @model_validator(mode="after")
-    def _one_prefix_source(self) -> PlanWorkload:
-        if self.shared_prefix_tokens and self.prefix_hit_rate is not None:
-            raise ValueError("give shared prefix tokens or a prefix-cache hit rate, not both")
-        return self
 
 
 class PlanSettings(_Value):
