@@ -15,6 +15,7 @@ from idealized_runtime.api.routers import (
     leaderboard,
     load_summaries,
     measurements,
+    plans,
     scores,
     service,
 )
@@ -67,6 +68,7 @@ def create_app() -> FastAPI:
     # The hot estimate routes first: routing tries routes in order.
     for module in (
         estimates, service, catalog, measurements, fits, scores, leaderboard, load_summaries,
+        plans,
     ):  # fmt: skip
         app.include_router(module.router)
     _document_optional_read_auth(app)

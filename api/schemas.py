@@ -24,6 +24,7 @@ from idealized_runtime.core.types import (
     Provenance,
     TokenCount,
 )
+from idealized_runtime.cost_model.planning.request import PlanSettings
 from idealized_runtime.leaderboard.rows import (
     Cost,
     ModelRow,
@@ -356,6 +357,36 @@ class HardwareModelEstimateOut(BaseModel):
     energy_j: float
     cost_usd: float
     notes: list[str]
+
+
+# --- plan --------------------------------------------------------------------------------------
+
+
+class PlanIn(PlanSettings):
+    """A deployment plan (``idealized-runtime plan``): the architecture is a stored one
+    (``architecture``) or a Hugging Face config.json object (``config``), the GPUs to consider
+    are catalog names; the rest as ``PlanSettings``."""
+
+    architecture: Name | None = Field(default=None, description="A stored architecture name")
+    config: dict[str, Any] | None = Field(default=None, description="An HF config.json object")
+    hardware: list[Name] = Field(min_length=1, max_length=16, description="GPU names")
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "architecture": "llama-3.3-70b",
+                    "hardware": ["h100-sxm", "b200"],
+                    "workload": {"prompt_tokens": 8192, "output_tokens": 1024},
+                    "slo": {"ttft_s": 2.0, "tpot_s": 0.0333},
+                    "rate": 50,
+                    "verify": False,
+                }
+            ]
+        },
+    )
 
 
 # --- compare -----------------------------------------------------------------------------------

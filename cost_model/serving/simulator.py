@@ -187,7 +187,7 @@ def simulate(
     while arrivals or waiting or running:
         while arrivals and arrivals[0][0] <= now:
             _, index, arrival = heapq.heappop(arrivals)
-            request = _Request(index, shapes[index], arrival)
+            request = _Request(index, shapes[index], arrival, shapes[index].cached_tokens)
             if capacity is not None and request.need > capacity:
                 finish(request, False, f"needs {request.need} tokens of KV cache, has {capacity}")
                 continue
