@@ -7,7 +7,11 @@ from typing import Any
 from fastapi import FastAPI
 
 from idealized_runtime.api import errors
-from idealized_runtime.api.middleware import BodyLimitMiddleware, ServerTimingMiddleware
+from idealized_runtime.api.middleware import (
+    BodyLimitMiddleware,
+    KeyCheckMiddleware,
+    ServerTimingMiddleware,
+)
 from idealized_runtime.api.routers import (
     catalog,
     estimates,
@@ -26,9 +30,10 @@ Store timings, fit the **idealized** (uniform, well-optimized stack, no contenti
 GPU-seconds, joules and dollars across models.
 
 * Writes need `Authorization: Bearer <key>` (`idealized-runtime apikey create`). Reads are public
-  unless the server sets `IDEALIZED_RUNTIME_READS_REQUIRE_KEY=1`.
+  unless the server sets `IDEALIZED_RUNTIME_READS_REQUIRE_KEY=1`. The key is checked before the
+  body is read: a request without a valid key gets 401, whatever its body.
 * Writes accept an `Idempotency-Key` header: a retry returns the first response
-  (`Idempotent-Replayed: true`); the same key with another body is refused with 422.
+  (`Idempotent-Replayed: true`); the same key with another body is refused with 409.
 * Errors are JSON `{"detail": ...}` with a 4xx status.
 """
 
@@ -70,7 +75,8 @@ def create_app() -> FastAPI:
     ):  # fmt: skip
         app.include_router(module.router)
     _document_optional_read_auth(app)
-    # Outermost first on the way in: time everything, then refuse oversized bodies.
+    # Outermost last: time everything, check the key from the headers, then count the body.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(KeyCheckMiddleware, reads_require_key=settings.reads_require_key)
     app.add_middleware(ServerTimingMiddleware)
     return app
