@@ -1,0 +1,221 @@
+"""What refusing costs the running service (SQLite, one worker), measured: the server's peak
+resident memory (/proc VmHWM) and its temporary files while it answers bodies of hundreds of
+MB, generated on the fly by the test. Bounds are far below what holding the bodies would take;
+each test prints its figures."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import tarfile
+import zipfile
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.api.live import MIB, LiveServer, generated, live_server, peak_disk, peak_memory, rows_of
+
+HEADER = b"model,num_prompt_tokens,num_output_tokens,runtime_s\n"
+
+
+def _row(i: int) -> bytes:
+    return b"model-%d,%d,%d,0.%d5\n" % (i % 7, 1 + i % 4000, i % 300, 1 + i % 9)
+
+
+@pytest.fixture(scope="module")
+def defaults(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The service as shipped: 64 MiB bodies, 500,000 rows per upload."""
+    with live_server(tmp_path_factory.mktemp("defaults")) as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def open_bodies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """Bodies up to 4 GiB: the row limit, not the body limit, has to stop a huge CSV."""
+    with live_server(
+        tmp_path_factory.mktemp("open"), IDEALIZED_RUNTIME_MAX_BODY_BYTES=str(4 << 30)
+    ) as server:
+        yield server
+
+
+def test_anonymous_large_posts_cost_no_memory(defaults: LiveServer) -> None:
+    """Eight concurrent anonymous 50 MB JSON uploads: 401 from the headers, bodies unread."""
+    size = 50 * MIB
+
+    def post(_: int) -> httpx.Response:
+        with defaults.client() as client:
+            body = generated(size, b'{"measurements": [', b'{"model": "m"},')
+            headers = {"content-type": "application/json", "content-length": str(size)}
+            return client.post("/v1/measurement-sets", content=body, headers=headers)
+
+    with peak_memory(defaults.pid) as memory, ThreadPoolExecutor(8) as pool:
+        responses = list(pool.map(post, range(8)))
+    print(f"8 x 50 MB anonymous: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
+    assert [r.status_code for r in responses] == [401] * 8
+    assert all("API key" in r.json()["detail"] for r in responses)
+    assert memory.growth_mib < 30
+
+
+def test_a_huge_csv_stops_at_the_row_limit(open_bodies: LiveServer) -> None:
+    """10^7 rows (about 230 MB), streamed: refused at row 500,001 while it arrives; memory
+    holds the 500,000 rows read (compact columns), not the body."""
+    body = rows_of(10_000_000, _row, HEADER)
+    with peak_memory(open_bodies.pid) as memory, open_bodies.client() as client:
+        response = client.post(
+            "/v1/measurement-sets/csv",
+            content=body,
+            headers={**open_bodies.auth, "content-type": "text/csv"},
+        )
+    print(f"10^7-row CSV: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
+    assert response.status_code == 422, response.text
+    assert "more than 500000 measurements" in response.json()["detail"]
+    assert memory.growth_mib < 120
+
+
+def test_a_large_csv_is_stored_within_bounded_memory(open_bodies: LiveServer) -> None:
+    rows = 200_000
+    with peak_memory(open_bodies.pid) as memory, open_bodies.client() as client:
+        response = client.post(
+            "/v1/measurement-sets/csv",
+            content=rows_of(rows, _row, HEADER),
+            headers={**open_bodies.auth, "content-type": "text/csv"},
+        )
+    print(f"{rows}-row CSV stored: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
+    assert response.status_code == 201, response.text
+    assert response.json()["row_count"] == rows
+    assert memory.growth_mib < 80
+
+
+def test_a_body_beyond_the_limit_is_cut_off_while_streaming(defaults: LiveServer) -> None:
+    """300 MB without Content-Length (chunked), rows long enough that the 64 MiB body limit
+    comes before the row limit: 413 with a JSON detail once 64 MiB have arrived."""
+    header = b"model,num_prompt_tokens,num_output_tokens,runtime_s,notes\n"
+    row = b"m,1,1,0.5," + b"n" * 4000 + b"\n"
+    with peak_memory(defaults.pid) as memory, defaults.client() as client:
+        response = client.post(
+            "/v1/measurement-sets/csv",
+            content=generated(300 * MIB, header, row),
+            headers={**defaults.auth, "content-type": "text/csv"},
+        )
+    print(f"300 MB over the limit: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
+    assert response.status_code == 413
+    assert "larger than 67108864 bytes" in response.json()["detail"]
+    assert memory.growth_mib < 30
+
+
+# --- archives -----------------------------------------------------------------------------------
+
+ZEROS = 255 * MIB
+
+
+RUN_SPEC = b'{"name": "run", "adapter_spec": {"model": "m"}}'
+
+
+def _zip_of_zeros(names: list[str]) -> bytes:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
+        for name in names:
+            archive.writestr(str(Path(name).with_name("run_spec.json")), RUN_SPEC)
+            with archive.open(name, "w", force_zip64=True) as member:
+                for chunk in generated(ZEROS, piece=b"\0"):
+                    member.write(chunk)
+    return buffer.getvalue()
+
+
+def _tar_gz_of_zeros(names: list[str]) -> bytes:
+    buffer = io.BytesIO()
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9) as packed,
+        tarfile.open(fileobj=packed, mode="w|") as archive,
+    ):
+        for name in names:
+            spec = tarfile.TarInfo(str(Path(name).with_name("run_spec.json")))
+            spec.size = len(RUN_SPEC)
+            archive.addfile(spec, io.BytesIO(RUN_SPEC))
+            info = tarfile.TarInfo(name)
+            info.size = ZEROS
+            archive.addfile(info, _Zeros(ZEROS))
+    return buffer.getvalue()
+
+
+class _Zeros(io.RawIOBase):
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        size = self.left if size < 0 else min(size, self.left)
+        self.left -= size
+        return b"\0" * size
+
+
+@pytest.fixture(scope="module")
+def bombs() -> dict[str, bytes]:
+    """About 1 MB archives of 4 x 255 MiB of zeros: as HELM's run files (beside a run_spec.json),
+    or as files an import passes over."""
+    stats = [f"runs/v1/run{i}/per_instance_stats.json" for i in range(4)]
+    other = [f"runs/v1/run{i}/scenario_state.json" for i in range(4)]
+    return {
+        "zip-run-files": _zip_of_zeros(stats),
+        "zip-other-files": _zip_of_zeros(other),
+        "tar.gz-run-files": _tar_gz_of_zeros(stats),
+        "tar.gz-other-files": _tar_gz_of_zeros(other),
+    }
+
+
+@pytest.mark.parametrize(
+    ("kind", "refusal"),
+    [
+        ("zip-run-files", "a run file may have at most 67108864"),
+        ("zip-other-files", "no per_instance_stats.json beside"),  # never decompressed
+        ("tar.gz-run-files", "a run file may have at most 67108864"),
+        ("tar.gz-other-files", "more than 268435456 bytes uncompressed"),
+    ],
+)
+def test_archive_bombs_cost_neither_memory_nor_disk(
+    defaults: LiveServer, bombs: dict[str, bytes], kind: str, refusal: str
+) -> None:
+    body = bombs[kind]
+    media = "application/zip" if kind.startswith("zip") else "application/gzip"
+    with (
+        peak_memory(defaults.pid) as memory,
+        peak_disk(defaults.tmp) as disk,
+        defaults.client() as client,
+    ):
+        response = client.post(
+            "/v1/measurement-sets/helm",
+            content=body,
+            headers={**defaults.auth, "content-type": media},
+        )
+    print(
+        f"{kind} ({len(body) / MIB:.1f} MB): {memory.before_mib:.0f} -> peak "
+        f"{memory.peak_mib:.0f} MiB, temporary files at most {disk[0] / MIB:.1f} MiB"
+    )
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert refusal in detail
+    assert str(defaults.home) not in detail and "/tmp" not in detail
+    assert memory.growth_mib < 30
+    assert disk[0] < 2 * MIB
+
+
+def test_an_archive_of_many_entries_is_refused_before_they_are_read(
+    defaults: LiveServer, tmp_path: Path
+) -> None:
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for i in range(10_001):
+            archive.writestr(f"e/{i}", b"")
+    with defaults.client() as client:
+        response = client.post(
+            "/v1/measurement-sets/helm",
+            content=buffer.getvalue(),
+            headers={**defaults.auth, "content-type": "application/zip"},
+        )
+    assert response.status_code == 422, response.text
+    assert "more than 10000 entries" in response.json()["detail"]
