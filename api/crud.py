@@ -74,11 +74,17 @@ def hardware_out(row: HardwareRow) -> HardwareOut:
     return HardwareOut(**row.spec, id=row.id, created_at=row.created_at)
 
 
+MAX_BIGINT = 2**63 - 1
+
+
 def add_architecture(session: Session, architecture: Architecture) -> ArchitectureRow:
+    num_parameters = architecture.num_parameters()
+    if num_parameters > MAX_BIGINT:  # the same 422 on every backend (errors._overflow)
+        raise OverflowError(f"{num_parameters} parameters")
     row = ArchitectureRow(
         name=architecture.name,
         family=architecture.family,
-        num_parameters=architecture.num_parameters(),
+        num_parameters=num_parameters,
         spec=architecture.model_dump(mode="json"),
     )
     session.add(row)

@@ -373,3 +373,16 @@ def test_the_schema_states_the_rules(client: httpx.Client) -> None:
     sizes = entry["properties"]["runtime_for_prompt_tokens"]
     assert sizes["propertyNames"]["pattern"] == "^[1-9][0-9]{0,6}$"
     assert "patternProperties" not in sizes
+
+
+def test_a_count_beyond_64_bits_is_the_same_422_on_every_backend(
+    client: httpx.Client, service: Service
+) -> None:
+    # Each figure in range, the weights they make beyond a 64-bit integer.
+    huge = {"name": unique("huge"), "num_layers": 284947, "hidden_size": 3984039,
+            "num_heads": 7230978, "head_dim": 126, "ffn_hidden_size": 68630,
+            "vocab_size": 34700185042, "position": "alibi"}  # fmt: skip
+    response = client.post("/v1/models", json=huge, headers=service.auth)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == "a number is too large to store (at most 2**63 - 1)"
+    assert client.get(f"/v1/models/{huge['name']}").status_code == 404
