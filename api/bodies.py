@@ -109,6 +109,20 @@ def body_chunks(request: Request) -> Iterator[bytes]:
             yield chunk
 
 
+def json_chunks(request: Request, digest: Any | None = None) -> Iterator[bytes]:
+    """A JSON body as it streams in (415 for another media type, before any byte is read),
+    each chunk also going into ``digest``."""
+    content_type = media_type(request)
+    if not _is_json(content_type):
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, f"send application/json, not {content_type!r}"
+        )
+    for chunk in body_chunks(request):
+        if digest is not None:
+            digest.update(chunk)
+        yield chunk
+
+
 def upload_chunks(
     request: Request, accepted: Iterable[str], unsupported: str, digest: Any | None = None
 ) -> Iterator[bytes]:

@@ -77,13 +77,23 @@ def _shown_error(item: dict[str, Any]) -> dict[str, Any]:
     return shown
 
 
+class CountedValidationError(RequestValidationError):
+    """Validation errors of which only the first MAX_VALIDATION_ERRORS were kept (a streamed
+    upload does not hold an error per row), and how many there were."""
+
+    def __init__(self, errors: list[dict[str, Any]], count: int) -> None:
+        super().__init__(errors)
+        self.count = count
+
+
 def _validation(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     errors = list(error.errors())
+    count = error.count if isinstance(error, CountedValidationError) else len(errors)
     shown = [_shown_error(item) for item in errors[:MAX_VALIDATION_ERRORS]]
     body = {"detail": jsonable_encoder(shown)}
-    if len(errors) > MAX_VALIDATION_ERRORS:
-        body["error_count"] = len(errors)
+    if count > MAX_VALIDATION_ERRORS:
+        body["error_count"] = count
     return JSONResponse(body, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 

@@ -213,6 +213,14 @@ class MeasurementSetCreate(_Body):
     )
 
 
+class MeasurementSetEnvelope(MeasurementSetCreate):
+    """MeasurementSetCreate less its measurements, which are read one by one as the body streams
+    in (``api.uploads.json_measurement_set``); they are validated here only when they are not
+    a JSON array."""
+
+    measurements: list[MeasurementIn] = Field(default_factory=list)
+
+
 class MeasurementSetOut(BaseModel):
     id: int
     name: str

@@ -1,7 +1,8 @@
 """Uploads turned into stored rows as they stream in, with the file readers' own checks
 (``cost_model.measurements_io``, ``timing.importers.helm``, ``timing.summary``): errors name
 ``upload`` as the file, then the row (CSV), the archive member, run and instance (HELM), or
-the line (JSONL). A row limit is enforced at the row that passes it, not after reading all."""
+the line (JSONL); a JSON measurement set is validated measurement by measurement. A row limit
+is enforced at the row that passes it, not after reading all."""
 
 from __future__ import annotations
 
@@ -10,6 +11,11 @@ from array import array
 from collections.abc import Iterable, Iterator
 from typing import IO, Any
 
+from pydantic import TypeAdapter, ValidationError
+
+from idealized_runtime.api.errors import MAX_VALIDATION_ERRORS, CountedValidationError
+from idealized_runtime.api.json_stream import JsonSyntaxError, StreamedObject
+from idealized_runtime.api.schemas import MeasurementIn, MeasurementSetEnvelope
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Measurement
 from idealized_runtime.cost_model.measurements_io import (
@@ -37,13 +43,16 @@ class MeasurementColumns:
     def __len__(self) -> int:
         return len(self._model)
 
+    def too_many(self) -> InputError:
+        return InputError(
+            f"more than {self.max_rows} measurements in one upload (this server's limit): "
+            "split the upload",
+            path=UPLOAD_NAME,
+        )
+
     def append(self, measurement: Measurement) -> None:
         if len(self._model) >= self.max_rows:
-            raise InputError(
-                f"more than {self.max_rows} measurements in one upload (this server's limit): "
-                "split the upload",
-                path=UPLOAD_NAME,
-            )
+            raise self.too_many()
         model_id = self._model_ids.setdefault(measurement.model, len(self._model_ids))
         self._model.append(model_id)
         self._prompt.append(measurement.num_prompt_tokens)
@@ -76,6 +85,84 @@ class MeasurementColumns:
                 "ttft_s": None if math.isnan(ttft) else ttft,
                 "std_s": None if math.isnan(std) else std,
             }
+
+
+MEASUREMENT = TypeAdapter(MeasurementIn)
+MEASUREMENTS = TypeAdapter(list[MeasurementIn])
+ENVELOPE = TypeAdapter(MeasurementSetEnvelope)
+# Measurements validated in one pydantic call (one call per row costs more than the row).
+VALIDATION_BATCH = 1000
+
+
+def json_measurement_set(
+    chunks: Iterable[bytes], max_rows: int
+) -> tuple[MeasurementSetEnvelope, MeasurementColumns]:
+    """A JSON measurement set (MeasurementSetCreate) as it streams in: each measurement
+    validated strictly on its own and stored in columns, the other members validated at the
+    end. Errors as FastAPI's (the first 20 and their count), under ``body``."""
+    document = StreamedObject(chunks, "measurements")
+    columns = MeasurementColumns(max_rows)
+    errors: list[dict[str, Any]] = []
+    count = rows = 0
+
+    def refuse(items: list[dict[str, Any]], prefix: tuple[Any, ...]) -> None:
+        nonlocal count
+        for item in items:
+            count += 1
+            if len(errors) < MAX_VALIDATION_ERRORS:
+                errors.append({**item, "loc": (*prefix, *item["loc"])})
+
+    batch: list[bytes] = []
+
+    def validate() -> None:
+        first = rows - len(batch)
+        try:
+            valid = MEASUREMENTS.validate_json(b"[" + b",".join(batch) + b"]", strict=True)
+        except ValidationError as error:
+            found = error.errors(include_url=False)
+            if any(not item["loc"] for item in found):  # one item is not JSON: which one?
+                for index, item in enumerate(batch):
+                    try:
+                        MEASUREMENT.validate_json(item, strict=True)
+                    except ValidationError as its:
+                        where = ("body", "measurements", first + index)
+                        refuse(its.errors(include_url=False), where)
+            else:
+                for item in found:
+                    index, *loc = item["loc"]
+                    where = ("body", "measurements", first + index)
+                    refuse([{**item, "loc": tuple(loc)}], where)
+        else:
+            if not errors:  # past the first error only errors are collected
+                columns.extend(valid)
+        batch.clear()
+
+    try:
+        for _index, item in document.items():
+            rows += 1
+            if rows > max_rows:
+                raise columns.too_many()
+            batch.append(item)
+            if len(batch) == VALIDATION_BATCH:
+                validate()
+        if batch:
+            validate()
+    except JsonSyntaxError as error:
+        refuse([{"type": "json_invalid", "loc": (), "msg": f"Invalid JSON: {error}"}], ("body",))
+        raise CountedValidationError(errors, count) from None
+    try:
+        envelope = ENVELOPE.validate_json(document.others, strict=True)
+    except ValidationError as error:
+        refuse(error.errors(include_url=False), ("body",))
+        raise CountedValidationError(errors, count) from None
+    if not document.array_given and not envelope.measurements:
+        refuse([{"type": "missing", "loc": ("measurements",), "msg": "Field required"}], ("body",))
+    elif document.array_given and rows == 0:
+        too_short = "List should have at least 1 item after validation, not 0"
+        refuse([{"type": "too_short", "loc": ("measurements",), "msg": too_short}], ("body",))
+    if errors:
+        raise CountedValidationError(errors, count)
+    return envelope, columns.extend(envelope.measurements)
 
 
 def csv_measurements(lines: Iterable[str], max_rows: int) -> MeasurementColumns:

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
 from idealized_runtime.api.bodies import (
-    json_body,
+    json_chunks,
     request_body,
     spooled,
     text_lines,
@@ -23,6 +23,7 @@ from idealized_runtime.api.idempotency import (
     upload_write_context,
     write_context,
 )
+from idealized_runtime.api.openapi import register_request_schema
 from idealized_runtime.api.routers.common import (
     ERRORS,
     READ_ERRORS,
@@ -44,11 +45,13 @@ from idealized_runtime.api.uploads import (
     MeasurementColumns,
     csv_measurements,
     helm_measurements,
+    json_measurement_set,
 )
 from idealized_runtime.core.types import Dtype, Stack
 
 router = APIRouter(prefix="/v1/measurement-sets", tags=["measurements"])
 CSV_TYPES = ("text/csv", "application/csv", "text/plain")
+register_request_schema("MeasurementSetCreate", MeasurementSetCreate)
 CSV_EXAMPLE = (
     "model,num_prompt_tokens,num_output_tokens,runtime_s\ngptj-6b,512,1,0.12\ngptj-6b,512,32,0.71\n"
 )
@@ -87,19 +90,21 @@ def _store(
     openapi_extra=request_body("MeasurementSetCreate"),
     summary="Upload a measurement set as JSON (all rows or none)",
     description=(
-        "Refused although schema-valid: a measurement whose ttft_s is greater than its "
-        "runtime_s (a rule between two fields); more measurements than the server's "
-        "max_upload_rows (422)."
+        "Read measurement by measurement as the body arrives.\n\nRefused although "
+        "schema-valid: a measurement whose ttft_s is greater than its runtime_s (a rule "
+        "between two fields); more measurements than the server's max_upload_rows (422, at "
+        "the first one past it)."
     ),
 )
 def upload_json(
-    context: WriteContext = Depends(write_context),
-    payload: MeasurementSetCreate = Depends(
-        json_body(MeasurementSetCreate, "MeasurementSetCreate")
-    ),
+    request: Request,
+    context: WriteContext = Depends(upload_write_context),
     session: Session = Depends(write_session),
 ) -> Response:
-    measurements = MeasurementColumns(get_settings().max_upload_rows).extend(payload.measurements)
+    # Read measurement by measurement as the body arrives: memory holds the rows stored so far.
+    payload, measurements = json_measurement_set(
+        json_chunks(request, context.digest), get_settings().max_upload_rows
+    )
     return _store(
         session,
         context,

@@ -9,7 +9,7 @@ import os
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,10 +130,3 @@ def generated(
         part = block[: total_bytes - sent]
         sent += len(part)
         yield part
-
-
-def rows_of(count: int, row: Callable[[int], bytes], header: bytes, per_chunk: int = 20_000):
-    """A CSV body of ``count`` rows made by ``row(i)``, generated chunk by chunk."""
-    yield header
-    for start in range(0, count, per_chunk):
-        yield b"".join(row(i) for i in range(start, min(count, start + per_chunk)))

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import struct
 import tarfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,13 +18,25 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.live import MIB, LiveServer, generated, live_server, peak_disk, peak_memory, rows_of
+from tests.api.live import MIB, LiveServer, generated, live_server, peak_disk, peak_memory
 
 HEADER = b"model,num_prompt_tokens,num_output_tokens,runtime_s\n"
 
 
 def _row(i: int) -> bytes:
     return b"model-%d,%d,%d,0.%d5\n" % (i % 7, 1 + i % 4000, i % 300, 1 + i % 9)
+
+
+# 10,000 rows made once; bodies repeat them (the client would otherwise spend seconds making
+# millions of rows).
+BLOCK_ROWS = 10_000
+BLOCK = b"".join(_row(i) for i in range(BLOCK_ROWS))
+
+
+def csv_body(rows: int) -> Iterator[bytes]:
+    yield HEADER
+    for _ in range(rows // BLOCK_ROWS):
+        yield BLOCK
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +76,7 @@ def test_anonymous_large_posts_cost_no_memory(defaults: LiveServer) -> None:
 def test_a_huge_csv_stops_at_the_row_limit(open_bodies: LiveServer) -> None:
     """10^7 rows (about 230 MB), streamed: refused at row 500,001 while it arrives; memory
     holds the 500,000 rows read (compact columns), not the body."""
-    body = rows_of(10_000_000, _row, HEADER)
+    body = csv_body(10_000_000)
     with peak_memory(open_bodies.pid) as memory, open_bodies.client() as client:
         response = client.post(
             "/v1/measurement-sets/csv",
@@ -76,16 +90,40 @@ def test_a_huge_csv_stops_at_the_row_limit(open_bodies: LiveServer) -> None:
 
 
 def test_a_large_csv_is_stored_within_bounded_memory(open_bodies: LiveServer) -> None:
-    rows = 200_000
+    rows = 100_000
     with peak_memory(open_bodies.pid) as memory, open_bodies.client() as client:
         response = client.post(
             "/v1/measurement-sets/csv",
-            content=rows_of(rows, _row, HEADER),
+            content=csv_body(rows),
             headers={**open_bodies.auth, "content-type": "text/csv"},
         )
     print(f"{rows}-row CSV stored: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
     assert response.status_code == 201, response.text
     assert response.json()["row_count"] == rows
+    assert memory.growth_mib < 80
+
+
+def test_a_large_json_upload_is_read_measurement_by_measurement(defaults: LiveServer) -> None:
+    """600,000 measurements as one JSON body (49 MB): refused at the 500,001st, holding the
+    rows read (compact columns), not the document parsed whole."""
+    item = b'{"model": "m", "num_prompt_tokens": 512, "num_output_tokens": 32, "runtime_s": 0.25}'
+    rows = 600_000
+
+    def body() -> Iterator[bytes]:
+        yield b'{"name": "big", "measurements": [' + item
+        for _ in range(1, rows, 10_000):
+            yield (b"," + item) * 10_000
+        yield b"]}"
+
+    with peak_memory(defaults.pid) as memory, defaults.client() as client:
+        response = client.post(
+            "/v1/measurement-sets",
+            content=body(),
+            headers={**defaults.auth, "content-type": "application/json"},
+        )
+    print(f"600k-row JSON: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
+    assert response.status_code == 422, response.text
+    assert "more than 500000 measurements" in response.json()["detail"]
     assert memory.growth_mib < 80
 
 
@@ -109,60 +147,72 @@ def test_a_body_beyond_the_limit_is_cut_off_while_streaming(defaults: LiveServer
 # --- archives -----------------------------------------------------------------------------------
 
 ZEROS = 255 * MIB
-
-
 RUN_SPEC = b'{"name": "run", "adapter_spec": {"model": "m"}}'
 
 
-def _zip_of_zeros(names: list[str]) -> bytes:
-    buffer = io.BytesIO()
-    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED, compresslevel=9) as archive:
-        for name in names:
-            archive.writestr(str(Path(name).with_name("run_spec.json")), RUN_SPEC)
-            with archive.open(name, "w", force_zip64=True) as member:
-                for chunk in generated(ZEROS, piece=b"\0"):
-                    member.write(chunk)
-    return buffer.getvalue()
+@pytest.fixture(scope="module")
+def deflated_zeros() -> tuple[bytes, int]:
+    """255 MiB of zeros deflated (about 250 kB) and their CRC-32: compressed once, reused."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)
+    block, crc = b"\0" * MIB, 0
+    pieces = []
+    for _ in range(ZEROS // MIB):
+        pieces.append(packer.compress(block))
+        crc = zlib.crc32(block, crc)
+    pieces.append(packer.flush())
+    return b"".join(pieces), crc
+
+
+def _zip_of_zeros(names: list[str], deflated: bytes, crc: int) -> bytes:
+    """A .zip holding, per name, a run_spec.json beside ``name`` of 255 MiB of zeros; written
+    by hand to reuse the one deflated stream."""
+    body, directory = io.BytesIO(), io.BytesIO()
+    entries = []
+    for name in names:
+        spec = str(Path(name).with_name("run_spec.json"))
+        entries.append((spec, 0, RUN_SPEC, zlib.crc32(RUN_SPEC), len(RUN_SPEC)))
+        entries.append((name, 8, deflated, crc, ZEROS))
+    for name, method, data, checksum, size in entries:
+        offset = body.tell()
+        encoded = name.encode()
+        body.write(struct.pack("<4sHHHHHIIIHH", b"PK\x03\x04", 20, 0, method, 0, 0, checksum,
+                               len(data), size, len(encoded), 0) + encoded + data)  # fmt: skip
+        directory.write(struct.pack("<4sHHHHHHIIIHHHHHII", b"PK\x01\x02", 20, 20, 0, method, 0, 0,
+                                    checksum, len(data), size, len(encoded), 0, 0, 0, 0, 0,
+                                    offset) + encoded)  # fmt: skip
+    start, listing = body.tell(), directory.getvalue()
+    end = struct.pack("<4sHHHHIIH", b"PK\x05\x06", 0, 0, len(entries), len(entries),
+                      len(listing), start, 0)  # fmt: skip
+    return body.getvalue() + listing + end
 
 
 def _tar_gz_of_zeros(names: list[str]) -> bytes:
-    buffer = io.BytesIO()
-    with (
-        gzip.GzipFile(fileobj=buffer, mode="wb", compresslevel=9) as packed,
-        tarfile.open(fileobj=packed, mode="w|") as archive,
-    ):
-        for name in names:
-            spec = tarfile.TarInfo(str(Path(name).with_name("run_spec.json")))
-            spec.size = len(RUN_SPEC)
-            archive.addfile(spec, io.BytesIO(RUN_SPEC))
-            info = tarfile.TarInfo(name)
-            info.size = ZEROS
-            archive.addfile(info, _Zeros(ZEROS))
-    return buffer.getvalue()
-
-
-class _Zeros(io.RawIOBase):
-    def __init__(self, size: int) -> None:
-        self.left = size
-
-    def readable(self) -> bool:
-        return True
-
-    def read(self, size: int = -1) -> bytes:
-        size = self.left if size < 0 else min(size, self.left)
-        self.left -= size
-        return b"\0" * size
+    """A .tar.gz as concatenated gzip members (one stream to a reader): the 255 MiB of zeros of
+    every file compressed once."""
+    zeros = gzip.compress(b"\0" * MIB, compresslevel=9)  # 1 MiB; the member repeats it
+    parts = []
+    for name in names:
+        spec = tarfile.TarInfo(str(Path(name).with_name("run_spec.json")))
+        spec.size = len(RUN_SPEC)
+        padding = b"\0" * (-len(RUN_SPEC) % 512)
+        parts.append(gzip.compress(spec.tobuf() + RUN_SPEC + padding))
+        info = tarfile.TarInfo(name)
+        info.size = ZEROS
+        parts.append(gzip.compress(info.tobuf()))
+        parts.extend([zeros] * (ZEROS // MIB))
+    parts.append(gzip.compress(b"\0" * 1024))  # the end of the archive
+    return b"".join(parts)
 
 
 @pytest.fixture(scope="module")
-def bombs() -> dict[str, bytes]:
+def bombs(deflated_zeros: tuple[bytes, int]) -> dict[str, bytes]:
     """About 1 MB archives of 4 x 255 MiB of zeros: as HELM's run files (beside a run_spec.json),
     or as files an import passes over."""
     stats = [f"runs/v1/run{i}/per_instance_stats.json" for i in range(4)]
     other = [f"runs/v1/run{i}/scenario_state.json" for i in range(4)]
     return {
-        "zip-run-files": _zip_of_zeros(stats),
-        "zip-other-files": _zip_of_zeros(other),
+        "zip-run-files": _zip_of_zeros(stats, *deflated_zeros),
+        "zip-other-files": _zip_of_zeros(other, *deflated_zeros),
         "tar.gz-run-files": _tar_gz_of_zeros(stats),
         "tar.gz-other-files": _tar_gz_of_zeros(other),
     }
