@@ -55,13 +55,21 @@ def create_app() -> FastAPI:
     )
     errors.install(app)
     # The hot estimate routes first: routing tries routes in order.
-    for module in (
-        estimates, service, catalog, measurements, fits, scores, leaderboard, load_summaries,
-    ):  # fmt: skip
-        app.include_router(module.router)
+    routers = [
+        module.router
+        for module in (
+            estimates, service, catalog, measurements, fits, scores, leaderboard, load_summaries,
+        )
+    ]  # fmt: skip
+    for router in routers:
+        app.include_router(router)
     openapi.install(app, refuses_nul_text=not settings.is_sqlite)
     # Outermost last: time everything, check the key from the headers, then count the body.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
-    app.add_middleware(KeyCheckMiddleware, reads_require_key=settings.reads_require_key)
+    app.add_middleware(
+        KeyCheckMiddleware,
+        reads_require_key=settings.reads_require_key,
+        routes=[route for router in routers for route in router.routes],
+    )
     app.add_middleware(ServerTimingMiddleware)
     return app

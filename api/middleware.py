@@ -7,13 +7,14 @@ beyond the limit while it streams. Nothing reads a body before the key is checke
 from __future__ import annotations
 
 import json
-import re
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from fastapi import HTTPException
 from fastapi.routing import APIRoute
 from starlette.concurrency import run_in_threadpool
+from starlette.routing import BaseRoute
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from idealized_runtime.api.security import (
@@ -70,12 +71,18 @@ class KeyCheckMiddleware:
     write, and on reads when ``reads_require_key``. The caller it found goes into the request's
     state for the route's dependencies (``api.security.require_key`` / ``reader``).
 
-    Which routes need a key comes from the routes' own dependencies (``route_access``), read
-    once. A path no route serves passes through (404 or 405, body unread)."""
+    Which routes need a key comes from the routes' own dependencies (``route_access``), given
+    as ``routes`` (the routers' routes: FastAPI's application keeps included routers as
+    opaque entries in recent versions). A path no route serves passes through (404 or 405,
+    body unread)."""
 
-    def __init__(self, app: ASGIApp, reads_require_key: bool) -> None:
+    def __init__(self, app: ASGIApp, reads_require_key: bool, routes: Iterable[BaseRoute]) -> None:
         self.app, self.reads_require_key = app, reads_require_key
-        self._routes: list[tuple[re.Pattern[str], set[str], str | None]] | None = None
+        self._routes = [
+            (route.path_regex, route.methods or set(), route_access(route))
+            for route in routes
+            if isinstance(route, APIRoute)
+        ]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         # The hot path (public GETs) pays for one comparison.
@@ -95,12 +102,6 @@ class KeyCheckMiddleware:
         await self.app(scope, receive, send)
 
     def _access(self, scope: Scope) -> str | None:
-        if self._routes is None:
-            self._routes = [
-                (route.path_regex, route.methods or set(), route_access(route))
-                for route in scope["app"].routes
-                if isinstance(route, APIRoute)
-            ]
         path, method = _route_path(scope), scope["method"]
         for pattern, methods, access in self._routes:
             if method in methods and pattern.match(path):

@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import gzip
 import io
+import socket
 import struct
 import tarfile
+import time
 import zipfile
 import zlib
 from collections.abc import Iterator
@@ -142,6 +144,44 @@ def test_a_body_beyond_the_limit_is_cut_off_while_streaming(defaults: LiveServer
     assert response.status_code == 413
     assert "larger than 67108864 bytes" in response.json()["detail"]
     assert memory.growth_mib < 30
+
+
+def _raw_request(server: LiveServer, head: str) -> tuple[str, float]:
+    """Send only the head of a request (its headers announce a body never sent); the status
+    line of the answer and how long it took."""
+    host, port = server.base_url.removeprefix("http://").split(":")
+    start = time.perf_counter()
+    with socket.create_connection((host, int(port)), timeout=10) as connection:
+        connection.sendall(head.encode())
+        status = connection.makefile("rb").readline().decode()
+    return status, time.perf_counter() - start
+
+
+def test_a_declared_length_past_the_limit_is_refused_before_any_body(
+    defaults: LiveServer,
+) -> None:
+    """Content-Length of 10 GB and no body at all, on every write: 401 without a key (the key
+    comes first), 413 with one; answered at once, nothing waited for."""
+    with defaults.client() as client:
+        document = client.get("/v1/openapi.json").json()
+    writes = [
+        (method.upper(), path.replace("{set_id}", "1"))
+        for path, item in document["paths"].items()
+        for method, operation in item.items()
+        if {} not in operation.get("security", [{}])
+    ]
+    assert len(writes) >= 10
+    for method, path in writes:
+        for auth, status in [("", "401 Unauthorized"),
+                             (f"Authorization: Bearer {defaults.key}\r\n",
+                              "413 Request Entity Too Large")]:  # fmt: skip
+            answer, took = _raw_request(
+                defaults,
+                f"{method} {path} HTTP/1.1\r\nHost: test\r\nContent-Type: text/csv\r\n"
+                f"{auth}Content-Length: 10000000000\r\n\r\n",
+            )
+            assert answer.startswith(f"HTTP/1.1 {status}"), (method, path, answer)
+            assert took < 5
 
 
 # --- archives -----------------------------------------------------------------------------------
