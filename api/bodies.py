@@ -4,8 +4,9 @@
 * JSON bodies (``json_body``) are validated by pydantic-core straight from the bytes in strict
   mode: ``true`` is no number, ``"3"`` and ``1e3`` are no integer; ``NaN`` and ``Infinity``
   (not JSON) are refused by the input models. Errors have FastAPI's shape, under ``body``.
-* Uploads (CSV, JSONL, archives) are read chunk by chunk (``body_chunks``) from a worker
-  thread, so a limit is enforced where it is reached, without holding the body.
+* Uploads (CSV, JSONL, archives, a JSON measurement set: ``api.json_stream``) are read chunk
+  by chunk (``body_chunks``) from a worker thread, so a limit is enforced where it is reached,
+  without holding the body.
 """
 
 from __future__ import annotations
@@ -50,6 +51,14 @@ def _validation_error(error: ValidationError) -> RequestValidationError:
     )
 
 
+def _require_json(request: Request) -> None:
+    content_type = media_type(request)
+    if not _is_json(content_type):
+        raise HTTPException(
+            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, f"send application/json, not {content_type!r}"
+        )
+
+
 def json_body(schema: Any, name: str) -> Callable[..., Any]:
     """A dependency giving the request's JSON body validated strictly as ``schema``, and
     documenting it in the OpenAPI document under ``name`` (``openapi_extra=request_body(name)``
@@ -57,21 +66,10 @@ def json_body(schema: Any, name: str) -> Callable[..., Any]:
     adapter: TypeAdapter[Any] = TypeAdapter(schema)
     register_request_schema(name, schema)
 
-    def validate(body: bytes) -> Any:
-        try:
-            return adapter.validate_json(body, strict=True)
-        except ValidationError as error:
-            raise _validation_error(error) from None
-
     async def dependency(request: Request) -> Any:
-        content_type = media_type(request)
-        if not _is_json(content_type):
-            raise HTTPException(
-                status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-                f"send application/json, not {content_type!r}",
-            )
+        _require_json(request)
         body = await request.body()  # bounded by BodyLimitMiddleware
-        return await run_in_threadpool(validate, body)
+        return await run_in_threadpool(validate_json, adapter, body)
 
     return dependency
 
@@ -112,11 +110,7 @@ def body_chunks(request: Request) -> Iterator[bytes]:
 def json_chunks(request: Request, digest: Any | None = None) -> Iterator[bytes]:
     """A JSON body as it streams in (415 for another media type, before any byte is read),
     each chunk also going into ``digest``."""
-    content_type = media_type(request)
-    if not _is_json(content_type):
-        raise HTTPException(
-            status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, f"send application/json, not {content_type!r}"
-        )
+    _require_json(request)
     for chunk in body_chunks(request):
         if digest is not None:
             digest.update(chunk)
