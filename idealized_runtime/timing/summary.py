@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -361,20 +361,28 @@ def parse_raw_lines(
     InputError naming it, except, when ``partial_last_line_ok``, a last line cut off by a run
     killed while writing."""
     lines = text.splitlines()
-    rows: list[dict[str, Any]] = []
+    if partial_last_line_ok and lines and not _json_object(lines[-1]):
+        lines = lines[:-1]
+    return list(iter_raw_lines(lines, path=path))
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def iter_raw_lines(lines: Iterable[str], *, path: str) -> Iterator[dict[str, Any]]:
+    """``parse_raw_lines`` of lines as they arrive (an upload), one row at a time."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if not isinstance(row, dict):
-            if partial_last_line_ok and number == len(lines):
-                continue
+        row = _json_object(line)
+        if row is None:
             raise InputError(f"line {number} is not a JSON object", path=path)
-        rows.append(row)
-    return rows
+        yield row
 
 
 def read_raw_rows(paths: Iterable[str | Any]) -> list[dict[str, Any]]:

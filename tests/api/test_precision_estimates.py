@@ -202,5 +202,5 @@ def test_models_refuse_bad_hf_configs_with_the_reason(
     body = {"name": "bad-config", "config": config}
     response = client.post("/v1/models", json=body, headers=service.auth)
     assert response.status_code == 422
-    assert message in response.json()["detail"]
+    assert message in json.dumps(response.json()["detail"])
     assert client.get("/v1/models/bad-config").status_code == 404
