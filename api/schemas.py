@@ -35,8 +35,8 @@ from idealized_runtime.core.types import (
     Measurement,
     Name,
     OutputTokenCount,
-    RopeScaling,
     Provenance,
+    RopeScaling,
     TokenCount,
 )
 from idealized_runtime.cost_model.planning.request import PlanSettings
@@ -392,6 +392,20 @@ ModelIn = Annotated[
 ]
 
 
+# Exactly one of a stored architecture's name or an HF config.json object (the other absent or
+# null), for the bodies that take either.
+ARCHITECTURE_OR_CONFIG: list[dict[str, Any]] = [
+    {
+        "required": ["architecture"],
+        "properties": {"architecture": {"type": "string"}, "config": {"type": "null"}},
+    },
+    {
+        "required": ["config"],
+        "properties": {"config": {"type": "object"}, "architecture": {"type": "null"}},
+    },
+]
+
+
 class HardwareModelEstimateIn(_Body):
     """One request estimated by the hardware model (no profile): what ``idealized-runtime
     estimate --arch`` computes. The architecture is a stored one (``architecture``) or a Hugging
@@ -433,23 +447,7 @@ class HardwareModelEstimateIn(_Body):
                     "weights": "int4",
                 }
             ],
-            # Exactly one of architecture / config (the other absent or null).
-            "oneOf": [
-                {
-                    "required": ["architecture"],
-                    "properties": {
-                        "architecture": {"type": "string"},
-                        "config": {"type": "null"},
-                    },
-                },
-                {
-                    "required": ["config"],
-                    "properties": {
-                        "config": {"type": "object"},
-                        "architecture": {"type": "null"},
-                    },
-                },
-            ],
+            "oneOf": ARCHITECTURE_OR_CONFIG,
         },
     )
 
@@ -489,7 +487,7 @@ class PlanIn(PlanSettings):
     are catalog names; the rest as ``PlanSettings``."""
 
     architecture: Name | None = Field(default=None, description="A stored architecture name")
-    config: dict[str, Any] | None = Field(default=None, description="An HF config.json object")
+    config: HfConfig | None = None
     hardware: list[Name] = Field(min_length=1, max_length=16, description="GPU names")
 
     model_config = ConfigDict(
@@ -505,7 +503,8 @@ class PlanIn(PlanSettings):
                     "rate": 50,
                     "verify": False,
                 }
-            ]
+            ],
+            "oneOf": ARCHITECTURE_OR_CONFIG,
         },
     )
 

@@ -29,7 +29,11 @@ router = APIRouter(prefix="/v1", tags=["plan"])
         "tokens/s per user), the configuration with the most tokens/s per GPU under `slo`, "
         "the replicas and GPUs for `rate`, and dollars and joules per million output tokens. "
         "The architecture is a stored one or an HF config.json object (`config`). Unknown "
-        "GPUs: 404; a model that fits nowhere, an unknown stack or format: 422."
+        "GPUs: 404; a model that fits nowhere, an unknown stack or format: 422. Refused by "
+        "rules that depend on stored data: when no deployment could be evaluated (the stored "
+        "GPU has no kernel measurements of any engine stack, or the model fits on none of its "
+        "layouts), 422 says why for each stack; and by rules on the content of `config` "
+        "(the keys its model_type needs, a consistent shape)."
     ),
 )
 def create_plan(payload: PlanIn, _: Principal = Depends(reader)) -> PlanResult:
