@@ -34,6 +34,7 @@ from idealized_runtime.api.schemas import (
     Metric,
     ModelOut,
 )
+from idealized_runtime.api.uploads import MeasurementColumns
 from idealized_runtime.core.types import (
     Architecture,
     FittedCostModel,
@@ -73,11 +74,17 @@ def hardware_out(row: HardwareRow) -> HardwareOut:
     return HardwareOut(**row.spec, id=row.id, created_at=row.created_at)
 
 
+MAX_BIGINT = 2**63 - 1
+
+
 def add_architecture(session: Session, architecture: Architecture) -> ArchitectureRow:
+    num_parameters = architecture.num_parameters()
+    if num_parameters > MAX_BIGINT:  # the same 422 on every backend (errors._overflow)
+        raise OverflowError(f"{num_parameters} parameters")
     row = ArchitectureRow(
         name=architecture.name,
         family=architecture.family,
-        num_parameters=architecture.num_parameters(),
+        num_parameters=num_parameters,
         spec=architecture.model_dump(mode="json"),
     )
     session.add(row)
@@ -168,6 +175,10 @@ def measurement_set_out(row: MeasurementSetRow) -> MeasurementSetOut:
     )
 
 
+# Rows per INSERT statement: an upload of 10^5+ rows is not one list of dicts in memory.
+INSERT_BATCH_ROWS = 10_000
+
+
 def create_measurement_set(
     session: Session,
     *,
@@ -175,38 +186,33 @@ def create_measurement_set(
     source: str,
     metadata: dict[str, Any],
     stack: Provenance | None,
-    measurements: Sequence[Measurement],
+    measurements: MeasurementColumns | Sequence[Measurement],
     created_by: int | None,
 ) -> MeasurementSetRow:
-    """Insert the set and all its rows (one executemany); the caller commits or rolls back."""
-    models = sorted({m.model for m in measurements})
+    """Insert the set and all its rows (executemany per batch); the caller commits or rolls
+    back."""
+    if not isinstance(measurements, MeasurementColumns):
+        measurements = MeasurementColumns(max(len(measurements), 1)).extend(measurements)
     row = MeasurementSetRow(
         name=name or f"set-{uuid.uuid4().hex[:12]}",
         source=source,
         metadata_=metadata,
         stack=stack_row(session, stack) if stack is not None else None,
         row_count=len(measurements),
-        models={"names": models},
+        models={"names": measurements.models},
         created_by=created_by,
     )
     session.add(row)
     session.flush()
-    session.execute(
-        insert(MeasurementRow),
-        [
-            {
-                "set_id": row.id,
-                "model": m.model,
-                "num_prompt_tokens": m.num_prompt_tokens,
-                "num_output_tokens": m.num_output_tokens,
-                "batch_size": m.batch_size,
-                "runtime_s": m.runtime_s,
-                "ttft_s": m.ttft_s,
-                "std_s": m.std_s,
-            }
-            for m in measurements
-        ],
-    )
+    batch: list[dict[str, Any]] = []
+    for record in measurements.records():
+        record["set_id"] = row.id
+        batch.append(record)
+        if len(batch) == INSERT_BATCH_ROWS:
+            session.execute(insert(MeasurementRow), batch)
+            batch = []
+    if batch:
+        session.execute(insert(MeasurementRow), batch)
     return row
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DataError, IntegrityError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from idealized_runtime.api.schemas import PATTERN_MEANINGS
 from idealized_runtime.core.catalog import UnknownNameError
 from idealized_runtime.core.errors import InputError
 
@@ -62,16 +64,36 @@ def _operational(_: Request, error: Exception) -> JSONResponse:
     raise error
 
 
+def _shown_error(item: dict[str, Any]) -> dict[str, Any]:
+    shown = {key: value for key, value in item.items() if key in ("type", "loc", "msg", "ctx")}
+    pattern = (item.get("ctx") or {}).get("pattern")
+    given = item.get("input")
+    if item.get("type") == "int_type" and isinstance(given, float) and given.is_integer():
+        shown["msg"] = "Input should be an integer written as one: 3, not 3.0 or 3e0"
+    if item.get("type") == "string_pattern_mismatch" and pattern in PATTERN_MEANINGS:
+        # Say what the pattern means rather than quote a long regular expression.
+        shown["msg"] = PATTERN_MEANINGS[pattern]
+        shown.pop("ctx", None)
+    return shown
+
+
+class CountedValidationError(RequestValidationError):
+    """Validation errors of which only the first MAX_VALIDATION_ERRORS were kept (a streamed
+    upload does not hold an error per row), and how many there were."""
+
+    def __init__(self, errors: list[dict[str, Any]], count: int) -> None:
+        super().__init__(errors)
+        self.count = count
+
+
 def _validation(_: Request, error: Exception) -> JSONResponse:
     assert isinstance(error, RequestValidationError)
     errors = list(error.errors())
-    shown = [
-        {key: value for key, value in item.items() if key in ("type", "loc", "msg", "ctx")}
-        for item in errors[:MAX_VALIDATION_ERRORS]
-    ]
+    count = error.count if isinstance(error, CountedValidationError) else len(errors)
+    shown = [_shown_error(item) for item in errors[:MAX_VALIDATION_ERRORS]]
     body = {"detail": jsonable_encoder(shown)}
-    if len(errors) > MAX_VALIDATION_ERRORS:
-        body["error_count"] = len(errors)
+    if count > MAX_VALIDATION_ERRORS:
+        body["error_count"] = count
     return JSONResponse(body, status_code=status.HTTP_422_UNPROCESSABLE_CONTENT)
 
 

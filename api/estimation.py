@@ -9,14 +9,17 @@ The arithmetic is the cost model's: runtimes come from
 
 from __future__ import annotations
 
+import math
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from fastapi import HTTPException, status
 from numpy.typing import NDArray
+from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
@@ -180,8 +183,45 @@ def default_hardware_name(fit: FittedCostModel) -> str | None:
     return None
 
 
+def finite(values: NDArray[np.float64], what: str) -> NDArray[np.float64]:
+    """``values``, or a 422 when one is not finite: a response never holds a null where the
+    schema promises a number (JSON has no NaN or Infinity)."""
+    if not np.isfinite(values).all():
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            f"{what} gives a value beyond floating-point range for these requests",
+        )
+    return values
+
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def require_finite(out: ModelT) -> ModelT:
+    """``out``, or a 422 when one of its numbers is NaN or infinite."""
+
+    def numbers(value: Any) -> Iterator[float]:
+        if isinstance(value, float):
+            yield value
+        elif isinstance(value, BaseModel):
+            for item in value.__dict__.values():
+                yield from numbers(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                yield from numbers(item)
+
+    if not all(math.isfinite(number) for number in numbers(out)):
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT,
+            "the estimate is beyond floating-point range (check the fit's or the hardware's "
+            "stored figures)",
+        )
+    return out
+
+
 def runtimes(fit: FittedCostModel, prompt_tokens: Any, output_tokens: Any) -> NDArray[np.float64]:
-    return np.asarray(predict_runtime(fit, prompt_tokens, output_tokens), dtype=np.float64)
+    values = np.asarray(predict_runtime(fit, prompt_tokens, output_tokens), dtype=np.float64)
+    return finite(values, f"the {fit.method} fit of {fit.model!r}")
 
 
 def cost_columns(runtime_s: NDArray[np.float64], num_gpus: int, hardware: Hardware) -> CostColumns:
@@ -191,10 +231,13 @@ def cost_columns(runtime_s: NDArray[np.float64], num_gpus: int, hardware: Hardwa
     runtime and scale, instead of calling it per row. A rate the hardware catalog does not know
     (price or power 0) gives None, not 0."""
     per_second = cost_variants(1.0, num_gpus, hardware)
+    what = f"the costs on {num_gpus} x {hardware.name}"
     return CostColumns(
         hardware=hardware.name,
         num_gpus=num_gpus,
-        gpu_seconds=runtime_s * per_second["gpu_seconds"],
-        joules=runtime_s * per_second["energy_j"] if hardware.board_power_w else None,
-        dollars=runtime_s * per_second["cost_usd"] if hardware.hourly_price_usd else None,
+        gpu_seconds=finite(runtime_s * per_second["gpu_seconds"], what),
+        joules=finite(runtime_s * per_second["energy_j"], what) if hardware.board_power_w else None,
+        dollars=(
+            finite(runtime_s * per_second["cost_usd"], what) if hardware.hourly_price_usd else None
+        ),
     )

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI
 
-from idealized_runtime.api import errors
-from idealized_runtime.api.middleware import BodyLimitMiddleware, ServerTimingMiddleware
+from idealized_runtime.api import errors, openapi
+from idealized_runtime.api.middleware import (
+    BodyLimitMiddleware,
+    KeyCheckMiddleware,
+    ServerTimingMiddleware,
+)
 from idealized_runtime.api.routers import (
     catalog,
     estimates,
@@ -15,6 +17,7 @@ from idealized_runtime.api.routers import (
     leaderboard,
     load_summaries,
     measurements,
+    plans,
     scores,
     service,
 )
@@ -26,29 +29,17 @@ Store timings, fit the **idealized** (uniform, well-optimized stack, no contenti
 GPU-seconds, joules and dollars across models.
 
 * Writes need `Authorization: Bearer <key>` (`idealized-runtime apikey create`). Reads are public
-  unless the server sets `IDEALIZED_RUNTIME_READS_REQUIRE_KEY=1`.
+  unless the server sets `IDEALIZED_RUNTIME_READS_REQUIRE_KEY=1`. The key is checked before the
+  body is read: a request without a valid key gets 401, whatever its body.
+* Bodies larger than the server's limit (`IDEALIZED_RUNTIME_MAX_BODY_BYTES`, 64 MiB by default)
+  get 413 as soon as the limit is passed.
+* JSON bodies are validated strictly: `true` is not a number, `"3"` and `1e3` are not integers,
+  `NaN` and `Infinity` are not JSON.
 * Writes accept an `Idempotency-Key` header: a retry returns the first response
-  (`Idempotent-Replayed: true`); the same key with another body is refused with 422.
-* Errors are JSON `{"detail": ...}` with a 4xx status.
+  (`Idempotent-Replayed: true`); the same key with another request is refused with 409.
+* Errors are JSON `{"detail": ...}` with a 4xx status. Each operation's description names the
+  rules a schema cannot state (they depend on stored data or on a file's content).
 """
-
-
-def _document_optional_read_auth(app: FastAPI) -> None:
-    """Mark operations without a required key as optionally authenticated (``{}``): reads take
-    the key from the header themselves (``api.security.reader``), for speed."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = build()
-            for path in schema["paths"].values():
-                for operation in path.values():
-                    if "security" not in operation:
-                        operation["security"] = [{"ApiKey": []}, {}]
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def create_app() -> FastAPI:
@@ -65,12 +56,22 @@ def create_app() -> FastAPI:
     )
     errors.install(app)
     # The hot estimate routes first: routing tries routes in order.
-    for module in (
-        estimates, service, catalog, measurements, fits, scores, leaderboard, load_summaries,
-    ):  # fmt: skip
-        app.include_router(module.router)
-    _document_optional_read_auth(app)
-    # Outermost first on the way in: time everything, then refuse oversized bodies.
+    routers = [
+        module.router
+        for module in (
+            estimates, service, catalog, measurements, fits, scores, leaderboard, load_summaries,
+            plans,
+        )
+    ]  # fmt: skip
+    for router in routers:
+        app.include_router(router)
+    openapi.install(app, refuses_nul_text=not settings.is_sqlite)
+    # Outermost last: time everything, check the key from the headers, then count the body.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(
+        KeyCheckMiddleware,
+        reads_require_key=settings.reads_require_key,
+        routes=[route for router in routers for route in router.routes],
+    )
     app.add_middleware(ServerTimingMiddleware)
     return app

@@ -7,12 +7,26 @@ They compose the domain types of ``idealized_runtime.core.types``: a stored arch
 
 from __future__ import annotations
 
+import math
 from datetime import datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+    model_validator,
+    with_config,
+)
+from typing_extensions import TypedDict
 
+from idealized_runtime.core.architectures import SUPPORTED_FAMILIES
 from idealized_runtime.core.types import (
+    MAX_RUNTIME_S,
     Architecture,
     FitMethod,
     FittedCostModel,
@@ -22,8 +36,10 @@ from idealized_runtime.core.types import (
     Name,
     OutputTokenCount,
     Provenance,
+    RopeScaling,
     TokenCount,
 )
+from idealized_runtime.cost_model.planning.request import PlanSettings
 from idealized_runtime.leaderboard.rows import (
     Cost,
     ModelRow,
@@ -47,7 +63,93 @@ T = TypeVar("T")
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+# Request bodies are validated strictly (``api.bodies``): JSON types as the schema states them.
+# NaN and Infinity are no JSON numbers; the input forms of the domain types refuse them too
+# (their own floats accept them for the library's sake).
+_NO_NAN = ConfigDict(allow_inf_nan=False)
+
+
+def _finite_json(value: Any, where: str = "") -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"{where or 'value'}: NaN and Infinity are not JSON numbers")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _finite_json(item, f"{where}.{key}" if where else str(key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _finite_json(item, f"{where}[{index}]")
+    return value
+
+
+# A free-form JSON object (metadata): any JSON, but JSON (no NaN, no Infinity).
+JsonObject = Annotated[dict[str, Any], AfterValidator(_finite_json)]
+HF_FAMILIES = tuple(dict.fromkeys((*SUPPORTED_FAMILIES, "gemma3")))
+
+
+def _hf_config(value: dict[str, Any]) -> dict[str, Any]:
+    _finite_json(value)
+    family = value.get("model_type")
+    if family not in HF_FAMILIES:
+        raise ValueError(
+            f"unsupported model_type {family!r}; supported: {', '.join(HF_FAMILIES)}"
+            if family is not None
+            else f"no model_type; one of {', '.join(HF_FAMILIES)}"
+        )
+    return value
+
+
+# An HF config.json object: its model_type decides which other keys it needs.
+HfConfig = Annotated[
+    dict[str, Any],
+    AfterValidator(_hf_config),
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "An HF config.json object; its model_type decides the keys it needs",
+            "required": ["model_type"],
+            "properties": {"model_type": {"enum": list(HF_FAMILIES)}},
+        }
+    ),
+]
+# Characters a measurement's model name may not hold: control characters (NUL included) and
+# bidirectional formatting (the CSV reader's rule, cost_model.measurements_io).
+MODEL_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]+$"
+
+
+class RopeScalingIn(RopeScaling):
+    model_config = _NO_NAN
+
+
+class ArchitectureIn(Architecture):
+    """An architecture as a request gives it."""
+
+    model_config = ConfigDict(allow_inf_nan=False, title="Architecture")
+    rope_scaling: RopeScalingIn | None = None
+
+
+class HardwareIn(Hardware):
+    """An accelerator as a request gives it."""
+
+    model_config = ConfigDict(allow_inf_nan=False, title="Hardware")
+
+
+class MeasurementIn(Measurement):
+    """One timed request as a request gives it."""
+
+    model_config = ConfigDict(allow_inf_nan=False, title="Measurement")
+    model: Name = Field(pattern=MODEL_NAME_PATTERN)
+
+    @model_validator(mode="after")
+    def _first_token_within_request(self) -> MeasurementIn:
+        if self.ttft_s is not None and self.ttft_s > self.runtime_s:
+            raise ValueError(
+                f"ttft_s {self.ttft_s:g} is greater than runtime_s {self.runtime_s:g}: the first "
+                "token comes within the request"
+            )
+        return self
 
 
 class Page(BaseModel, Generic[T]):
@@ -85,12 +187,13 @@ class MeasurementSetCreate(_Body):
 
     name: Name | None = Field(default=None, description="Unique; generated when omitted")
     source: MeasurementSource = "import"
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: JsonObject = Field(default_factory=dict)
     stack: Provenance | None = None
-    measurements: list[Measurement] = Field(min_length=1, max_length=SCHEMA_MAX_ROWS)
+    measurements: list[MeasurementIn] = Field(min_length=1, max_length=SCHEMA_MAX_ROWS)
 
     model_config = ConfigDict(
         extra="forbid",
+        allow_inf_nan=False,
         json_schema_extra={
             "examples": [
                 {
@@ -109,6 +212,14 @@ class MeasurementSetCreate(_Body):
             ]
         },
     )
+
+
+class MeasurementSetEnvelope(MeasurementSetCreate):
+    """MeasurementSetCreate less its measurements, which are read one by one as the body streams
+    in (``api.uploads.json_measurement_set``); they are validated here only when they are not
+    a JSON array."""
+
+    measurements: list[MeasurementIn] = Field(default_factory=list)
 
 
 class MeasurementSetOut(BaseModel):
@@ -195,17 +306,22 @@ class EstimateOut(BaseModel):
     stack: str | None = Field(default=None, description="The reference stack, if one was asked")
 
 
-Tokens = Annotated[list[TokenCount], Field(min_length=1, max_length=SCHEMA_MAX_ROWS)]
-# Output tokens may be 0 (prompt-only requests cost alpha(p) alone, as in HELM).
-OutputTokens = Annotated[list[OutputTokenCount], Field(min_length=1, max_length=SCHEMA_MAX_ROWS)]
+@with_config(ConfigDict(extra="forbid"))
+class RequestShape(TypedDict):
+    """One request: its prompt and output lengths, in tokens."""
+
+    prompt_tokens: TokenCount
+    output_tokens: Annotated[OutputTokenCount, Field(description="0: prompt only")]
+
+
+Requests = Annotated[list[RequestShape], Field(min_length=1, max_length=SCHEMA_MAX_ROWS)]
 
 
 class BatchEstimateIn(_Body):
-    """Columnar rows: ``prompt_tokens[i]`` and ``output_tokens[i]`` are one request."""
+    """Many requests of one model."""
 
     model: Name
-    prompt_tokens: Tokens
-    output_tokens: OutputTokens
+    requests: Requests
     metric: Metric = "idealized"
     fit_id: int | None = Field(default=None, ge=1, le=MAX_ID)
     hardware: Name | None = None
@@ -217,7 +333,13 @@ class BatchEstimateIn(_Body):
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"model": "openai/davinci", "prompt_tokens": [512, 1024], "output_tokens": [1, 64]}
+                {
+                    "model": "openai/davinci",
+                    "requests": [
+                        {"prompt_tokens": 512, "output_tokens": 1},
+                        {"prompt_tokens": 1024, "output_tokens": 64},
+                    ],
+                }
             ]
         },
     )
@@ -252,7 +374,7 @@ class HfModelIn(_Body):
     """An architecture registered from a Hugging Face config.json object, under ``name``."""
 
     name: Name
-    config: dict[str, Any] = Field(description="An HF config.json object (its model_type decides)")
+    config: HfConfig
 
 
 def _model_body_kind(value: object) -> str:
@@ -265,8 +387,22 @@ def _model_body_kind(value: object) -> str:
 # POST /v1/models: our Architecture, or {name, config} (tagged, so that validation errors point
 # at the one form the body is, under loc ["body", "architecture" | "hf_config", ...]).
 ModelIn = Annotated[
-    Annotated[Architecture, Tag("architecture")] | Annotated[HfModelIn, Tag("hf_config")],
+    Annotated[ArchitectureIn, Tag("architecture")] | Annotated[HfModelIn, Tag("hf_config")],
     Discriminator(_model_body_kind),
+]
+
+
+# Exactly one of a stored architecture's name or an HF config.json object (the other absent or
+# null), for the bodies that take either.
+ARCHITECTURE_OR_CONFIG: list[dict[str, Any]] = [
+    {
+        "required": ["architecture"],
+        "properties": {"architecture": {"type": "string"}, "config": {"type": "null"}},
+    },
+    {
+        "required": ["config"],
+        "properties": {"config": {"type": "object"}, "architecture": {"type": "null"}},
+    },
 ]
 
 
@@ -276,7 +412,7 @@ class HardwareModelEstimateIn(_Body):
     Face config.json object (``config``)."""
 
     architecture: Name | None = Field(default=None, description="A stored architecture name")
-    config: dict[str, Any] | None = Field(default=None, description="An HF config.json object")
+    config: HfConfig | None = None
     hardware: Name
     prompt_tokens: TokenCount
     output_tokens: TokenCount
@@ -312,23 +448,7 @@ class HardwareModelEstimateIn(_Body):
                     "weights": "int4",
                 }
             ],
-            # Exactly one of architecture / config (the other absent or null).
-            "oneOf": [
-                {
-                    "required": ["architecture"],
-                    "properties": {
-                        "architecture": {"type": "string"},
-                        "config": {"type": "null"},
-                    },
-                },
-                {
-                    "required": ["config"],
-                    "properties": {
-                        "config": {"type": "object"},
-                        "architecture": {"type": "null"},
-                    },
-                },
-            ],
+            "oneOf": ARCHITECTURE_OR_CONFIG,
         },
     )
 
@@ -359,12 +479,38 @@ class HardwareModelEstimateOut(BaseModel):
     notes: list[str]
 
 
+# --- plan --------------------------------------------------------------------------------------
+
+
+class PlanIn(PlanSettings):
+    """A deployment plan (``idealized-runtime plan``): the architecture is a stored one
+    (``architecture``) or a Hugging Face config.json object (``config``), the GPUs to consider
+    are catalog names; the rest as ``PlanSettings``."""
+
+    architecture: Name | None = Field(default=None, description="A stored architecture name")
+    config: HfConfig | None = None
+    hardware: list[Name] = Field(min_length=1, max_length=16, description="GPU names")
+
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "architecture": "llama-3.3-70b",
+                    "hardware": ["h100-sxm", "b200"],
+                    "workload": {"prompt_tokens": 8192, "output_tokens": 1024},
+                    "slo": {"ttft_s": 2.0, "tpot_s": 0.0333},
+                    "rate": 50,
+                    "verify": False,
+                }
+            ],
+            "oneOf": ARCHITECTURE_OR_CONFIG,
+        },
+    )
+
+
 # --- compare -----------------------------------------------------------------------------------
-
-
-class RequestsIn(_Body):
-    prompt_tokens: Tokens
-    output_tokens: OutputTokens
 
 
 class CompareIn(_Body):
@@ -372,7 +518,7 @@ class CompareIn(_Body):
     workload: Name | None = Field(
         default=None, description="A HELM scenario group (GET /v1/workloads) or scenario name"
     )
-    requests: RequestsIn | None = Field(default=None, description="Or your own (p, o) list")
+    requests: Requests | None = Field(default=None, description="Or your own requests")
     metric: Metric = "idealized"
     hardware: Name | None = Field(default=None, description="For GPU-seconds, joules, dollars")
 
@@ -388,7 +534,7 @@ class CompareIn(_Body):
                 },
                 {
                     "required": ["requests"],
-                    "properties": {"requests": {"type": "object"}, "workload": {"type": "null"}},
+                    "properties": {"requests": {"type": "array"}, "workload": {"type": "null"}},
                 },
             ],
         },
@@ -427,6 +573,8 @@ class WorkloadOut(BaseModel):
 
 
 class CapabilityScore(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     model: Name
     scenario: Name
     metric: Name = "exact_match"
@@ -505,7 +653,69 @@ class LeaderboardOut(BaseModel):
 
 # --- load summaries ----------------------------------------------------------------------------
 
-LoadSource = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:-]+$")]
+LOAD_SOURCE_PATTERN = r"^[A-Za-z0-9_.:-]+$"
+LoadSummaries = Annotated[list[LoadSummary], Field(min_length=1, max_length=100_000)]
+
+
+def _slo_pattern() -> str:
+    """``ttft=S,tpot=S,e2e=S``: each target at most once, in any order, S a positive decimal
+    number of seconds (a digit other than 0 somewhere)."""
+    from itertools import permutations
+
+    seconds = r"([0-9]*[1-9][0-9]*(\.[0-9]*)?|0*\.[0-9]*[1-9][0-9]*)"
+    orders = [
+        ",".join(f"{name}={seconds}" for name in order)
+        for count in (1, 2, 3)
+        for order in permutations(("ttft", "tpot", "e2e"), count)
+    ]
+    return "^(" + "|".join(f"({order})" for order in orders) + ")$"
+
+
+SLO_PATTERN = _slo_pattern()
+# What a pattern asks for, in words: errors say this instead of quoting the expression.
+PATTERN_MEANINGS = {
+    SLO_PATTERN: "expected ttft=S,tpot=S,e2e=S: any of the three, each at most once, "
+    "S a positive number of seconds (e.g. ttft=0.5,e2e=10)",
+    LOAD_SOURCE_PATTERN: "expected letters, digits and _ . : - only",
+    MODEL_NAME_PATTERN: "a model name may not hold control, NUL or bidirectional-formatting "
+    "characters",
+}
+
+
+# --- HELM runtime tables -----------------------------------------------------------------------
+
+# A table's runtimes are seconds, bounded like measured ones: an estimate from them stays finite.
+TableSeconds = Annotated[float, Field(ge=0, le=MAX_RUNTIME_S, allow_inf_nan=False)]
+
+
+PROMPT_SIZE_PATTERN = r"^[1-9][0-9]{0,6}$"
+PromptRuntimes = Annotated[
+    dict[Annotated[str, Field(pattern=PROMPT_SIZE_PATTERN)], TableSeconds],
+    Field(min_length=1, max_length=10_000),
+    # Every key a prompt size (pydantic would state the key rule as patternProperties, which
+    # lets any other key through).
+    WithJsonSchema(
+        {
+            "type": "object",
+            "description": "Prompt size (tokens, as a string) -> runtime; keys in any order",
+            "minProperties": 1,
+            "maxProperties": 10_000,
+            "propertyNames": {"pattern": PROMPT_SIZE_PATTERN},
+            "additionalProperties": {"type": "number", "minimum": 0, "maximum": MAX_RUNTIME_S},
+        }
+    ),
+]
+
+
+class HelmTableEntry(_Body):
+    """One model's row of HELM's inference_*_runtimes.json."""
+
+    runtime_per_output_token: TableSeconds
+    runtime_for_prompt_tokens: PromptRuntimes
+    overhead: TableSeconds | None = None
+
+
+HelmTable = Annotated[dict[Name, HelmTableEntry], Field(min_length=1, max_length=10_000)]
 
 
 class LoadSummaryOut(LoadSummary):

@@ -7,9 +7,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Depends, HTTPException, Request, status
+from fastapi.dependencies.models import Dependant
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -88,35 +92,75 @@ def _unauthorized(detail: str) -> HTTPException:
     )
 
 
-def _authenticate(credentials: HTTPAuthorizationCredentials | None) -> Principal:
-    if credentials is None or credentials.scheme.lower() != "bearer":
+def authenticate(authorization: str) -> Principal:
+    """The caller named by an ``Authorization`` header value; a 401 HTTPException when the key
+    is missing, malformed, unknown or revoked. Reads the database: call it off the event loop."""
+    scheme, _, token = authorization.partition(" ")
+    token = token.strip()
+    if scheme.lower() != "bearer" or not token:
         raise _unauthorized("missing API key: send 'Authorization: Bearer <key>'")
     with get_database().read_sessions() as session:
-        key_id = verify_api_key(session, credentials.credentials)
+        key_id = verify_api_key(session, token)
     if key_id is None:
         raise _unauthorized("invalid or revoked API key")
     return Principal(api_key_id=key_id)
 
 
+# Where KeyCheckMiddleware leaves the caller it authenticated, in the request's state.
+PRINCIPAL_STATE = "principal"
+# What a route asks of its caller (``route_access``).
+KEY_REQUIRED = "key"  # writes
+KEY_FOR_READS = "read"  # reads: a key when IDEALIZED_RUNTIME_READS_REQUIRE_KEY is set
+_CHECKS_READER = "_checks_reader"
+
+
+def _checked(request: Request) -> Principal | None:
+    principal = request.scope.get("state", {}).get(PRINCIPAL_STATE)
+    return principal if isinstance(principal, Principal) else None
+
+
 def require_key(
-    credentials: HTTPAuthorizationCredentials | None = Depends(bearer_scheme),
+    request: Request,
+    _documented: HTTPAuthorizationCredentials | None = Depends(bearer_scheme),
 ) -> Principal:
-    """Dependency of every write."""
-    return _authenticate(credentials)
+    """Dependency of every write: the caller, authenticated by ``KeyCheckMiddleware`` before
+    the body was read (``bearer_scheme`` only documents the scheme). A route the middleware did
+    not authenticate (an application built without it) is checked here."""
+    return _checked(request) or authenticate(request.headers.get("authorization", ""))
 
 
 async def reader(request: Request) -> Principal:
     """Dependency of every read: anonymous unless IDEALIZED_RUNTIME_READS_REQUIRE_KEY is set.
 
-    It reads the header itself instead of depending on ``bearer_scheme``: one dependency less
-    on the hot estimate path (the OpenAPI schema marks reads as optionally authenticated,
-    see ``api.main``)."""
+    It takes no sub-dependency (one less on the hot estimate path; the OpenAPI schema marks
+    reads as optionally authenticated, see ``api.openapi``)."""
     if not get_settings().reads_require_key:
         return ANONYMOUS
-    scheme, _, token = request.headers.get("authorization", "").partition(" ")
-    credentials = (
-        HTTPAuthorizationCredentials(scheme=scheme, credentials=token.strip())
-        if scheme and token.strip()
-        else None
-    )
-    return await run_in_threadpool(_authenticate, credentials)
+    principal = _checked(request)
+    if principal is not None:
+        return principal
+    return await run_in_threadpool(authenticate, request.headers.get("authorization", ""))
+
+
+def checks_reader(endpoint: Callable[..., Any]) -> Callable[..., Any]:
+    """Marks a route that awaits ``reader`` itself instead of depending on it (for speed), so
+    that ``route_access`` knows it is a read."""
+    setattr(endpoint, _CHECKS_READER, True)
+    return endpoint
+
+
+def _dependency_calls(dependant: Dependant) -> Iterator[Any]:
+    for sub in dependant.dependencies:
+        yield sub.call
+        yield from _dependency_calls(sub)
+
+
+def route_access(route: APIRoute) -> str | None:
+    """``KEY_REQUIRED`` for a write, ``KEY_FOR_READS`` for a read, None for a public route
+    (health, version), from the route's dependencies."""
+    calls = set(_dependency_calls(route.dependant))
+    if require_key in calls:
+        return KEY_REQUIRED
+    if reader in calls or getattr(route.endpoint, _CHECKS_READER, False):
+        return KEY_FOR_READS
+    return None

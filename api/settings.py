@@ -14,6 +14,10 @@ from pathlib import Path
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_BATCH_ROWS = 1_000_000
 DEFAULT_MAX_UPLOAD_ROWS = 500_000
+# A HELM archive: bytes decompressed in all (a .tar.gz passes every member through the one
+# compressed stream) and entries; an archive beyond either is refused where it is reached.
+DEFAULT_MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
+DEFAULT_MAX_ARCHIVE_MEMBERS = 10_000
 
 
 def _flag(value: str | None) -> bool:
@@ -60,6 +64,8 @@ class Settings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_batch_rows: int = DEFAULT_MAX_BATCH_ROWS
     max_upload_rows: int = DEFAULT_MAX_UPLOAD_ROWS
+    max_archive_bytes: int = DEFAULT_MAX_ARCHIVE_BYTES
+    max_archive_members: int = DEFAULT_MAX_ARCHIVE_MEMBERS
     # Seconds a cached "current fit of a model" is trusted before re-reading the database; fits
     # written by this process invalidate it at once, this bounds staleness across workers.
     fit_cache_ttl_s: float = 5.0
@@ -77,6 +83,12 @@ class Settings:
             max_body_bytes=_int("IDEALIZED_RUNTIME_MAX_BODY_BYTES", DEFAULT_MAX_BODY_BYTES),
             max_batch_rows=_int("IDEALIZED_RUNTIME_MAX_BATCH_ROWS", DEFAULT_MAX_BATCH_ROWS),
             max_upload_rows=_int("IDEALIZED_RUNTIME_MAX_UPLOAD_ROWS", DEFAULT_MAX_UPLOAD_ROWS),
+            max_archive_bytes=_int(
+                "IDEALIZED_RUNTIME_MAX_ARCHIVE_BYTES", DEFAULT_MAX_ARCHIVE_BYTES
+            ),
+            max_archive_members=_int(
+                "IDEALIZED_RUNTIME_MAX_ARCHIVE_MEMBERS", DEFAULT_MAX_ARCHIVE_MEMBERS
+            ),
         )
 
 

@@ -114,10 +114,12 @@ async def _load(
 
 def _batch(base_url: str, rows: int, repeats: int) -> tuple[list[float], list[float], list[float]]:
     rng = np.random.default_rng(0)
+    pairs = zip(
+        rng.integers(1, 2048, rows).tolist(), rng.integers(1, 256, rows).tolist(), strict=True
+    )
     body = {
         "model": "openai/davinci",
-        "prompt_tokens": rng.integers(1, 2048, rows).tolist(),
-        "output_tokens": rng.integers(1, 256, rows).tolist(),
+        "requests": [{"prompt_tokens": p, "output_tokens": o} for p, o in pairs],
     }
     header_ms, field_ms, wall_ms = [], [], []
     with httpx.Client(base_url=base_url, timeout=120) as client:

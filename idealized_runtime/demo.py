@@ -8,7 +8,8 @@ Steps (each resumable; a second run reuses what the first wrote):
 3. fit the bundled A100 reference profiles (helm + default), import HELM's idealized and
    denoised tables and its per-scenario accuracies;
 4. store everything in the service database (SQLite file in the work folder by default);
-5. write the leaderboard report from the database.
+5. write the leaderboard report from the database, with the board of today's models (the
+   catalog's flagship configs on an H100 under a reference stack, beside HELM's 2022 stack).
 Steps 1-2 are a ``bench`` run (results folder ``<workdir>/bench``), the same code path as
 ``idealized-runtime bench``.
 """
@@ -34,6 +35,7 @@ from idealized_runtime.core.catalog import (
 )
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.leaderboard.build import Leaderboard, build_leaderboard
+from idealized_runtime.leaderboard.current_models import CurrentModelsSpec
 from idealized_runtime.processes import LOOPBACK, ServerStartError, free_port, running_server
 from idealized_runtime.report.render import ReportFiles, write_report
 
@@ -177,8 +179,11 @@ def run_demo(
     *,
     progress: bool = True,
     say: Say = print,
+    current_models: CurrentModelsSpec | None = CurrentModelsSpec(),
 ) -> DemoResult:
-    """Run (or resume) the demo in ``workdir`` and write its report to ``workdir/report``."""
+    """Run (or resume) the demo in ``workdir`` and write its report to ``workdir/report``; with
+    ``current_models`` (the flagship configs on an H100 by default) the board of today's models
+    is in it."""
     from idealized_runtime.api import report_database as database
     from idealized_runtime.api.report_database import database_report_inputs
 
@@ -193,6 +198,6 @@ def run_demo(
     store_helm_reference(url, say=say)
     store_bench_results(url, results_dir, say=say)
     say("building the leaderboard from the database and writing the report")
-    board = build_leaderboard(database_report_inputs(url))
+    board = build_leaderboard(database_report_inputs(url), current_models=current_models)
     report = write_report(board, root / "report")
     return DemoResult(root, url, tuple(bench), board, report, time.perf_counter() - started)

@@ -5,6 +5,7 @@ The process handling is the library's (``idealized_runtime.processes``), re-expo
 
 from __future__ import annotations
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -14,8 +15,10 @@ __all__ = [
     "REPO_ROOT",
     "SHARED_REFERENCE",
     "ServerStartError",
+    "assert_refused_in_one_line",
     "cli_command",
     "free_port",
+    "run_cli",
     "running_server",
 ]
 
@@ -26,3 +29,19 @@ SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "helm_efficiency"
 def cli_command(*args: str) -> list[str]:
     """The installed CLI, run with this interpreter (works inside a venv without PATH)."""
     return [sys.executable, "-m", "idealized_runtime", *args]
+
+
+def run_cli(
+    *args: str, cwd: Path | None = None, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI to its end; its exit code, stdout and stderr, as text."""
+    return subprocess.run(
+        cli_command(*args), capture_output=True, text=True, timeout=timeout, cwd=cwd, check=False
+    )
+
+
+def assert_refused_in_one_line(result: subprocess.CompletedProcess[str], expected: str) -> None:
+    """The CLI's answer to bad input: exit code 2 and one readable ``error:`` line naming it."""
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith("error:") and expected in result.stderr, result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr

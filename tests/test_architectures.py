@@ -20,6 +20,7 @@ from idealized_runtime.core.architectures import (
 )
 from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
+from tests.servers import run_cli
 
 LLAMA_31_8B = {
     "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
@@ -211,22 +212,13 @@ def test_loading_does_not_import_torch(tmp_path: Path) -> None:
     assert result.stdout.strip() == "False", result.stderr
 
 
-def _estimate(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "idealized_runtime", "estimate", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_estimate_takes_a_config_json_like_a_catalog_name(tmp_path: Path) -> None:
     path = tmp_path / "llama" / "config.json"
     path.parent.mkdir()
     path.write_text(json.dumps(LLAMA_31_8B))
     common = ("--hardware", "h100-sxm", "-p", "512", "-o", "64", "--json")
-    by_file = _estimate("--arch", str(path), *common)
-    by_name = _estimate("--arch", "llama-3.1-8b", *common)
+    by_file = run_cli("estimate", "--arch", str(path), *common)
+    by_name = run_cli("estimate", "--arch", "llama-3.1-8b", *common)
     assert by_file.returncode == 0, by_file.stderr
     assert json.loads(by_file.stdout)["runtime_s"] == json.loads(by_name.stdout)["runtime_s"]
 
@@ -234,7 +226,9 @@ def test_estimate_takes_a_config_json_like_a_catalog_name(tmp_path: Path) -> Non
 def test_estimate_bad_config_is_one_line_exit_2(tmp_path: Path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**LLAMA_31_8B, "model_type": "mamba"}))
-    result = _estimate("--arch", str(path), "--hardware", "h100-sxm", "-p", "8", "-o", "8")
+    result = run_cli(
+        "estimate", "--arch", str(path), "--hardware", "h100-sxm", "-p", "8", "-o", "8"
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "unsupported model_type 'mamba'" in lines[0]

@@ -18,7 +18,9 @@ from idealized_runtime import __version__
 
 # The commands benchmarks/cli_startup.py times, and a few more.
 BENCHMARK = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "cli_startup.py"))
-LIGHT_COMMANDS = (*BENCHMARK["COMMANDS"], ("import-helm", "--help"), ("db", "--help"))
+LIGHT_COMMANDS = (
+    *BENCHMARK["COMMANDS"], ("import-helm", "--help"), ("db", "--help"), ("plan", "--help"),
+)  # fmt: skip
 HEAVY = (
     "torch",
     "sklearn",

@@ -7,15 +7,23 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
+from idealized_runtime.api.bodies import json_body, request_body
 from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.estimation import not_found
 from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
 from idealized_runtime.api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
-from idealized_runtime.api.schemas import HardwareOut, HfModelIn, ModelIn, ModelOut, Page
+from idealized_runtime.api.schemas import (
+    HardwareIn,
+    HardwareOut,
+    HfModelIn,
+    ModelIn,
+    ModelOut,
+    Page,
+)
 from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.architectures import architecture_from_hf_config
-from idealized_runtime.core.types import Hardware
+from idealized_runtime.core.types import Architecture, Hardware
 
 router = APIRouter(prefix="/v1", tags=["catalog"])
 
@@ -69,22 +77,24 @@ HARDWARE_EXAMPLE = {
     response_model=ModelOut,
     responses={**WRITE_ERRORS, 409: ERRORS[409]},
     summary="Register an architecture (our schema, or a name and an HF config.json object)",
-    openapi_extra={
-        "requestBody": {
-            "content": {
-                "application/json": {
-                    "examples": {
-                        "architecture": {"value": ARCHITECTURE_EXAMPLE},
-                        "hf_config": {"value": HF_CONFIG_EXAMPLE},
-                    }
-                }
-            }
-        }
-    },
+    description=(
+        "Refused although schema-valid (rules between fields, or on a file's content, that a "
+        "schema cannot state): an architecture whose shapes do not fit together (hidden_size "
+        "divisible by num_heads without head_dim, num_heads a multiple of num_kv_heads, "
+        "experts_per_token at most num_experts, sliding layers with a sliding_window, all four "
+        "latent-attention sizes or none, group-limited routing dividing the experts, a "
+        "precision's formats that pair), a parameter count beyond 2**63 - 1; rules on the "
+        "content of `config` (an HF config.json object): the keys its model_type needs, "
+        "values that make such an architecture (422, naming them)."
+    ),
+    openapi_extra=request_body(
+        "ModelIn",
+        examples={"architecture": ARCHITECTURE_EXAMPLE, "hf_config": HF_CONFIG_EXAMPLE},
+    ),
 )
 def create_model(
-    body: ModelIn,
     context: WriteContext = Depends(write_context),
+    body: Architecture | HfModelIn = Depends(json_body(ModelIn, "ModelIn")),
     session: Session = Depends(write_session),
 ) -> JSONResponse:
     # One loader for every entry point: the CLI's --arch config.json maps the same way.
@@ -138,11 +148,11 @@ def get_model(
     response_model=HardwareOut,
     responses={**WRITE_ERRORS, 409: ERRORS[409]},
     summary="Register an accelerator",
-    openapi_extra={"requestBody": {"content": {"application/json": {"example": HARDWARE_EXAMPLE}}}},
+    openapi_extra=request_body("HardwareIn", examples={"accelerator": HARDWARE_EXAMPLE}),
 )
 def create_hardware(
-    hardware: Hardware,
     context: WriteContext = Depends(write_context),
+    hardware: Hardware = Depends(json_body(HardwareIn, "HardwareIn")),
     session: Session = Depends(write_session),
 ) -> JSONResponse:
     def work(s: Session) -> HardwareOut:

@@ -21,13 +21,14 @@ ERRORS: dict[int, dict[str, Any]] = {
         "another request",
     },
     413: {"model": ErrorOut, "description": "Request body too large"},
+    415: {"model": ErrorOut, "description": "Unsupported media type (Content-Type)"},
     422: {"model": ErrorOut, "description": "Invalid input; detail says where"},
     503: {"model": ErrorOut, "description": "Database busy; retry"},
 }
 READ_ERRORS = {code: ERRORS[code] for code in (401, 422)}
 # Reads with a body (batch estimate, compare) can also be too large, or name unknown objects.
-READ_BODY_ERRORS = {code: ERRORS[code] for code in (400, 401, 404, 413, 422)}
-WRITE_ERRORS = {code: ERRORS[code] for code in (400, 401, 409, 413, 422, 503)}
+READ_BODY_ERRORS = {code: ERRORS[code] for code in (400, 401, 404, 413, 415, 422)}
+WRITE_ERRORS = {code: ERRORS[code] for code in (400, 401, 409, 413, 415, 422, 503)}
 
 
 def page_params(

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
+from idealized_runtime.api.bodies import json_body, request_body
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import (
     CostColumns,
@@ -21,7 +23,9 @@ from idealized_runtime.api.estimation import (
     ResolvedFit,
     cost_columns,
     default_hardware_name,
+    finite,
     not_found,
+    require_finite,
     runtimes,
 )
 from idealized_runtime.api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
@@ -38,9 +42,10 @@ from idealized_runtime.api.schemas import (
     HardwareModelEstimateIn,
     HardwareModelEstimateOut,
     Metric,
+    RequestShape,
     WorkloadOut,
 )
-from idealized_runtime.api.security import Principal, reader
+from idealized_runtime.api.security import Principal, checks_reader, reader
 from idealized_runtime.api.settings import get_settings
 from idealized_runtime.api.state import estimate_cache
 from idealized_runtime.core.errors import InputError
@@ -52,6 +57,12 @@ from idealized_runtime.core.scenarios import (
 from idealized_runtime.core.types import Architecture, Deployment, Efficiency, Hardware
 
 router = APIRouter(prefix="/v1", tags=["estimates"])
+STORED_DATA_RULES = (
+    "Refused although schema-valid (rules on stored data): a model, fit, hardware or stack not "
+    "stored (404); on a stack, an architecture that does not fit the GPUs (a tensor-parallel "
+    "size its heads cannot be split over, too little memory); stored figures that give an "
+    "estimate beyond floating-point range (422)."
+)
 ESTIMATE_ERRORS = {**READ_ERRORS, 404: ERRORS[404]}
 
 
@@ -169,7 +180,7 @@ def _stack_runtimes(target: StackTarget, p: np.ndarray, o: np.ndarray) -> np.nda
     from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
 
     try:
-        return np.asarray(
+        values = np.asarray(
             hardware_model_runtime(
                 Deployment(
                     architecture=target.architecture,
@@ -184,6 +195,7 @@ def _stack_runtimes(target: StackTarget, p: np.ndarray, o: np.ndarray) -> np.nda
         ).reshape(-1)
     except InputError as error:
         raise unprocessable(str(error)) from None
+    return finite(values, f"the hardware model of {target.architecture.name!r} on {target.stack}")
 
 
 def unprocessable(detail: str) -> HTTPException:
@@ -225,7 +237,14 @@ def _first(values: np.ndarray | None) -> float | None:
 
 
 def _sum(values: np.ndarray | None) -> float | None:
-    return None if values is None else float(values.sum())
+    return None if values is None else _total(values, "the costs")
+
+
+def _total(values: np.ndarray, what: str) -> float:
+    total = float(values.sum())
+    if not math.isfinite(total):
+        raise unprocessable(f"{what}: the total of these requests is beyond floating-point range")
+    return total
 
 
 def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
@@ -263,8 +282,10 @@ def _query_parameters(model: type[BaseModel]) -> list[dict[str, Any]]:
         "Evaluates the model's newest fit of the metric (or `fit_id`). Cost variants "
         "(GPU-seconds, joules, dollars) are given when the hardware is known: from `hardware` "
         "or the fit's stack; the GPU count from `num_gpus` or the serving model."
+        f"\n\n{STORED_DATA_RULES}"
     ),
 )
+@checks_reader
 async def estimate(request: Request) -> Response:
     # The hot path. Async and answered from the in-process cache when warm: no thread hop, no
     # database. The query string is validated in one pydantic pass (FastAPI's per-parameter
@@ -279,7 +300,9 @@ async def estimate(request: Request) -> Response:
         ) from None
     if query.stack is not None:
         out = await run_in_threadpool(_stack_estimate, query)
-        return Response(content=out.model_dump_json(), media_type="application/json")
+        return Response(
+            content=require_finite(out).model_dump_json(), media_type="application/json"
+        )
     model, metric, fit_id = query.model, query.metric, query.fit_id
     hardware, num_gpus = query.hardware, query.num_gpus
     prompt_tokens, output_tokens = query.prompt_tokens, query.output_tokens
@@ -308,7 +331,8 @@ async def estimate(request: Request) -> Response:
         ),
     )
     # Serialised directly (the response_model stays for the schema): FastAPI would validate
-    # the object it was just built from again.
+    # the object it was just built from again. (Its numbers are finite: runtimes() and
+    # cost_columns() refuse others.)
     return Response(content=out.model_dump_json(), media_type="application/json")
 
 
@@ -321,29 +345,36 @@ def _check_batch(count: int) -> None:
         )
 
 
-def _token_arrays(prompt: list[int], output: list[int]) -> tuple[np.ndarray, np.ndarray]:
-    if len(prompt) != len(output):
-        raise HTTPException(
-            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"prompt_tokens has {len(prompt)} rows, output_tokens {len(output)}",
-        )
-    _check_batch(len(prompt))
-    return np.asarray(prompt, dtype=np.float64), np.asarray(output, dtype=np.float64)
+def _token_arrays(requests: list[RequestShape]) -> tuple[np.ndarray, np.ndarray]:
+    _check_batch(len(requests))
+    count = len(requests)
+    prompt = np.fromiter((r["prompt_tokens"] for r in requests), dtype=np.float64, count=count)
+    output = np.fromiter((r["output_tokens"] for r in requests), dtype=np.float64, count=count)
+    return prompt, output
 
 
 @router.post(
     "/estimate/batch",
     response_model=BatchEstimateOut,
     responses=READ_BODY_ERRORS,
-    summary="Runtimes of many requests of one model (columnar)",
+    openapi_extra=request_body("BatchEstimateIn"),
+    summary="Runtimes of many requests of one model",
     description=(
-        "Up to the server's max_batch_rows (default 1,000,000) rows. The `Server-Timing` header "
-        "gives the server time including body parsing; `server_time_ms` the computation."
+        "Up to the server's max_batch_rows (default 1,000,000) requests. The `Server-Timing` "
+        "header gives the server time including body parsing; `server_time_ms` the "
+        "computation.\n\nRefused although schema-valid (rules on stored data): a model, fit, "
+        "hardware or stack not stored (404); more requests than the server's max_batch_rows; "
+        "on a stack, an architecture that does not fit the GPUs (a tensor-parallel size its "
+        "heads cannot be split over, too little memory); stored figures that give an "
+        "estimate beyond floating-point range (422)."
     ),
 )
-def estimate_batch(payload: BatchEstimateIn, _: Principal = Depends(reader)) -> Response:
+def estimate_batch(
+    _: Principal = Depends(reader),
+    payload: BatchEstimateIn = Depends(json_body(BatchEstimateIn, "BatchEstimateIn")),
+) -> Response:
     start = time.perf_counter()
-    p, o = _token_arrays(payload.prompt_tokens, payload.output_tokens)
+    p, o = _token_arrays(payload.requests)
     if payload.stack is not None:
         return _stack_batch(payload, p, o, start)
     target = _target_from_db(
@@ -352,7 +383,7 @@ def estimate_batch(payload: BatchEstimateIn, _: Principal = Depends(reader)) -> 
     runtime = runtimes(target.fit.fit, p, o)
     costs = _costs(target, runtime)
     rows = payload.include_rows
-    total = float(runtime.sum())
+    total = _total(runtime, target.fit.fit.model)
     out = BatchEstimateOut.model_construct(
         model=payload.model,
         metric=payload.metric,
@@ -393,7 +424,7 @@ def _stack_batch(payload: BatchEstimateIn, p: np.ndarray, o: np.ndarray, start: 
     runtime = _stack_runtimes(target, p, o)
     costs = cost_columns(runtime, target.num_gpus, target.hardware)
     rows = payload.include_rows
-    total = float(runtime.sum())
+    total = _total(runtime, payload.model)
     out = BatchEstimateOut.model_construct(
         model=payload.model,
         metric=payload.metric,
@@ -426,7 +457,7 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
             detail="give exactly one of 'workload' (a HELM scenario group) or 'requests'",
         )
     if payload.requests is not None:
-        p, o = _token_arrays(payload.requests.prompt_tokens, payload.requests.output_tokens)
+        p, o = _token_arrays(payload.requests)
         return "requests", p, o
     name = payload.workload
     assert name is not None
@@ -449,13 +480,21 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
     "/compare",
     response_model=CompareOut,
     responses=READ_BODY_ERRORS,
+    openapi_extra=request_body("CompareIn"),
     summary="Compare models over a workload: totals, means, ratios to the best",
     description=(
         "`workload` is a HELM scenario group (GET /v1/workloads): each of its scenarios counts "
         "as one request at that scenario's mean prompt/output tokens. Or send `requests`."
+        "\n\nRefused although schema-valid (rules on stored data): a model without a fit of "
+        "the metric, an unknown workload or hardware (404); more requests than the server's "
+        "max_batch_rows; stored figures that give an estimate beyond floating-point range "
+        "(422)."
     ),
 )
-def compare(payload: CompareIn, _: Principal = Depends(reader)) -> CompareOut:
+def compare(
+    _: Principal = Depends(reader),
+    payload: CompareIn = Depends(json_body(CompareIn, "CompareIn")),
+) -> CompareOut:
     name, p, o = _workload_shapes(payload)
     models = list(dict.fromkeys(payload.models))
     results = []
@@ -463,7 +502,7 @@ def compare(payload: CompareIn, _: Principal = Depends(reader)) -> CompareOut:
         target = _target_from_db(model, payload.metric, None, payload.hardware, None)
         runtime = runtimes(target.fit.fit, p, o)
         results.append((model, target, runtime, _costs(target, runtime)))
-    totals = {model: float(runtime.sum()) for model, _, runtime, _ in results}
+    totals = {model: _total(runtime, model) for model, _, runtime, _ in results}
     best_total = min(totals.values())
     gpu_totals = {m: float(c.gpu_seconds.sum()) for m, _, _, c in results if c is not None}
     best_gpu = min(gpu_totals.values()) if gpu_totals else None
@@ -493,14 +532,16 @@ def compare(payload: CompareIn, _: Principal = Depends(reader)) -> CompareOut:
             )
         )
     rows.sort(key=lambda row: row.total_runtime_s)
-    return CompareOut(
-        workload=name,
-        num_requests=int(p.size),
-        mean_prompt_tokens=float(p.mean()),
-        mean_output_tokens=float(o.mean()),
-        metric=payload.metric,
-        best=rows[0].model,
-        rows=rows,
+    return require_finite(
+        CompareOut(
+            workload=name,
+            num_requests=int(p.size),
+            mean_prompt_tokens=float(p.mean()),
+            mean_output_tokens=float(o.mean()),
+            metric=payload.metric,
+            best=rows[0].model,
+            rows=rows,
+        )
     )
 
 
@@ -525,16 +566,24 @@ def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
     "/estimate/hardware-model",
     response_model=HardwareModelEstimateOut,
     responses=READ_BODY_ERRORS,
+    openapi_extra=request_body("HardwareModelEstimateIn"),
     summary="One request from the hardware model, at any precision, without a profile",
     description=(
         "Runtime, GPUs, GPU-seconds, energy and dollars of one request on `hardware`, from the "
         "architecture (a stored one, or an HF config.json object in `config`) and the precision "
         "(`weights`, `kv_cache`, `activations`), as `idealized-runtime estimate --arch` gives "
-        "them. Unsupported families, precisions and precision/hardware pairs: 422."
+        "them.\n\nRefused although schema-valid: an architecture or hardware not stored (404); "
+        "rules on the content of `config` (the keys its model_type needs, a consistent shape); "
+        "a precision and hardware pair the hardware cannot run (fp8 compute without fp8 "
+        "tensor cores), a request that does not fit the GPUs' memory, stored hardware figures "
+        "that give an estimate beyond floating-point range (422)."
     ),
 )
 def estimate_hardware_model(
-    payload: HardwareModelEstimateIn, _: Principal = Depends(reader)
+    _: Principal = Depends(reader),
+    payload: HardwareModelEstimateIn = Depends(
+        json_body(HardwareModelEstimateIn, "HardwareModelEstimateIn")
+    ),
 ) -> HardwareModelEstimateOut:
     from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.core.errors import InputError
@@ -560,23 +609,25 @@ def estimate_hardware_model(
         )
     result, precision, calibration = estimate_request(payload, architecture, hardware)
     costs = result.costs
-    return HardwareModelEstimateOut(
-        source=result.source,  # type: ignore[arg-type]
-        calibration=calibration or None,
-        model=result.model,
-        hardware=hardware.name,
-        precision=result.precision or precision.label,
-        prompt_tokens=result.num_prompt_tokens,
-        output_tokens=result.num_output_tokens,
-        batch_size=result.batch_size,
-        runtime_s=result.runtime_s,
-        alpha_s=result.alpha_s,
-        beta_s=result.beta_s,
-        output_tokens_per_s=result.output_tokens_per_s,
-        tensor_parallel_size=result.tp,
-        num_gpus=result.num_gpus,
-        gpu_seconds=costs["gpu_seconds"],
-        energy_j=costs["energy_j"],
-        cost_usd=costs["cost_usd"],
-        notes=list(result.notes),
+    return require_finite(
+        HardwareModelEstimateOut(
+            source=result.source,  # type: ignore[arg-type]
+            calibration=calibration or None,
+            model=result.model,
+            hardware=hardware.name,
+            precision=result.precision or precision.label,
+            prompt_tokens=result.num_prompt_tokens,
+            output_tokens=result.num_output_tokens,
+            batch_size=result.batch_size,
+            runtime_s=result.runtime_s,
+            alpha_s=result.alpha_s,
+            beta_s=result.beta_s,
+            output_tokens_per_s=result.output_tokens_per_s,
+            tensor_parallel_size=result.tp,
+            num_gpus=result.num_gpus,
+            gpu_seconds=costs["gpu_seconds"],
+            energy_j=costs["energy_j"],
+            cost_usd=costs["cost_usd"],
+            notes=list(result.notes),
+        )
     )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, Field
 from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
+from idealized_runtime.api.bodies import json_body, request_body
 from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.estimation import not_found
 from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
@@ -20,12 +21,24 @@ from idealized_runtime.api.routers.common import (
     RowId,
     page_params,
 )
-from idealized_runtime.api.schemas import MAX_ID, FitCreate, FitOut, Metric, Page
+from idealized_runtime.api.schemas import (
+    MAX_ID,
+    FitCreate,
+    FitOut,
+    HelmTable,
+    HelmTableEntry,
+    Metric,
+    Page,
+)
 from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FitMethod, Provenance
-from idealized_runtime.cost_model.fitting.helm_format import export_helm_table, import_helm_table
+from idealized_runtime.cost_model.fitting.helm_format import (
+    ALPHA_KEY,
+    export_helm_table,
+    import_helm_table,
+)
 from idealized_runtime.cost_model.fitting.methods import fit_measurements
 
 router = APIRouter(prefix="/v1/fits", tags=["fits"])
@@ -47,11 +60,20 @@ class FitsOut(BaseModel):
     status_code=201,
     response_model=FitsOut,
     responses={**WRITE_ERRORS, 404: ERRORS[404]},
+    openapi_extra=request_body("FitCreate"),
     summary="Fit the measurements of a stored set (one fit per model)",
+    description=(
+        "Refused although schema-valid (rules on stored data): a set not stored (404); a set "
+        "without rows of the requested models, timings the method cannot fit (422): the helm "
+        "method reads alpha(p) from timings with one output token; every method needs "
+        "timings with more than one output token, the default and denoised ones at least two "
+        "output lengths per model, one batch size per model and enough timings for their "
+        "parameters."
+    ),
 )
 def create_fits(
-    request: FitCreate,
     context: WriteContext = Depends(write_context),
+    request: FitCreate = Depends(json_body(FitCreate, "FitCreate")),
     session: Session = Depends(write_session),
 ) -> JSONResponse:
     set_row = crud.get_measurement_set(session, request.measurement_set_id)
@@ -90,38 +112,33 @@ def create_fits(
     status_code=201,
     response_model=FitsOut,
     responses=WRITE_ERRORS,
+    openapi_extra=request_body("HelmTable", examples={"table": HELM_TABLE_EXAMPLE}),
     summary="Import a table in HELM's JSON format (inference_*_runtimes.json)",
+    description=(
+        "One entry per model; prompt sizes in any order. Runtimes are seconds between 0 and "
+        "10^6, as measured ones."
+    ),
 )
 def import_helm(
-    table: dict[str, Any] = Body(
-        ...,
-        examples=[HELM_TABLE_EXAMPLE],
-        json_schema_extra={
-            "minProperties": 1,
-            "propertyNames": {"minLength": 1, "maxLength": 200},
-            "additionalProperties": {
-                "type": "object",
-                "required": ["runtime_per_output_token", "runtime_for_prompt_tokens"],
-                "additionalProperties": False,
-                "properties": {
-                    "runtime_per_output_token": {"type": "number", "minimum": 0},
-                    "overhead": {"type": "number", "minimum": 0},
-                    "runtime_for_prompt_tokens": {
-                        "type": "object",
-                        "minProperties": 1,
-                        "propertyNames": {"pattern": "^[1-9][0-9]{0,6}$"},
-                        "additionalProperties": {"type": "number", "minimum": 0},
-                    },
-                },
-            },
-        },
-    ),
     metric: Metric = Query(default="idealized", description="Which kind of table it is"),
     context: WriteContext = Depends(write_context),
+    table: dict[str, HelmTableEntry] = Depends(json_body(HelmTable, "HelmTable")),
     session: Session = Depends(write_session),
 ) -> JSONResponse:
     method: FitMethod = "helm" if metric == "idealized" else "denoised"
-    fits = import_helm_table(table, method)
+    # JSON objects have no order: the prompt sizes are sorted here, as HELM's lookup needs.
+    fits = import_helm_table(
+        {
+            model: {
+                **entry.model_dump(exclude_none=True),
+                ALPHA_KEY: dict(
+                    sorted(entry.runtime_for_prompt_tokens.items(), key=lambda kv: int(kv[0]))
+                ),
+            }
+            for model, entry in table.items()
+        },
+        method,
+    )
 
     def work(s: Session) -> FitsOut:
         rows = [

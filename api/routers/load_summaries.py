@@ -3,64 +3,64 @@ percentiles, error rate, SLO goodput), measured or simulated; upload summaries o
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
-from fastapi.responses import JSONResponse
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import TypeAdapter
 from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
+from idealized_runtime.api.bodies import (
+    body_chunks,
+    media_type,
+    text_lines,
+    upload_chunks,
+    validate_json,
+)
 from idealized_runtime.api.db import read_session, write_session
-from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
+from idealized_runtime.api.idempotency import WriteContext, run_write, upload_write_context
+from idealized_runtime.api.openapi import register_request_schema
 from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
-from idealized_runtime.api.schemas import LoadSource, LoadSummariesWritten, LoadSummaryOut, Page
+from idealized_runtime.api.schemas import (
+    LOAD_SOURCE_PATTERN,
+    SLO_PATTERN,
+    LoadSummaries,
+    LoadSummariesWritten,
+    LoadSummaryOut,
+    Page,
+)
 from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.settings import get_settings
+from idealized_runtime.api.uploads import UPLOAD_NAME, raw_load_rows
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import LoadSummary
 
 router = APIRouter(prefix="/v1/load-summaries", tags=["load summaries"])
 RAW_TYPES = ("application/x-ndjson", "application/jsonl", "application/json-lines", "text/plain")
-SUMMARIES = TypeAdapter(list[LoadSummary])
+SUMMARIES = TypeAdapter(LoadSummaries)
+register_request_schema("LoadSummaries", LoadSummaries)
 RAW_EXAMPLE = (
     '{"model": "m", "load": "concurrency=4", "ok": true, "runtime_s": 1.2, "ttft_s": 0.1, '
     '"num_output_tokens": 32, "inter_token_latencies_s": [], "started_at_s": 0.0}\n'
 )
+UNSUPPORTED = (
+    "send application/json (summaries), or raw rows as application/x-ndjson or "
+    "multipart/form-data with a 'file' part"
+)
 
 
-async def _summaries(
-    request: Request,
-    slo: str | None = Query(
-        default=None, max_length=200, description="for raw rows: ttft=S,tpot=S,e2e=S"
-    ),
-) -> list[LoadSummary]:
-    """A JSON list of summaries, or raw request rows (JSONL body or multipart 'file') that are
-    summarized here with ``slo``."""
-    from idealized_runtime.timing.summary import parse_raw_lines, parse_slo, summarize
+def _summaries(request: Request, slo: str | None) -> list[LoadSummary]:
+    """A JSON list of summaries, or raw request rows (JSONL body or multipart 'file')
+    summarized here with ``slo``; read as the body streams in (runs in a worker thread)."""
+    from idealized_runtime.timing.summary import parse_slo, summarize
 
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    body = await request.body()
-    if content_type == "application/json":
+    if media_type(request) == "application/json":
         if slo is not None:
             raise InputError("slo applies to raw rows (JSONL); these summaries are final")
-        summaries = SUMMARIES.validate_json(body)
-    elif content_type in (*RAW_TYPES, "multipart/form-data"):
-        if content_type == "multipart/form-data":
-            form = await request.form(max_files=1, max_fields=20)
-            upload = form.get("file")
-            if upload is None or isinstance(upload, str):
-                raise InputError("multipart upload: expected a file part named 'file'")
-            body = await upload.read()
-        rows = parse_raw_lines(body.decode("utf-8", errors="replace"), path="upload")
-        limit = get_settings().max_upload_rows
-        if len(rows) > limit:
-            raise InputError(f"{len(rows)} rows in one upload; at most {limit} (split it)")
-        summaries = summarize(rows, parse_slo(slo) if slo is not None else None)
-    else:
-        raise HTTPException(
-            status_code=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
-            detail="send application/json (summaries), or raw rows as application/x-ndjson or "
-            "multipart/form-data with a 'file' part",
-        )
+        return validate_json(SUMMARIES, b"".join(body_chunks(request)))
+    chunks = upload_chunks(request, RAW_TYPES, UNSUPPORTED)
+    rows = raw_load_rows(text_lines(chunks, UPLOAD_NAME), get_settings().max_upload_rows)
+    summaries = summarize(rows, parse_slo(slo) if slo is not None else None)
     if not summaries:
         raise InputError("no summaries (or no request rows) in the body")
     return summaries
@@ -70,25 +70,27 @@ async def _summaries(
     "",
     status_code=201,
     response_model=LoadSummariesWritten,
-    responses={**WRITE_ERRORS, 415: {"description": "Neither JSON nor JSONL"}},
+    responses=WRITE_ERRORS,
     summary="Store load summaries (a JSON list), or raw request rows (JSONL) summarized here",
     description=(
         "A JSON list of summaries as `idealized-runtime summarize --json` prints them, or the "
         "raw JSONL rows `measure` writes (application/x-ndjson body or multipart 'file'), "
         "summarized per model and load level with the optional `slo` (ttft=S,tpot=S,e2e=S). "
-        "Replaces the stored (model, load, source) rows."
+        "Replaces the stored (model, load, source) rows.\n\nRefused although schema-valid: "
+        "`slo` with a JSON body (it applies to raw rows; a rule between a parameter and the "
+        "media type); rules on the file's content: raw rows that are not UTF-8 text of JSON "
+        "objects, one per line, or hold no request; more rows than the server's "
+        "max_upload_rows (422)."
     ),
     openapi_extra={
         "requestBody": {
             "required": True,
             "content": {
-                "application/json": {
-                    "schema": {
-                        "type": "array",
-                        "items": {"$ref": "#/components/schemas/LoadSummary"},
-                    }
+                "application/json": {"schema": {"$ref": "#/components/schemas/LoadSummaries"}},
+                "application/x-ndjson": {
+                    "schema": {"type": "string", "minLength": 1},
+                    "example": RAW_EXAMPLE,
                 },
-                "application/x-ndjson": {"schema": {"type": "string"}, "example": RAW_EXAMPLE},
                 "multipart/form-data": {
                     "schema": {
                         "type": "object",
@@ -101,11 +103,32 @@ async def _summaries(
     },
 )
 def post_load_summaries(
-    source: LoadSource = Query(default="measured", description="measured, simulated, a label"),
-    context: WriteContext = Depends(write_context),  # first: authenticate before parsing
-    summaries: list[LoadSummary] = Depends(_summaries),
+    request: Request,
+    source: Annotated[
+        str,
+        Query(
+            min_length=1,
+            max_length=200,
+            pattern=LOAD_SOURCE_PATTERN,
+            description="measured, simulated, or a label (letters, digits, _ . : -)",
+        ),
+    ] = "measured",
+    slo: Annotated[
+        str | None,
+        Query(
+            max_length=200,
+            pattern=SLO_PATTERN,
+            description="For raw rows: latency targets in seconds, ttft=S,tpot=S,e2e=S (any "
+            "of them, each once)",
+        ),
+    ] = None,
+    context: WriteContext = Depends(upload_write_context),
     session: Session = Depends(write_session),
-) -> JSONResponse:
+) -> Response:
+    summaries = _summaries(request, slo)
+    # The fingerprint covers the summaries as parsed (the body is not kept whole).
+    context.digest.update(SUMMARIES.dump_json(summaries))
+
     def work(s: Session) -> LoadSummariesWritten:
         rows = crud.upsert_load_summaries(s, summaries, source)
         return LoadSummariesWritten(

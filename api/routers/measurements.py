@@ -4,14 +4,26 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Depends, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
+from idealized_runtime.api.bodies import (
+    json_chunks,
+    request_body,
+    spooled,
+    text_lines,
+    upload_chunks,
+)
 from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.estimation import not_found
-from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
+from idealized_runtime.api.idempotency import (
+    WriteContext,
+    run_write,
+    upload_write_context,
+    write_context,
+)
+from idealized_runtime.api.openapi import register_request_schema
 from idealized_runtime.api.routers.common import (
     ERRORS,
     READ_ERRORS,
@@ -28,24 +40,21 @@ from idealized_runtime.api.schemas import (
 )
 from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.settings import get_settings
-from idealized_runtime.api.uploads import parse_measurements_csv
-from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Dtype, Measurement, Provenance
+from idealized_runtime.api.uploads import (
+    UPLOAD_NAME,
+    MeasurementColumns,
+    csv_measurements,
+    helm_measurements,
+    json_measurement_set,
+)
+from idealized_runtime.core.types import Dtype, Provenance
 
 router = APIRouter(prefix="/v1/measurement-sets", tags=["measurements"])
 CSV_TYPES = ("text/csv", "application/csv", "text/plain")
+register_request_schema("MeasurementSetCreate", MeasurementSetCreate)
 CSV_EXAMPLE = (
     "model,num_prompt_tokens,num_output_tokens,runtime_s\ngptj-6b,512,1,0.12\ngptj-6b,512,32,0.71\n"
 )
-
-
-def _check_rows(count: int) -> None:
-    limit = get_settings().max_upload_rows
-    if count > limit:
-        raise HTTPException(
-            status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"{count} measurements in one upload; at most {limit} (split the upload)",
-        )
 
 
 def _store(
@@ -56,10 +65,8 @@ def _store(
     source: str,
     metadata: dict[str, Any],
     stack: Provenance | None,
-    measurements: list[Measurement],
-) -> JSONResponse:
-    _check_rows(len(measurements))
-
+    measurements: MeasurementColumns,
+) -> Response:
     def work(s: Session) -> MeasurementSetOut:
         row = crud.create_measurement_set(
             s,
@@ -80,13 +87,24 @@ def _store(
     status_code=201,
     response_model=MeasurementSetOut,
     responses={**WRITE_ERRORS, 409: ERRORS[409]},
+    openapi_extra=request_body("MeasurementSetCreate"),
     summary="Upload a measurement set as JSON (all rows or none)",
+    description=(
+        "Read measurement by measurement as the body arrives.\n\nRefused although "
+        "schema-valid: a measurement whose ttft_s is greater than its runtime_s (a rule "
+        "between two fields); more measurements than the server's max_upload_rows (422, at "
+        "the first one past it)."
+    ),
 )
 def upload_json(
-    payload: MeasurementSetCreate,
-    context: WriteContext = Depends(write_context),
+    request: Request,
+    context: WriteContext = Depends(upload_write_context),
     session: Session = Depends(write_session),
-) -> JSONResponse:
+) -> Response:
+    # Read measurement by measurement as the body arrives: memory holds the rows stored so far.
+    payload, measurements = json_measurement_set(
+        json_chunks(request, context.digest), get_settings().max_upload_rows
+    )
     return _store(
         session,
         context,
@@ -94,42 +112,34 @@ def upload_json(
         source=payload.source,
         metadata=payload.metadata,
         stack=payload.stack,
-        measurements=payload.measurements,
+        measurements=measurements,
     )
 
 
-async def _upload_bytes(request: Request, accepted: tuple[str, ...], unsupported: str) -> bytes:
-    """The upload: the whole body (of an ``accepted`` type) or the ``file`` part of a multipart
-    form; any other type is a 415 saying ``unsupported``."""
-    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    body = await request.body()  # read (and cache) first: the idempotency fingerprint needs it
-    if content_type == "multipart/form-data":
-        form = await request.form(max_files=1, max_fields=20)
-        upload = form.get("file")
-        if upload is None or isinstance(upload, str):
-            raise InputError("multipart upload: expected a file part named 'file'")
-        return await upload.read()
-    if content_type not in accepted:
-        raise HTTPException(status_code=status.HTTP_415_UNSUPPORTED_MEDIA_TYPE, detail=unsupported)
-    return body
-
-
-async def _csv_bytes(request: Request) -> bytes:
-    """The CSV: the whole body (text/csv) or the ``file`` part of a multipart form."""
-    return await _upload_bytes(
-        request, CSV_TYPES, "send text/csv, or multipart/form-data with a 'file' part"
-    )
+MULTIPART_FILE = {
+    "schema": {
+        "type": "object",
+        "properties": {"file": {"type": "string", "format": "binary"}},
+        "required": ["file"],
+    }
+}
 
 
 @router.post(
     "/csv",
     status_code=201,
     response_model=MeasurementSetOut,
-    responses={**WRITE_ERRORS, 409: ERRORS[409], 415: {"description": "Not CSV"}},
+    responses={**WRITE_ERRORS, 409: ERRORS[409]},
     summary="Upload a measurement set as CSV (text/csv body or multipart 'file')",
     description=(
         "Columns model, num_prompt_tokens, num_output_tokens, runtime_s; optional batch_size, "
-        "ttft_s, std_s. Errors name the row and column."
+        "ttft_s, std_s, ok (rows with ok false are skipped). Read as it streams in; errors name "
+        "the row and column.\n\nRefused although schema-valid (rules on the file's content): "
+        "text that is not UTF-8, not CSV, without a header row naming the required columns "
+        "once each or without data rows; a value that is not a number as written (ASCII "
+        "digits: no 1_000), out of range, a ttft_s greater than the row's runtime_s; a model "
+        "name longer than 200 characters or with control, NUL or bidirectional-formatting "
+        "characters; more rows than the server's max_upload_rows (422)."
     ),
     openapi_extra={
         "requestBody": {
@@ -139,29 +149,29 @@ async def _csv_bytes(request: Request) -> bytes:
                     "schema": {"type": "string", "minLength": 1},
                     "example": CSV_EXAMPLE,
                 },
-                "multipart/form-data": {
-                    "schema": {
-                        "type": "object",
-                        "properties": {"file": {"type": "string", "format": "binary"}},
-                        "required": ["file"],
-                    }
-                },
+                "multipart/form-data": MULTIPART_FILE,
             },
         }
     },
 )
 def upload_csv(
+    request: Request,
     name: str | None = Query(default=None, min_length=1, max_length=200),
     source: MeasurementSource = Query(default="import"),
     hardware: str | None = Query(default=None, min_length=1, max_length=200),
     runner: str | None = Query(default=None, min_length=1, max_length=200),
     num_devices: int | None = Query(default=None, ge=1, le=100_000),
     dtype: Dtype | None = Query(default=None),
-    data: bytes = Depends(_csv_bytes),
-    context: WriteContext = Depends(write_context),
+    context: WriteContext = Depends(upload_write_context),
     session: Session = Depends(write_session),
-) -> JSONResponse:
-    measurements = parse_measurements_csv(data)
+) -> Response:
+    chunks = upload_chunks(
+        request,
+        CSV_TYPES,
+        "send text/csv, or multipart/form-data with a 'file' part",
+        context.digest,
+    )
+    measurements = csv_measurements(text_lines(chunks, UPLOAD_NAME), get_settings().max_upload_rows)
     given = {
         key: value
         for key, value in (
@@ -190,67 +200,73 @@ ARCHIVE_TYPES = (
     "application/zip",
     "application/octet-stream",
 )
-
-
-async def _archive_bytes(request: Request) -> bytes:
-    """The archive: the whole body, or the ``file`` part of a multipart form."""
-    return await _upload_bytes(
-        request,
-        ARCHIVE_TYPES,
-        "send a .tar.gz or .zip (application/gzip, application/zip), or multipart "
-        "with a 'file' part",
-    )
+# The smallest .gz file (a .zip's end record alone is 22 bytes): anything shorter is no archive.
+MIN_ARCHIVE_BYTES = 20
 
 
 @router.post(
     "/helm",
     status_code=201,
     response_model=MeasurementSetOut,
-    responses={**WRITE_ERRORS, 409: ERRORS[409], 415: {"description": "Not an archive"}},
-    summary="Upload HELM runs (.tar.gz or .zip of benchmark_output/runs folders)",
+    responses={**WRITE_ERRORS, 409: ERRORS[409]},
     openapi_extra={
         "requestBody": {
             "required": True,
             "content": {
-                media: {"schema": {"type": "string", "format": "binary"}}
+                media: {
+                    "schema": {
+                        "type": "string",
+                        "format": "binary",
+                        "minLength": MIN_ARCHIVE_BYTES,
+                    }
+                }
                 for media in ("application/gzip", "application/zip")
             },
         }
     },
+    summary="Upload HELM runs (.tar.gz or .zip of benchmark_output/runs folders)",
     description=(
         "Reads each run's run_spec.json and per_instance_stats.json: one measurement per "
         "request with a measured inference_runtime (model: the run's model deployment). "
-        "Store it, then fit it with method=denoised."
+        "Store it, then fit it with method=denoised. Nothing else is decompressed from a .zip; "
+        "a .tar.gz is one compressed stream, so its other members are decompressed to be "
+        "passed over (counted, not kept).\n\nRefused although schema-valid (rules on the "
+        "file's content): bytes that are not a .tar(.gz, .bz2, .xz) or .zip archive, an "
+        "archive without a HELM run, a run without its per_instance_stats.json, run files "
+        "that are not JSON of HELM's shape, a value out of range (the error names the member, "
+        "run and instance); an archive beyond the server's limits: bytes decompressed "
+        "(max_archive_bytes), entries (max_archive_members), 64 MiB per run file, "
+        "measurements (max_upload_rows) (422)."
     ),
 )
 def upload_helm(
+    request: Request,
     name: str | None = Query(default=None, min_length=1, max_length=200),
-    data: bytes = Depends(_archive_bytes),
-    context: WriteContext = Depends(write_context),
+    context: WriteContext = Depends(upload_write_context),
     session: Session = Depends(write_session),
-) -> JSONResponse:
-    from idealized_runtime.timing.importers.helm import import_helm_archive
-
-    frame = import_helm_archive(data)
-    timed = frame[frame["runtime_s"].notna()]
-    if timed.empty:
-        raise InputError("the HELM runs hold no request with a measured inference_runtime")
-    measurements = [
-        Measurement(model=model, num_prompt_tokens=p, num_output_tokens=o, runtime_s=runtime)
-        for model, p, o, runtime in zip(
-            timed["model"].tolist(),
-            timed["num_prompt_tokens"].tolist(),
-            timed["num_output_tokens"].tolist(),
-            timed["runtime_s"].tolist(),
-            strict=True,
+) -> Response:
+    settings = get_settings()
+    chunks = upload_chunks(
+        request,
+        ARCHIVE_TYPES,
+        "send a .tar.gz or .zip (application/gzip, application/zip), or multipart "
+        "with a 'file' part",
+        context.digest,
+    )
+    # A .zip is read from its end: the upload is spooled (to disk beyond a few MB) first.
+    with spooled(chunks) as file:
+        measurements, runs = helm_measurements(
+            file,
+            max_rows=settings.max_upload_rows,
+            max_bytes=settings.max_archive_bytes,
+            max_members=settings.max_archive_members,
         )
-    ]
     return _store(
         session,
         context,
         name=name,
         source="import",
-        metadata={"format": "helm", "runs": int(frame["run"].nunique())},
+        metadata={"format": "helm", "runs": runs},
         stack=Provenance(runner="api"),
         measurements=measurements,
     )
@@ -319,7 +335,8 @@ def delete_set(
     context: WriteContext = Depends(write_context),
     session: Session = Depends(write_session),
 ) -> Response:
-    if not crud.delete_measurement_set(session, set_id):
-        raise not_found(f"no measurement set {set_id}")
-    session.commit()
-    return Response(status_code=204)
+    def work(s: Session) -> None:
+        if not crud.delete_measurement_set(s, set_id):
+            raise not_found(f"no measurement set {set_id}")
+
+    return run_write(session, context, work, status_code=204)

@@ -9,6 +9,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
+from idealized_runtime.api.bodies import json_body, request_body
 from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
 from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
@@ -27,6 +28,7 @@ class ScoresWritten(BaseModel):
     status_code=201,
     response_model=ScoresWritten,
     responses=WRITE_ERRORS,
+    openapi_extra=request_body("CapabilityScoresIn"),
     summary="Insert or replace (model, scenario, metric) values",
     description=(
         "Metrics the leaderboard reads: `exact_match` (or `accuracy`), `raw_runtime_s`, "
@@ -34,8 +36,8 @@ class ScoresWritten(BaseModel):
     ),
 )
 def put_scores(
-    payload: CapabilityScoresIn,
     context: WriteContext = Depends(write_context),
+    payload: CapabilityScoresIn = Depends(json_body(CapabilityScoresIn, "CapabilityScoresIn")),
     session: Session = Depends(write_session),
 ) -> JSONResponse:
     def work(s: Session) -> ScoresWritten:

@@ -20,6 +20,8 @@ import csv
 import io
 import json
 import math
+import re
+import unicodedata
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +37,21 @@ from idealized_runtime.core.types import (
     MIN_RUNTIME_S,
     Measurement,
     check_runtime,
+)
+
+# Numbers as a file writes them: ASCII digits, an optional sign, point and exponent. Python's
+# int() and float() also take "1_000", full-width and other Unicode digits: a typo or a paste
+# from elsewhere should be refused, not read as a number.
+_WHOLE_NUMBER = re.compile(r"\s*\+?[0-9]+\s*")
+_DECIMAL = re.compile(
+    r"\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*|\s*[+-]?(inf|infinity|nan)\s*",
+    re.IGNORECASE,
+)
+MAX_NAME_LENGTH = 200
+# Characters that change how a name is displayed without being seen: bidirectional overrides and
+# isolates (a name that reads differently than it sorts), besides control characters and NUL.
+_BIDI_CONTROLS = frozenset(
+    "\u061c\u200e\u200f" + "".join(map(chr, (*range(0x202A, 0x202F), *range(0x2066, 0x206A))))
 )
 
 MODEL, PROMPT, OUTPUT, RUNTIME = "model", "num_prompt_tokens", "num_output_tokens", "runtime_s"
@@ -74,7 +91,7 @@ def _shown(value: Any) -> str:
 
 
 def parse_token_count(
-    value: Any, *, path: str | None, row: int, column: str, minimum: int | None = None
+    value: Any, *, path: str | None, row: int | None, column: str, minimum: int | None = None
 ) -> int:
     """A token count: a non-negative integer, at least ``minimum`` (default: 0 for output
     tokens, 1 otherwise). JSON may write it as 12.0."""
@@ -87,11 +104,10 @@ def parse_token_count(
         raise InputError(
             f"expected {expected}, got {_shown(value)}", path=path, row=row, column=column
         )
-    if isinstance(value, int):
-        number = value
-    elif (isinstance(value, float) and value.is_integer()) or (
-        isinstance(value, str) and value.strip().lstrip("+").isdigit()
-    ):
+    number: int | float
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        number = value  # compared as given: int(1e308) would be a 309-digit message
+    elif isinstance(value, str) and _WHOLE_NUMBER.fullmatch(value):
         number = int(value)
     else:
         raise InputError(
@@ -99,29 +115,28 @@ def parse_token_count(
         )
     if number < minimum:
         raise InputError(
-            f"must be at least {minimum}, got {number}", path=path, row=row, column=column
+            f"must be at least {minimum}, got {_shown(number)}", path=path, row=row, column=column
         )
     if number > MAX_TOKENS:
         raise InputError(
-            f"at most {MAX_TOKENS} tokens, got {number}", path=path, row=row, column=column
+            f"at most {MAX_TOKENS} tokens, got {_shown(number)}", path=path, row=row, column=column
         )
-    return number
+    return int(number)
 
 
-def parse_seconds(value: Any, *, path: str | None, row: int, column: str) -> float:
+def parse_seconds(value: Any, *, path: str | None, row: int | None, column: str) -> float:
     """A duration in seconds: a finite positive number."""
     if isinstance(value, np.generic):
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float, str))
+        or (isinstance(value, str) and not _DECIMAL.fullmatch(value))
+    ):
         raise InputError(
             f"expected a number of seconds, got {_shown(value)}", path=path, row=row, column=column
         )
-    try:
-        number = float(value)
-    except ValueError:
-        raise InputError(
-            f"expected a number of seconds, got {plain(value)!r}", path=path, row=row, column=column
-        ) from None
+    number = float(value)
     if problem := check_runtime(number):
         raise InputError(f"{problem}, got {_shown(value)}", path=path, row=row, column=column)
     return number
@@ -155,20 +170,30 @@ class _Rows:
         return [record.get(name) for record in self.records]  # type: ignore[union-attr]
 
 
+def _check_header(header: list[str] | None, name: str, required: Sequence[str]) -> list[str]:
+    """The header row, stripped: non-empty, each column once, the required ones present."""
+    if header is None or not any(cell.strip() for cell in header):
+        raise InputError("empty file: expected a header row and data rows", path=name)
+    header = [cell.strip() for cell in header]
+    seen: set[str] = set()
+    for column in header:
+        if column in seen:  # which of the two would a reader take? Neither: say so.
+            raise InputError("duplicate column in the header", path=name, column=column)
+        seen.add(column)
+    missing = [column for column in required if column not in header]
+    if missing:
+        raise InputError(
+            f"missing required column(s) {', '.join(missing)} (header: {', '.join(header)})",
+            path=name,
+            column=missing[0],
+        )
+    return header
+
+
 def _read_csv(text: str, name: str, required: Sequence[str]) -> _Rows:
     with io.StringIO(text, newline="") as handle:
         reader = csv.reader(handle)
-        header = next(reader, None)
-        if header is None or not any(cell.strip() for cell in header):
-            raise InputError("empty file: expected a header row and data rows", path=name)
-        header = [cell.strip() for cell in header]
-        missing = [column for column in required if column not in header]
-        if missing:
-            raise InputError(
-                f"missing required column(s) {', '.join(missing)} (header: {', '.join(header)})",
-                path=name,
-                column=missing[0],
-            )
+        header = _check_header(next(reader, None), name, required)
         records: list[list[str]] = []
         numbers: list[int] = []
         width = len(header)
@@ -302,15 +327,16 @@ def read_measurements(source: str | Path | Any) -> list[Measurement]:
 
 
 def parse_measurements(text: str, *, name: str = "upload", kind: str = "csv") -> list[Measurement]:
-    """``read_measurements`` for text in memory (an upload): ``kind`` is ``csv`` or ``jsonl``,
-    ``name`` stands for the file in error messages."""
+    """``read_measurements`` for text in memory: ``kind`` is ``csv`` or ``jsonl``, ``name``
+    stands for the file in error messages. (An upload as it streams in:
+    ``iter_csv_measurements``.)"""
     if kind not in ("csv", "jsonl"):
         raise InputError(f"unsupported format {kind!r}: expected csv or jsonl", path=name)
     return _measurements_from_rows(_rows_from_text(text, name, kind, MEASUREMENT_COLUMNS))
 
 
 def _measurements_from_rows(rows: _Rows) -> list[Measurement]:
-    optional = [c for c in ("batch_size", "ttft_s", "std_s") if c in rows.columns]
+    optional = [c for c in OPTIONAL_MEASUREMENT_COLUMNS if c in rows.columns]
     get = (
         (lambda record, column: record[rows.columns.index(column)])
         if rows.format == "csv"
@@ -320,33 +346,115 @@ def _measurements_from_rows(rows: _Rows) -> list[Measurement]:
     has_ok = "ok" in rows.columns
     failed = 0
     for record, number in zip(rows.records, rows.numbers, strict=True):
-        where = {"path": rows.path, "row": number}
-        if has_ok and _is_failed(get(record, "ok")):  # a failed request (e.g. import-results)
+        measurement = _measurement(
+            lambda column, r=record: get(r, column), rows.path, number, optional, has_ok
+        )
+        if measurement is None:
             failed += 1
-            continue
-        model = get(record, MODEL)
-        if _is_missing(model) or not isinstance(model, str):
-            raise InputError("expected a model name", column=MODEL, **where)
-        values: dict[str, Any] = {
-            "model": model,
-            PROMPT: parse_token_count(get(record, PROMPT), column=PROMPT, **where),
-            OUTPUT: parse_token_count(get(record, OUTPUT), column=OUTPUT, **where),
-            RUNTIME: parse_seconds(get(record, RUNTIME), column=RUNTIME, **where),
-        }
-        for column in optional:
-            value = get(record, column)
-            if _is_missing(value):
-                continue
-            if column == "batch_size":
-                values[column] = parse_token_count(value, column=column, **where)
-            elif column == "std_s":
-                values[column] = _parse_non_negative(value, column=column, **where)
-            else:
-                values[column] = parse_seconds(value, column=column, **where)
-        measurements.append(Measurement(**values))
+        else:
+            measurements.append(measurement)
     if not measurements and failed:
         raise InputError(f"no data rows ({failed} failed requests skipped)", path=rows.path)
     return measurements
+
+
+OPTIONAL_MEASUREMENT_COLUMNS = ("batch_size", "ttft_s", "std_s")
+
+
+def check_model_name(name: Any, *, path: str | None, row: int | None) -> str:
+    """A model name as a measurement stores it: text of 1 to 200 characters, none of them a
+    control (NUL included) or bidirectional-formatting character."""
+    if _is_missing(name) or not isinstance(name, str):
+        raise InputError("expected a model name", path=path, row=row, column=MODEL)
+    if len(name) > MAX_NAME_LENGTH:
+        raise InputError(
+            f"model name of {len(name)} characters; at most {MAX_NAME_LENGTH}",
+            path=path,
+            row=row,
+            column=MODEL,
+        )
+    for position, character in enumerate(name, start=1):
+        if character in _BIDI_CONTROLS or unicodedata.category(character) == "Cc":
+            kind = "bidirectional-formatting" if character in _BIDI_CONTROLS else "control"
+            raise InputError(
+                f"model name has a {kind} character (U+{ord(character):04X}) at position "
+                f"{position}",
+                path=path,
+                row=row,
+                column=MODEL,
+            )
+    return name
+
+
+def _measurement(
+    get: Any, path: str, number: int, optional: Sequence[str], has_ok: bool
+) -> Measurement | None:
+    """One row as a Measurement (None for a failed request's row); the first bad value is an
+    InputError naming the row and column."""
+    where = {"path": path, "row": number}
+    if has_ok and _is_failed(get("ok")):  # a failed request (e.g. import-results)
+        return None
+    values: dict[str, Any] = {
+        "model": check_model_name(get(MODEL), **where),
+        PROMPT: parse_token_count(get(PROMPT), column=PROMPT, **where),
+        OUTPUT: parse_token_count(get(OUTPUT), column=OUTPUT, **where),
+        RUNTIME: parse_seconds(get(RUNTIME), column=RUNTIME, **where),
+    }
+    for column in optional:
+        value = get(column)
+        if _is_missing(value):
+            continue
+        if column == "batch_size":
+            values[column] = parse_token_count(value, column=column, **where)
+        elif column == "std_s":
+            values[column] = _parse_non_negative(value, column=column, **where)
+        else:
+            values[column] = parse_seconds(value, column=column, **where)
+    ttft = values.get("ttft_s")
+    if ttft is not None and ttft > values[RUNTIME]:
+        raise InputError(
+            f"ttft_s {ttft:g} is greater than runtime_s {values[RUNTIME]:g}: the first token "
+            "comes within the request",
+            column="ttft_s",
+            **where,
+        )
+    return Measurement(**values)
+
+
+def iter_csv_measurements(lines: Iterable[str], *, name: str = "upload") -> Iterator[Measurement]:
+    """Measurements of CSV text given line by line (line ends kept), as an upload streams in:
+    the checks and messages of ``read_measurements``, holding one row at a time. Rows of failed
+    requests (an ``ok`` column saying false) are skipped."""
+    try:
+        reader = csv.reader(lines)
+        header = _check_header(next(reader, None), name, MEASUREMENT_COLUMNS)
+        positions = {column: index for index, column in enumerate(header)}
+        optional = [c for c in OPTIONAL_MEASUREMENT_COLUMNS if c in positions]
+        has_ok = "ok" in positions
+        width = len(header)
+        rows = failed = 0
+        for number, record in enumerate(reader, start=1):
+            if not record or (len(record) == 1 and not record[0].strip()):
+                continue  # blank line
+            if len(record) != width:
+                raise InputError(
+                    f"expected {width} fields as in the header, got {len(record)}",
+                    path=name,
+                    row=number,
+                )
+            measurement = _measurement(
+                lambda column, r=record: r[positions[column]], name, number, optional, has_ok
+            )
+            if measurement is None:
+                failed += 1
+                continue
+            rows += 1
+            yield measurement
+    except csv.Error as error:
+        raise InputError(f"malformed CSV ({error})", path=name) from None
+    if not rows:
+        detail = f" ({failed} failed requests skipped)" if failed else ""
+        raise InputError(f"no data rows{detail}", path=name)
 
 
 def _is_failed(value: Any) -> bool:
@@ -359,11 +467,8 @@ def _is_failed(value: Any) -> bool:
 
 
 def _parse_non_negative(value: Any, *, path: str, row: int, column: str) -> float:
-    if isinstance(value, (int, float, str)) and not isinstance(value, bool):
-        try:
-            number = float(value)
-        except ValueError:
-            number = math.nan
+    if isinstance(value, (int, float)) or (isinstance(value, str) and _DECIMAL.fullmatch(value)):
+        number = math.nan if isinstance(value, bool) else float(value)
         if math.isfinite(number) and number >= 0:
             return number
     raise InputError(
@@ -667,17 +772,7 @@ def _csv_header(path: Path) -> list[str]:
         raise InputError("not a UTF-8 text file", path=str(path)) from None
     except csv.Error as error:
         raise InputError(f"malformed CSV ({error})", path=str(path)) from None
-    if header is None or not any(cell.strip() for cell in header):
-        raise InputError("empty file: expected a header row and data rows", path=str(path))
-    header = [cell.strip() for cell in header]
-    missing = [column for column in REQUEST_COLUMNS if column not in header]
-    if missing:
-        raise InputError(
-            f"missing required column(s) {', '.join(missing)} (header: {', '.join(header)})",
-            path=str(path),
-            column=missing[0],
-        )
-    return header
+    return _check_header(header, str(path), REQUEST_COLUMNS)
 
 
 def _csv_options(header: list[str], block_bytes: int) -> tuple[Any, Any, Any]:

@@ -236,7 +236,7 @@ def simulate(
             since_receive = 0
             while arrivals and arrivals[0][0] <= now:
                 _, index, arrival = heapq.heappop(arrivals)
-                request = _Request(index, shapes[index], arrival)
+                request = _Request(index, shapes[index], arrival, shapes[index].cached_tokens)
                 if capacity is not None and request.need > capacity:
                     error = f"needs {request.need} tokens of KV cache, has {capacity}"
                     finish(request, False, error)

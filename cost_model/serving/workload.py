@@ -26,6 +26,9 @@ class RequestShape:
     num_prompt_tokens: int
     num_output_tokens: int
     arrival_s: float | None = None  # None: closed loop (sent when a client is free)
+    # Prompt tokens whose KV is already in the cache when the request arrives (a prefix-cache
+    # hit, or a prompt prefilled on another instance): the server reads only the rest.
+    cached_tokens: int = 0
 
 
 def poisson_arrivals(rate: float, count: int, seed: int) -> np.ndarray:

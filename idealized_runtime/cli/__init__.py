@@ -30,6 +30,7 @@ def _register_commands() -> None:
         fitting,
         importing,
         measure,
+        plan,
         profile,
         report,
         service,

@@ -5,8 +5,9 @@ an OpenAI-compatible endpoint). Thin layers over ``idealized_runtime.timing.leve
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -44,7 +45,10 @@ def measure_command(
         None, "--sweep", help="synchronous, saturated, then N rates between them"
     ),
     workload: Optional[Path] = typer.Option(  # noqa: UP045
-        None, "--workload", help="replay a trace (CSV/JSONL: arrival_s, prompt/output tokens)"
+        None,
+        "--workload",
+        help="replay a trace (CSV/JSONL: arrival_s, prompt/output tokens) or conversations "
+        "(session_id, turns: prompt/output tokens, delay); with --concurrency C: C at a time",
     ),
     start_at: Optional[str] = typer.Option(  # noqa: UP045
         None,
@@ -81,31 +85,33 @@ def measure_command(
 
     from idealized_runtime.core.load_levels import parse_load_levels
     from idealized_runtime.timing.config import MeasureConfig
+    from idealized_runtime.timing.conversations import Conversation, load_workload
     from idealized_runtime.timing.grids import load_grid
     from idealized_runtime.timing.levels import measure_levels, measure_sweep
-    from idealized_runtime.timing.load_patterns import parse_start_time, read_workload
+    from idealized_runtime.timing.load_patterns import parse_start_time
 
     if endpoint not in ("completions", "chat"):
         fail(f"--endpoint must be completions or chat, got {endpoint!r}")
+    requests = load_workload(workload) if workload is not None else None
+    conversations = requests is not None and isinstance(requests[0], Conversation)
     chosen = [name for name, value in (("--rate", rate), ("--sweep", sweep),
               ("--workload", workload)) if value is not None]  # fmt: skip
-    if len(chosen) > 1 or (chosen and concurrency is not None):
+    # Conversations may run C at a time (--concurrency); a trace keeps its arrival times.
+    concurrency_clash = concurrency is not None and not (conversations and chosen == ["--workload"])
+    if len(chosen) > 1 or (chosen and concurrency_clash):
         fail(f"choose one of --concurrency, --rate, --sweep, --workload (got {', '.join(chosen)}"
              + (", --concurrency" if concurrency is not None else "") + ")")  # fmt: skip
     if sweep is not None and sweep < 1:
         fail(f"--sweep needs at least 1 rate between the bounds, got {sweep}")
     levels: list[dict] = [{"concurrency": 1}]
     if concurrency is not None:
-        levels = [
-            {"concurrency": c}
-            for c in parse_load_levels(concurrency, "--concurrency", integer=True)
-        ]
+        key = "sessions_in_flight" if conversations else "concurrency"
+        levels = [{key: c} for c in parse_load_levels(concurrency, "--concurrency", integer=True)]
     if rate is not None:
         levels = [{"rate": r} for r in parse_load_levels(rate, "--rate", integer=False)]
-    if start_at is not None and workload is None:
-        fail("--start-at needs --workload (the trace whose schedule it places)")
+    if start_at is not None and (workload is None or conversations):
+        fail("--start-at needs --workload with a trace (the schedule it places)")
     start_at_s = parse_start_time(start_at) if start_at is not None else None
-    trace = read_workload(workload) if workload is not None else None
     body: dict = {}
     if extra_body:
         try:
@@ -122,7 +128,8 @@ def measure_command(
         endpoint=endpoint,  # type: ignore[arg-type]
         grid=load_grid(grid),
         repeats=repeats,
-        workload=trace,
+        workload=None if conversations else requests,  # type: ignore[arg-type]
+        conversations=requests if conversations else None,  # type: ignore[arg-type]
         start_at_s=start_at_s,
         stream=stream,
         tokenizer=tokenizer,
@@ -265,20 +272,40 @@ def summarize_command(
     output: Optional[Path] = typer.Option(  # noqa: UP045
         None, "-o", "--output", help="also write the JSON list to this file"
     ),
+    prices: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--prices",
+        help="price table (YAML or CSV: provider, model, input/output_usd_per_mtok, "
+        "architecture): dollars per request and per 1M tokens beside the idealized dollars",
+    ),
+    idealized_gpu: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--idealized-gpu", help="GPU of the idealized dollars (default h100-sxm)"
+    ),
+    idealized_stack: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--idealized-stack", help="reference stack of the idealized dollars (see 'stacks')"
+    ),
 ) -> None:
     """Per model and load level: throughput, TTFT/ITL/TPOT/end-to-end percentiles, errors,
-    goodput."""
+    goodput; reasoning and answer TTFT, per turn of conversations, and dollars with --prices."""
     from idealized_runtime.core.files import atomic_writer
     from idealized_runtime.timing.importers import peers
     from idealized_runtime.timing.summary import (
-        format_table,
         parse_slo,
         read_raw_rows,
         summaries_to_json,
         summarize,
     )
+    from idealized_runtime.timing.summary_text import format_table
 
     targets = parse_slo(slo) if slo is not None else None
+    if prices is None and (idealized_gpu or idealized_stack):
+        fail("--idealized-gpu and --idealized-stack price requests: give --prices too")
+    table = idealized = None
+    if prices is not None:
+        from idealized_runtime.core.prices import read_price_table
+
+        table = read_price_table(prices)
+        idealized = _idealized_costs(idealized_gpu, idealized_stack)
     # Other load generators' result files (guidellm, aiperf, ...) are imported on the way.
     rows = [
         row
@@ -287,7 +314,7 @@ def summarize_command(
             peers.read_result_file(path) if peers.is_result_file(path) else read_raw_rows([path])
         )
     ]
-    summaries = summarize(rows, targets)
+    summaries = summarize(rows, targets, prices=table, idealized=idealized)
     if not summaries:
         fail("no request rows in " + ", ".join(map(str, raw)))
     data = summaries_to_json(summaries)
@@ -300,3 +327,21 @@ def summarize_command(
         except OSError as error:
             fail(f"{output}: cannot write: {error.strerror or error}")
     typer.echo(json.dumps(data, indent=1) if as_json else format_table(summaries))
+
+
+def _idealized_costs(gpu: str | None, stack: str | None) -> Callable[..., Any]:
+    """``summarize``'s idealized dollars on ``gpu`` and ``stack`` (checked here, once: an
+    unknown name is one line before any file is read)."""
+    import functools
+
+    from idealized_runtime.core.catalog import get_hardware
+    from idealized_runtime.leaderboard.current_models import (
+        DEFAULT_GPU,
+        DEFAULT_STACK,
+        idealized_request_costs,
+    )
+    from idealized_runtime.leaderboard.stack_comparison import resolve_stacks
+
+    hardware = get_hardware(gpu or DEFAULT_GPU).name
+    (chosen,) = resolve_stacks([stack or DEFAULT_STACK])
+    return functools.partial(idealized_request_costs, hardware=hardware, stack=chosen)

@@ -33,8 +33,47 @@ STACKS_HELP = (
 )
 
 
+CURRENT_MODELS_HELP = (
+    "add the board of today's models: 'flagship' (the catalog's flagship configs) or NAME,NAME "
+    "(catalog architectures)"
+)
+CURRENT_GPU_HELP = "GPU of today's models (see data/hardware.yaml; default h100-sxm)"
+CURRENT_STACK_HELP = "reference stack of today's models (see 'stacks'; default pytorch-compiled)"
+PRICES_HELP = (
+    "price table (YAML or CSV: provider, model, input/output_usd_per_mtok, architecture) to set "
+    "providers' dollars beside the idealized ones"
+)
+
 if TYPE_CHECKING:
+    from idealized_runtime.leaderboard.current_models import CurrentModelsSpec
     from idealized_runtime.leaderboard.rows import LeaderboardInputs
+
+
+def current_models_spec(
+    models: str | None, gpu: str | None, stack: str | None, prices: Path | None
+) -> CurrentModelsSpec | None:
+    """The board of today's models the options ask for: any of them adds it (the flagship
+    configs unless ``models`` names others; ``none`` leaves it out). Bad names or a bad price
+    table are one ``error:`` line, before anything is read or written."""
+    if models is None and gpu is None and stack is None and prices is None:
+        return None
+    if models is not None and models.strip() == "none":
+        return None
+    from idealized_runtime.core.prices import read_price_table
+    from idealized_runtime.leaderboard.current_models import (
+        DEFAULT_GPU,
+        CurrentModelsSpec,
+        parse_model_list,
+    )
+
+    spec = CurrentModelsSpec(
+        models=parse_model_list(models or "flagship"),
+        hardware=gpu or DEFAULT_GPU,
+        prices=read_price_table(prices) if prices is not None else None,
+    )
+    if stack is not None:
+        spec = CurrentModelsSpec(spec.models, spec.hardware, stack, spec.prices)
+    return spec.resolved()
 
 
 def leaderboard_inputs(source: str | None, with_helm: bool) -> LeaderboardInputs:
@@ -62,14 +101,23 @@ def demo_command(
         None, "--database-url", help="service database (default: SQLite file in --workdir)"
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="progress bars"),
+    current_models: str = typer.Option(
+        "flagship", "--current-models", help=CURRENT_MODELS_HELP + "; none to leave it out"
+    ),
+    current_gpu: Optional[str] = typer.Option(None, "--current-gpu", help=CURRENT_GPU_HELP),  # noqa: UP045
+    current_stack: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-stack", help=CURRENT_STACK_HELP
+    ),
+    prices: Optional[Path] = typer.Option(None, "--prices", help=PRICES_HELP),  # noqa: UP045
 ) -> None:
     """Offline demo: profile, serve, measure and fit a tiny model, load HELM's reference data,
-    store everything and write the leaderboard report."""
+    store everything and write the leaderboard report (with today's models)."""
     from rich.console import Console
 
     from idealized_runtime.demo import DEMO_ARCHITECTURE, run_demo
-    from idealized_runtime.report.terminal import summary_table
+    from idealized_runtime.report.terminal import current_models_table, price_table, summary_table
 
+    spec = current_models_spec(current_models, current_gpu, current_stack, prices)
     out = Console(width=None if sys.stdout.isatty() else 160)
     steps = iter(range(1, 100))
     result = run_demo(
@@ -77,8 +125,13 @@ def demo_command(
         database_url,
         progress=progress,
         say=lambda text: stderr_console().print(f"[bold cyan]step {next(steps)}[/] {text}"),
+        current_models=spec,
     )
     out.print(summary_table(result.board, limit=SUMMARY_ROWS, highlight={DEMO_ARCHITECTURE}))
+    if result.board.current_models is not None:
+        out.print(current_models_table(result.board))
+        if result.board.current_models.prices:
+            out.print(price_table(result.board))
     from idealized_runtime.api.report_database import redact
 
     out.print(f"demo finished in {result.elapsed_s:.1f} s; database {redact(result.database_url)}")
@@ -143,6 +196,14 @@ def report_command(
         None, "--slo", help="latency targets drawn on the load curves: ttft=S,tpot=S,e2e=S"
     ),
     stacks: Optional[str] = typer.Option(None, "--stacks", help=STACKS_HELP),  # noqa: UP045
+    current_models: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-models", help=CURRENT_MODELS_HELP
+    ),
+    current_gpu: Optional[str] = typer.Option(None, "--current-gpu", help=CURRENT_GPU_HELP),  # noqa: UP045
+    current_stack: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-stack", help=CURRENT_STACK_HELP
+    ),
+    prices: Optional[Path] = typer.Option(None, "--prices", help=PRICES_HELP),  # noqa: UP045
 ) -> None:
     """Write the leaderboard report: self-contained HTML, Markdown and CSV (and load.html with
     latency-throughput curves when the source holds load levels)."""
@@ -151,6 +212,7 @@ def report_command(
 
     targets = parse_slo(slo) if slo is not None else None
     compared = parse_stacks(stacks)  # an unknown name fails before anything is read or written
+    current = current_models_spec(current_models, current_gpu, current_stack, prices)
     from idealized_runtime.leaderboard.build import build_leaderboard
     from idealized_runtime.report.render import write_report
 
@@ -170,7 +232,7 @@ def report_command(
         loaded = leaderboard_inputs(source, with_helm)
     else:
         loaded = leaderboard_inputs(source, with_helm)
-    files = write_report(build_leaderboard(loaded, stacks=compared), output)
+    files = write_report(build_leaderboard(loaded, stacks=compared, current_models=current), output)
     typer.echo(f"report: {files.html}")
     if curves:
         typer.echo(f"load curves: {load_report.write_load_report(curves, output, targets)}")
@@ -189,18 +251,44 @@ def leaderboard_command(
     stacks: Optional[str] = typer.Option(None, "--stacks", help=STACKS_HELP),  # noqa: UP045
     limit: int = typer.Option(SUMMARY_ROWS, "--limit", min=1, help="models in the summary table"),
     as_json: bool = typer.Option(False, "--json", help="print the whole board as JSON"),
+    current_models: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-models", help=CURRENT_MODELS_HELP
+    ),
+    current_gpu: Optional[str] = typer.Option(None, "--current-gpu", help=CURRENT_GPU_HELP),  # noqa: UP045
+    current_stack: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-stack", help=CURRENT_STACK_HELP
+    ),
+    current_sort: str = typer.Option(
+        "idealized",
+        "--current-sort",
+        help="order of today's models, best first: idealized, gpus, gpu-seconds, usd, "
+        "usd-per-mtok, tokens-per-s, ratio, parameters",
+    ),
+    prices: Optional[Path] = typer.Option(None, "--prices", help=PRICES_HELP),  # noqa: UP045
 ) -> None:
-    """Print the leaderboard (fastest idealized runtime first), and with --stacks the same
-    models side by side under reference stacks; `report` writes it all as HTML/Markdown/CSV."""
+    """Print the leaderboard (fastest idealized runtime first), with --stacks the same models
+    side by side under reference stacks, with --current-models today's models; `report` writes
+    it all as HTML/Markdown/CSV."""
     import json
 
     from rich.console import Console
 
     from idealized_runtime.leaderboard.build import build_leaderboard, leaderboard_payload
-    from idealized_runtime.report.terminal import stack_table, summary_table
+    from idealized_runtime.leaderboard.current_models import SORT_KEYS
+    from idealized_runtime.report.terminal import (
+        current_models_table,
+        price_table,
+        stack_table,
+        summary_table,
+    )
 
     compared = parse_stacks(stacks)
-    board = build_leaderboard(leaderboard_inputs(source, with_helm), stacks=compared)
+    if current_sort not in SORT_KEYS:
+        fail(f"--current-sort must be one of {', '.join(SORT_KEYS)}, got {current_sort!r}")
+    current = current_models_spec(current_models, current_gpu, current_stack, prices)
+    board = build_leaderboard(
+        leaderboard_inputs(source, with_helm), stacks=compared, current_models=current
+    )
     if as_json:
         payload = leaderboard_payload(board)
         typer.echo(json.dumps(payload, default=_json_value, indent=1))
@@ -209,6 +297,10 @@ def leaderboard_command(
     out.print(summary_table(board, limit=limit))
     if board.stack_comparison is not None:
         out.print(stack_table(board))
+    if board.current_models is not None:
+        out.print(current_models_table(board, sort=current_sort))
+        if board.current_models.prices:
+            out.print(price_table(board))
 
 
 def _json_value(value: object) -> object:

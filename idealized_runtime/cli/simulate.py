@@ -116,7 +116,8 @@ def simulate_command(
     from idealized_runtime.core.files import atomic_writer
     from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
     from idealized_runtime.cost_model.serving.step_time import FittedStepTime
-    from idealized_runtime.timing.summary import format_table, summaries_to_json, summarize
+    from idealized_runtime.timing.summary import summaries_to_json, summarize
+    from idealized_runtime.timing.summary_text import format_table
 
     if sum(bool(x) for x in (workload, rate, concurrency)) != 1:
         fail("give exactly one of --workload, --rate or --concurrency")

@@ -121,7 +121,8 @@ def _unsupported_family(family: Any, path: str) -> InputError:
     )
 
 
-def _gpt2(c: _Config) -> dict[str, Any]:
+def _gpt2_keys(c: _Config) -> dict[str, Any]:
+    """What GPT-2 and GPT-J configs name alike (``n_embd``, ``n_layer``, ``n_head``, ...)."""
     hidden = c.get("n_embd", "hidden_size")
     return dict(
         num_layers=c.get("n_layer", "num_hidden_layers"),
@@ -132,22 +133,20 @@ def _gpt2(c: _Config) -> dict[str, Any]:
         max_context=c.get("n_positions", "max_position_embeddings"),
         activation=c.activation("activation_function"),
         norm_eps=c.get("layer_norm_epsilon", default=1e-5),
+    )
+
+
+def _gpt2(c: _Config) -> dict[str, Any]:
+    return dict(
+        **_gpt2_keys(c),
         position="learned",
         tie_embeddings=c.get("tie_word_embeddings", default=True),
     )
 
 
 def _gptj(c: _Config) -> dict[str, Any]:
-    hidden = c.get("n_embd", "hidden_size")
     return dict(
-        num_layers=c.get("n_layer", "num_hidden_layers"),
-        hidden_size=hidden,
-        num_heads=c.get("n_head", "num_attention_heads"),
-        ffn_hidden_size=c.get("n_inner", default=4 * hidden, required=False),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("n_positions", "max_position_embeddings"),
-        activation=c.activation("activation_function"),
-        norm_eps=c.get("layer_norm_epsilon", default=1e-5),
+        **_gpt2_keys(c),
         position="rotary",
         rotary_dim=c.get("rotary_dim"),
         parallel_attn_mlp=True,

@@ -118,3 +118,8 @@ def scenario_workload(name: str) -> Workload:
 def workload_names() -> list[str]:
     """Scenario groups that have token counts, so can be used as workloads."""
     return sorted({r.group for r in helm_scenario_results() if r.mean_prompt_tokens is not None})
+
+
+def helm_workloads() -> tuple[Workload, ...]:
+    """One workload per HELM scenario group: its mean prompt and output tokens."""
+    return tuple(scenario_workload(name) for name in workload_names())

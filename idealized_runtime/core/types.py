@@ -724,6 +724,34 @@ class SpeculativeDecoding(_Frozen):
         return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
+class Disaggregation(_Frozen):
+    """Prefill and decode on separate engine instances (xPyD): ``prefill_workers`` instances
+    of ``prefill_tp`` GPUs (``prefill_ep`` expert-parallel ranks, ``prefill_attention_dp``
+    attention groups) read the prompts and hand each request's KV cache to one of
+    ``decode_workers`` instances of the deployment's own layout, over ``transfer_gbps`` per GPU
+    and direction (None: the GPU's interconnect from the catalog)."""
+
+    prefill_workers: Annotated[int, Field(ge=1, le=1024)]
+    decode_workers: Annotated[int, Field(ge=1, le=1024)]
+    prefill_tp: Annotated[int, Field(ge=1, le=1024)]
+    prefill_ep: PositiveInt = 1
+    prefill_attention_dp: PositiveInt = 1
+    transfer_gbps: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None
+
+    @property
+    def label(self) -> str:
+        """``2P(tp4)1D`` style: workers of each kind, the prefill layout in brackets."""
+        layout = layout_label(self.prefill_tp, self.prefill_ep, self.prefill_attention_dp)
+        return f"{self.prefill_workers}P({layout}){self.decode_workers}D"
+
+
+def layout_label(tp: int, ep: int = 1, attention_dp: int = 1) -> str:
+    """``tp8``, ``tp8 ep8 dp8``: an instance's GPUs, experts and attention groups."""
+    parts = [f"tp{tp}"] + [f"{name}{size}" for name, size in (("ep", ep), ("dp", attention_dp))
+                           if size > 1]  # fmt: skip
+    return " ".join(parts)
+
+
 class Deployment(_Frozen):
     """A model served on hardware: the architecture, the GPU, the layout (``tp`` GPUs per
     pipeline stage, ``pp`` stages), the number format, the sequences run together in a batch, and
@@ -734,7 +762,9 @@ class Deployment(_Frozen):
     ``tp`` GPUs: ``ep`` expert-parallel ranks each hold num_experts / ep whole experts (split
     further over tp / ep GPUs), and ``attention_dp`` data-parallel groups of tp / attention_dp
     GPUs each run the attention of their own requests (every group holds the attention weights
-    and its own KV cache). ``speculative``: multi-token prediction or a draft model.
+    and its own KV cache). ``speculative``: multi-token prediction or a draft model;
+    ``disaggregation``: prompts on prefill instances of their own, which hand the KV cache to
+    decode instances of this layout (xPyD).
 
     The hardware model's functions take one ``Deployment`` instead of loose arguments;
     ``cost_model.hardware.planner.plan_deployment`` chooses the layout for one."""
@@ -752,30 +782,49 @@ class Deployment(_Frozen):
     ep: PositiveInt = 1
     attention_dp: PositiveInt = 1
     speculative: SpeculativeDecoding | None = None
+    # Prefill on instances of their own (None: aggregated, every instance does both).
+    disaggregation: Disaggregation | None = None
 
     @model_validator(mode="after")
     def _check_parallelism(self) -> Deployment:
-        arch = self.architecture
-        if self.ep > 1:
-            if arch.num_experts <= 1:
-                raise ValueError(
-                    f"expert parallelism needs a mixture of experts; {arch.name} is dense"
-                )
-            if self.tp % self.ep or arch.num_experts % self.ep:
-                raise ValueError(
-                    f"expert-parallel size {self.ep} must divide the tensor-parallel size "
-                    f"{self.tp} and the {arch.num_experts} experts of {arch.name}"
-                )
-        if self.tp % self.attention_dp:
-            raise ValueError(
-                f"attention data-parallel size {self.attention_dp} must divide the "
-                f"tensor-parallel size {self.tp}"
+        _check_layout(self.architecture, self.tp, self.ep, self.attention_dp)
+        split = self.disaggregation
+        if split is not None:
+            if self.pp > 1:
+                raise ValueError("disaggregated serving models one pipeline stage (pp = 1)")
+            _check_layout(
+                self.architecture, split.prefill_tp, split.prefill_ep, split.prefill_attention_dp
             )
         return self
 
     @property
     def num_gpus(self) -> int:
+        """GPUs of the deployment: both pools of a disaggregated one."""
+        split = self.disaggregation
+        if split is not None:
+            return split.prefill_workers * split.prefill_tp + split.decode_workers * self.tp
         return self.tp * self.pp
+
+    def prefill_instance(self) -> Deployment:
+        """One prefill instance of a disaggregated deployment (itself when aggregated)."""
+        split = self.disaggregation
+        if split is None:
+            return self
+        return self.model_copy(
+            update={
+                "tp": split.prefill_tp,
+                "ep": split.prefill_ep,
+                "attention_dp": split.prefill_attention_dp,
+                "speculative": None,  # prefill runs no draft
+                "disaggregation": None,
+            }
+        )
+
+    def decode_instance(self) -> Deployment:
+        """One decode instance of a disaggregated deployment (itself when aggregated)."""
+        if self.disaggregation is None:
+            return self
+        return self.model_copy(update={"disaggregation": None})
 
     @property
     def attention_tp(self) -> int:
@@ -790,6 +839,22 @@ class Deployment(_Frozen):
     def with_efficiency(self, efficiency: Efficiency) -> Deployment:
         """The same deployment timed at another efficiency (a stack's fit tries many)."""
         return self.model_copy(update={"efficiency": efficiency})
+
+
+def _check_layout(arch: Architecture, tp: int, ep: int, attention_dp: int) -> None:
+    """ValueError unless ``ep`` and ``attention_dp`` split ``tp`` GPUs (and the experts)."""
+    if ep > 1:
+        if arch.num_experts <= 1:
+            raise ValueError(f"expert parallelism needs a mixture of experts; {arch.name} is dense")
+        if tp % ep or arch.num_experts % ep:
+            raise ValueError(
+                f"expert-parallel size {ep} must divide the tensor-parallel size "
+                f"{tp} and the {arch.num_experts} experts of {arch.name}"
+            )
+    if tp % attention_dp:
+        raise ValueError(
+            f"attention data-parallel size {attention_dp} must divide the tensor-parallel size {tp}"
+        )
 
 
 def check_runtime(value: float) -> str | None:
@@ -918,6 +983,41 @@ class LatencyStats(_Frozen):
     mean: NonNegativeFloat | None = None
 
 
+class TurnSummary(_Frozen):
+    """The requests of one turn index of a multi-turn level (every session's turn ``turn``):
+    prompts grow with the history resent, and a prefix cache may serve that history."""
+
+    turn: Annotated[int, Field(ge=0)]
+    requests: Annotated[int, Field(ge=0)]
+    error_rate: Annotated[float, Field(ge=0, le=1)]
+    prompt_tokens_mean: NonNegativeFloat | None = None
+    cached_prompt_tokens_mean: NonNegativeFloat | None = None
+    output_tokens_mean: NonNegativeFloat | None = None
+    reasoning_tokens_mean: NonNegativeFloat | None = None
+    ttft_s: LatencyStats = LatencyStats()
+    ttft_answer_s: LatencyStats = LatencyStats()
+    tpot_s: LatencyStats = LatencyStats()
+    e2e_s: LatencyStats = LatencyStats()
+
+
+class LoadCost(_Frozen):
+    """Dollars of a level's successful requests at a provider's prices per 1M tokens, and, where
+    the model's architecture is known, the idealized dollars of the same requests (the hardware
+    model on a reference GPU and stack, batch 1)."""
+
+    price: Name = Field(description="the price table's entry: provider/model")
+    usd_per_request: NonNegativeFloat
+    usd_per_million_tokens: NonNegativeFloat | None = Field(
+        default=None, description="dollars over prompt + output tokens, per million"
+    )
+    usd_per_million_output_tokens: NonNegativeFloat | None = None
+    idealized_usd_per_request: NonNegativeFloat | None = None
+    idealized_usd_per_million_output_tokens: NonNegativeFloat | None = None
+    idealized_basis: str | None = Field(
+        default=None, description="architecture, GPU and stack of the idealized dollars"
+    )
+
+
 class LoadSummary(_Frozen):
     """What users saw from one model at one load level ("concurrency=8", "rate=4.0", "trace")."""
 
@@ -932,3 +1032,12 @@ class LoadSummary(_Frozen):
     e2e_s: LatencyStats
     error_rate: Annotated[float, Field(ge=0, le=1)]
     goodput_requests_per_s: NonNegativeFloat
+    # Reasoning models: the time to the first answer token (after the reasoning), and the
+    # tokens counted apart; the mean token counts of the successful requests.
+    ttft_answer_s: LatencyStats = LatencyStats()
+    prompt_tokens_mean: NonNegativeFloat | None = None
+    cached_prompt_tokens_mean: NonNegativeFloat | None = None
+    output_tokens_mean: NonNegativeFloat | None = None
+    reasoning_tokens_mean: NonNegativeFloat | None = None
+    turns: tuple[TurnSummary, ...] = ()  # multi-turn levels: per turn index
+    cost: LoadCost | None = None  # with a price table

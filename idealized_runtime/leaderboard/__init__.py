@@ -10,5 +10,6 @@ database and calls ``build.build_leaderboard``.
 ``metrics``           a fit's runtime at a workload, cost per 1,000 requests, Pareto frontiers
 ``groups``            one entry per architecture: the names a model is listed under
 ``stack_comparison``  the same models under several reference stacks
+``current_models``    today's models on a chosen GPU and stack, beside HELM's 2022 stack
 ``build``             ``build_leaderboard`` and the JSON payload
 """

@@ -17,12 +17,17 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from idealized_runtime.core.scenarios import ScenarioResult, Workload
+from idealized_runtime.core.scenarios import ScenarioResult, Workload, helm_workloads
 from idealized_runtime.core.types import (
     Precision,
     Provenance,
 )
 from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK
+from idealized_runtime.leaderboard.current_models import (
+    CurrentModelBoard,
+    CurrentModelsSpec,
+    current_model_board,
+)
 from idealized_runtime.leaderboard.groups import ModelGroup, group_models
 from idealized_runtime.leaderboard.metrics import (
     cost_per_1000,
@@ -59,6 +64,8 @@ class Leaderboard:
     inputs: LeaderboardInputs
     stack_comparison: StackComparison | None = None  # with build_leaderboard(..., stacks=...)
     groups: tuple[ModelGroup, ...] = ()  # ``models`` by architecture (``group_models``)
+    # Today's models on a chosen GPU and stack (build_leaderboard(..., current_models=...)).
+    current_models: CurrentModelBoard | None = None
 
     def group_keys(self) -> dict[str, str]:
         """Model name -> the key of its group."""
@@ -198,10 +205,19 @@ def accelerators_needed(model: ModelInput, rates: Mapping[str, CostRates]) -> in
         return None  # does not fit on any supported count of this accelerator
 
 
-def build_leaderboard(inputs: LeaderboardInputs, stacks: Sequence[str] = ()) -> Leaderboard:
+def build_leaderboard(
+    inputs: LeaderboardInputs,
+    stacks: Sequence[str] = (),
+    *,
+    current_models: CurrentModelsSpec | None = None,
+) -> Leaderboard:
     """Rows, per-model summaries and frontiers from loaded inputs; with ``stacks`` (reference
-    stack names, the first the ratios' baseline) also the models side by side under them."""
+    stack names, the first the ratios' baseline) also the models side by side under them; with
+    ``current_models`` the board of today's models over the same workloads."""
     comparison = compare_stacks(inputs, stacks) if stacks else None
+    current = None
+    if current_models is not None:
+        current = current_model_board(current_models, inputs.workloads or helm_workloads())
     models = {model.name: model for model in inputs.models}
     scenario_rows = _scenario_rows(inputs.scenario_results, models)
     frontier_points = {kind: _frontier_points(scenario_rows, kind) for kind in FRONTIER_KINDS}
@@ -270,6 +286,7 @@ def build_leaderboard(inputs: LeaderboardInputs, stacks: Sequence[str] = ()) -> 
         inputs=inputs,
         stack_comparison=comparison,
         groups=groups,
+        current_models=current,
     )
 
 
@@ -277,7 +294,7 @@ def leaderboard_payload(board: Leaderboard, *, include_scenarios: bool = False) 
     """The board as one JSON object (rows as pydantic models): what the REST API's
     ``/v1/leaderboard`` answers and ``idealized-runtime leaderboard --json`` prints."""
     comparison = board.stack_comparison
-    return {
+    payload = {
         "created_at": board.inputs.created_at,
         "source": board.inputs.source,
         "models": list(board.models),
@@ -288,6 +305,16 @@ def leaderboard_payload(board: Leaderboard, *, include_scenarios: bool = False) 
         "stack_models": list(comparison.models) if comparison else None,
         "stack_workloads": list(comparison.workloads) if comparison else None,
     }
+    current = board.current_models
+    if current is not None:  # only when asked for: the REST API's answer keeps its shape
+        payload["current_models"] = {
+            "hardware": current.hardware,
+            "stack": current.stack,
+            "baseline_stack": current.baseline_stack,
+            "models": list(current.rows),
+            "prices": list(current.prices),
+        }
+    return payload
 
 
 def _with_frontier(row: ScenarioRow, on_frontier: dict[FrontierKind, bool]) -> ScenarioRow:

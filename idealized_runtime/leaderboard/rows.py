@@ -21,6 +21,7 @@ from idealized_runtime.core.types import (
     Measurement,
     utc_now,
 )
+from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK
 
 FrontierKind = Literal["idealized", "raw"]
 FRONTIER_KINDS: tuple[FrontierKind, ...] = ("idealized", "raw")
@@ -203,6 +204,47 @@ class StackModelRow(_StackRow):
     model: str
     architecture: str | None
     num_workloads: int
+
+
+class CurrentModelRow(_Row):
+    """One of today's models on the chosen GPU and stack, and under HELM's 2022 stack."""
+
+    model: str = Field(description="Catalog architecture")
+    family: str
+    num_parameters: int
+    active_parameters: int | None = Field(description="Per token, for mixtures of experts")
+    precision: str = Field(description="The checkpoint's (weights, KV cache, compute)")
+    hardware: str
+    stack: str
+    tp: int | None
+    num_gpus: int | None
+    idealized_runtime_s: float | None = Field(description="Mean over the HELM workloads")
+    cost: Cost = Field(description="GPU-seconds, $ and kJ per 1,000 requests")
+    usd_per_million_output_tokens: float | None = Field(
+        description="Decode GPU-seconds of a million output tokens at the GPU's hourly price"
+    )
+    output_tokens_per_s_per_user: float | None = Field(description="1 / decode step, batch 1")
+    baseline_stack: str = HELM_STACK
+    baseline_runtime_s: float | None = Field(
+        description="The same model and GPU under HELM's 2022 stack, over the same workloads"
+    )
+    ratio: float | None = Field(description="idealized_runtime_s / baseline_runtime_s")
+    num_workloads: int
+    note: str | None = None
+
+
+class ProviderPriceRow(_Row):
+    """A provider's price for one of the board's models beside its idealized dollars."""
+
+    provider: str
+    model: str
+    architecture: str
+    input_usd_per_mtok: float
+    output_usd_per_mtok: float
+    usd_per_1000: float = Field(description="At the HELM workloads' mean tokens, per 1,000")
+    idealized_usd_per_1000: float | None
+    ratio: float | None = Field(description="usd_per_1000 / idealized_usd_per_1000")
+    idealized_usd_per_million_output_tokens: float | None
 
 
 @dataclass(frozen=True)

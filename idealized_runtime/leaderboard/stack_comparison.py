@@ -12,10 +12,11 @@ from functools import lru_cache
 
 from idealized_runtime.core.scenarios import Workload
 from idealized_runtime.core.types import (
+    BF16,
     Architecture,
+    Deployment,
     FittedCostModel,
     Hardware,
-    Precision,
     Provenance,
 )
 from idealized_runtime.cost_model.hardware.stacks.catalog import HELM_STACK
@@ -104,26 +105,29 @@ def _fit_runtimes(
     )
 
 
-# (architecture, stack, GPU, workloads, TP) -> runtimes: the service answers repeated
-# side-by-side requests without recomputing them (a few hundred entries at most).
-# The same architecture on the same stack recurs under each of its names: computed once.
-@lru_cache(maxsize=512)
-def _hardware_model_runtimes(
+@dataclass(frozen=True)
+class WorkloadDeployment:
+    """How the hardware model serves an architecture's workloads on one stack and GPU: the
+    deployment (None when it cannot: a precision the GPU refuses, too large a model), the
+    workloads' (prompt, output) tokens that fit the context, and why some or all are left out."""
+
+    deployment: Deployment | None
+    shapes: dict[str, tuple[float, float]]
+    note: str | None = None
+
+
+def workload_deployment(
     arch: Architecture,
     stack: str,
     hardware: Hardware,
-    workloads: tuple[Workload, ...],
-    tp: int | None,
-) -> _StackRuntimes:
-    """The hardware model on ``stack``: ``hardware_model_estimate`` plans the GPUs (at the
-    largest request, so every workload fits) and checks the precision, the same time model then
-    gives every workload's runtime at its mean (fractional) tokens in one vectorized pass."""
-    import numpy as np
-
+    workloads: Sequence[Workload],
+    tp: int | None = None,
+) -> WorkloadDeployment:
+    """The deployment ``hardware_model_estimate`` plans for the largest of ``workloads`` (so
+    every workload fits) on ``stack`` at the checkpoint's precision, with the stack's efficiency
+    for that weight format; workloads longer than the context are left out with a note."""
     from idealized_runtime.core.errors import InputError
-    from idealized_runtime.core.types import Deployment
-    from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
-    from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
+    from idealized_runtime.cost_model.hardware.estimate import plan_request
     from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
 
     shapes = {
@@ -135,24 +139,47 @@ def _hardware_model_runtimes(
         longer = sorted(set(shapes) - set(inside))
         note = f"{', '.join(longer)} longer than the {arch.max_context}-token context"
     if not inside:
-        return _StackRuntimes({}, hardware=hardware.name, note=note)
+        return WorkloadDeployment(None, {}, note)
     largest = max(inside.values(), key=sum)
+    precision = arch.precision or BF16  # the checkpoint's, as hardware_model_estimate
     try:
-        plan, _ = hardware_model_estimate(
-            arch, hardware, math.ceil(largest[0]), math.ceil(largest[1]), tp=tp, stack=stack
+        deployment = plan_request(
+            arch,
+            hardware,
+            math.ceil(largest[0]),
+            math.ceil(largest[1]),
+            tp=tp,
+            precision=precision,
+            efficiency=get_stack(stack).efficiency_for(precision.weights),
+            stack=stack,
         )
     except InputError as error:
-        return _StackRuntimes({}, hardware=hardware.name, tp=tp, note=str(error))
-    deployment = Deployment(
-        architecture=arch,
-        hardware=hardware,
-        tp=plan.tp,
-        precision=arch.precision or Precision(),  # as hardware_model_estimate
-        efficiency=get_stack(stack).efficiency,
-        stack=stack,
-    )
+        return WorkloadDeployment(None, {}, str(error))
+    return WorkloadDeployment(deployment, inside, note)
+
+
+# The same architecture on the same stack recurs under each of its names, and the service answers
+# repeated side-by-side requests: computed once (a few hundred entries at most).
+@lru_cache(maxsize=512)
+def _hardware_model_runtimes(
+    arch: Architecture,
+    stack: str,
+    hardware: Hardware,
+    workloads: tuple[Workload, ...],
+    tp: int | None,
+) -> _StackRuntimes:
+    """The hardware model on ``stack``: the workloads' deployment (``workload_deployment``),
+    then every workload's runtime at its mean (fractional) tokens in one vectorized pass."""
+    import numpy as np
+
+    from idealized_runtime.cost_model.hardware.roofline import hardware_model_runtime
+
+    planned = workload_deployment(arch, stack, hardware, workloads, tp)
+    if planned.deployment is None:
+        return _StackRuntimes({}, hardware=hardware.name, tp=tp, note=planned.note)
+    inside = planned.shapes
     runtimes = hardware_model_runtime(
-        deployment,
+        planned.deployment,
         np.array([p for p, _ in inside.values()]),
         np.array([o for _, o in inside.values()]),
     )
@@ -160,8 +187,8 @@ def _hardware_model_runtimes(
         values=dict(zip(inside, (float(r) for r in runtimes), strict=True)),
         source="hardware-model",
         hardware=hardware.name,
-        tp=plan.tp,
-        note=note,
+        tp=planned.deployment.tp,
+        note=planned.note,
     )
 
 

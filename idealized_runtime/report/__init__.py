@@ -8,5 +8,6 @@ terminal table.
 ``cells``         number formats and the leaderboard's columns, shared by every format
 ``groups``        the board's lines: one entry per architecture, its names under it
 ``stack_tables``  models and workloads under several reference stacks; the stacks' errors
+``current_tables`` the columns of today's models and of providers' prices, in every format
 ``svg``           inline SVG charts; ``load``: serving under load (latency vs throughput)
 """

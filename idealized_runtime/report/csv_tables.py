@@ -1,5 +1,5 @@
-"""The leaderboard as CSV tables (models, scenarios, workloads, frontiers, fits, stacks): one row
-per row of the board, every column present in every row.
+"""The leaderboard as CSV tables (models, scenarios, workloads, frontiers, fits, stacks, today's
+models and providers' prices): one row per row of the board, every column present in every row.
 """
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 import csv
 import io
 from collections.abc import Sequence
+
+from pydantic import BaseModel
 
 from idealized_runtime.leaderboard.build import Leaderboard
 from idealized_runtime.leaderboard.rows import (
@@ -23,6 +25,9 @@ from idealized_runtime.report.cells import fit_rows
 CSV_NAMES = ("models.csv", "scenarios.csv", "workloads.csv", "frontiers.csv", "fits.csv")
 # Written when the board compares stacks (``build_leaderboard(..., stacks=...)``).
 STACK_CSV_NAMES = ("stacks.csv", "stack_workloads.csv")
+# Written with today's models (``build_leaderboard(..., current_models=...)``), the prices with
+# a price table.
+CURRENT_CSV_NAMES = ("current_models.csv", "provider_prices.csv")
 
 
 # --- CSV ---------------------------------------------------------------------------------------
@@ -107,6 +112,20 @@ def _stack_record(row: StackModelRow | StackWorkloadRow) -> dict[str, object]:
     return record
 
 
+def _rows_csv(rows: Sequence[BaseModel]) -> str:
+    """Pydantic rows as CSV, one column per field (a nested cost as ``cost_<field>``)."""
+    records = []
+    for row in rows:
+        record: dict[str, object] = {}
+        for name, value in row.model_dump().items():
+            if isinstance(value, dict):
+                record.update({f"{name}_{key}": inner for key, inner in value.items()})
+            else:
+                record[name] = value
+        records.append(record)
+    return _csv_text(records, list(records[0]) if records else [])
+
+
 def _csv_text(records: Sequence[dict[str, object]], header: Sequence[str]) -> str:
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=list(header), lineterminator="\n")
@@ -157,6 +176,11 @@ def csv_tables(board: Leaderboard) -> dict[str, str]:
         ],
     }
     texts = {name: _csv_text(tables[name], headers[name]) for name in CSV_NAMES}
+    current = board.current_models
+    if current is not None:
+        texts["current_models.csv"] = _rows_csv(current.rows)
+        if current.prices:
+            texts["provider_prices.csv"] = _rows_csv(current.prices)
     comparison = board.stack_comparison
     if comparison is not None:
         for name, rows, empty in (

@@ -21,10 +21,8 @@ from idealized_runtime.core.catalog import (
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import (
     ScenarioResult,
-    Workload,
     helm_scenario_results,
-    scenario_workload,
-    workload_names,
+    helm_workloads,
 )
 from idealized_runtime.core.types import Architecture, FittedCostModel, Measurement, Provenance
 from idealized_runtime.leaderboard.rows import (
@@ -43,11 +41,6 @@ PROFILE_METHODS = ("default", "helm")
 def cost_rates() -> dict[str, CostRates]:
     """Rates of every accelerator in the hardware catalog."""
     return {name: CostRates.from_hardware(hw) for name, hw in hardware_catalog().items()}
-
-
-def helm_workloads() -> tuple[Workload, ...]:
-    """One workload per HELM scenario group: its mean prompt and output tokens."""
-    return tuple(scenario_workload(name) for name in workload_names())
 
 
 def preferred_idealized_fit(fits: Iterable[FittedCostModel]) -> FittedCostModel | None:

@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 
 from idealized_runtime import __version__
 from idealized_runtime.leaderboard.build import Leaderboard, stacks
+from idealized_runtime.leaderboard.current_models import sorted_rows
 from idealized_runtime.leaderboard.rows import (
     StackComparison,
     StackModelRow,
@@ -20,6 +21,12 @@ from idealized_runtime.report.cells import (
     fmt_ratio,
     fmt_seconds,
     line_cells,
+)
+from idealized_runtime.report.current_tables import (
+    PRICE_COLUMNS,
+    PRICE_NOTE,
+    current_columns,
+    current_title,
 )
 from idealized_runtime.report.groups import (
     BoardLine,
@@ -60,6 +67,7 @@ def render_markdown(board: Leaderboard) -> str:
         ),
         "",
         *_stack_comparison_lines(board.stack_comparison, board.group_keys()),
+        *_current_model_lines(board),
         "## Pareto frontier per scenario (accuracy vs runtime)",
         "",
         _md_table(
@@ -168,6 +176,46 @@ def _stack_comparison_lines(
         _md_table(header, rows),
         "",
     ]
+
+
+def _current_model_lines(board: Leaderboard) -> list[str]:
+    """Today's models, fastest first, and the providers' prices beside their idealized $."""
+    current = board.current_models
+    if current is None:
+        return []
+    columns = current_columns(current)
+    lines = [
+        "## Today's models",
+        "",
+        current_title(current) + ". " + CURRENT_NOTE,
+        "",
+        _md_table(
+            ["model", *(column.header for column in columns), "note"],
+            [
+                [row.model, *(column.text(row) for column in columns), row.note or ""]
+                for row in sorted_rows(current.rows, "idealized")
+            ],
+        ),
+        "",
+    ]
+    if current.prices:
+        lines += [
+            f"Provider prices ({current.price_source}). " + PRICE_NOTE,
+            "",
+            _md_table(
+                [column.header for column in PRICE_COLUMNS],
+                [[column.text(row) for column in PRICE_COLUMNS] for row in current.prices],
+            ),
+            "",
+        ]
+    return lines
+
+
+CURRENT_NOTE = (
+    "From the catalog's configs and the hardware model alone: the GPUs the planner chooses for "
+    "the longest workload, the idealized runtime of every HELM workload at its mean tokens, "
+    "dollars at the GPU's indicative hourly price."
+)
 
 
 def _used_stack_lines(board: Leaderboard) -> list[str]:

@@ -13,6 +13,7 @@ import jinja2
 from idealized_runtime import __version__
 from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.leaderboard.build import Leaderboard, stacks
+from idealized_runtime.leaderboard.current_models import sorted_rows
 from idealized_runtime.leaderboard.rows import (
     FRONTIER_KINDS,
 )
@@ -29,6 +30,12 @@ from idealized_runtime.report.cells import (
     slug,
 )
 from idealized_runtime.report.csv_tables import csv_tables
+from idealized_runtime.report.current_tables import (
+    PRICE_COLUMNS,
+    PRICE_NOTE,
+    current_columns,
+    current_title,
+)
 from idealized_runtime.report.groups import (
     group_lines,
     measured_spans,
@@ -127,6 +134,14 @@ def render_html(board: Leaderboard) -> str:
         stack_models=stack_model_pivot(board.stack_comparison, group_keys),
         stack_workloads=stack_workload_pivot(board.stack_comparison, group_keys),
         reference_stacks=reference_stack_rows(board),
+        current=board.current_models,
+        current_title=current_title(board.current_models) if board.current_models else "",
+        current_columns=current_columns(board.current_models) if board.current_models else (),
+        current_rows=sorted_rows(board.current_models.rows, "idealized")
+        if board.current_models
+        else (),
+        price_columns=PRICE_COLUMNS,
+        price_note=PRICE_NOTE,
         hardware_rates=sorted(
             {
                 board.inputs.cost_rates[m.hardware]

@@ -1,5 +1,5 @@
 """The leaderboard in the terminal (Rich tables): the fastest models grouped by architecture,
-and the models side by side under several stacks."""
+the models side by side under several stacks, and today's models (with providers' prices)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,15 @@ from rich.table import Table
 from rich.text import Text
 
 from idealized_runtime.leaderboard.build import Leaderboard
+from idealized_runtime.leaderboard.current_models import sorted_rows
 from idealized_runtime.leaderboard.groups import ModelGroup, ranked_groups
 from idealized_runtime.report.cells import ALIAS_MARK, fmt_ratio, fmt_seconds, line_cells
+from idealized_runtime.report.current_tables import (
+    PRICE_COLUMNS,
+    PRICE_NOTE,
+    current_columns,
+    current_title,
+)
 from idealized_runtime.report.groups import BoardLine, board_lines
 from idealized_runtime.report.stack_tables import stack_model_pivot
 
@@ -104,3 +111,39 @@ def stack_table(board: Leaderboard) -> Table:
             for note, models in missing.items()
         )
     return table
+
+
+def current_models_table(board: Leaderboard, *, sort: str = "idealized") -> Table:
+    """Today's models on the chosen GPU and stack beside HELM's 2022 stack, best first by
+    ``sort`` (``current_models.SORT_KEYS``)."""
+    current = board.current_models
+    assert current is not None
+    columns = current_columns(current)
+    table = Table(title=current_title(current))
+    table.add_column("model", no_wrap=True)
+    for column in columns:
+        table.add_column(column.header, justify="left" if column.header == "precision" else "right")
+    for row in sorted_rows(current.rows, sort):
+        table.add_row(row.model, *(column.text(row) for column in columns))
+    notes = {row.note for row in current.rows if row.note}
+    if notes:
+        table.caption = "; ".join(sorted(notes))
+    return table
+
+
+def price_table(board: Leaderboard) -> Table:
+    """The providers' prices of the board's models beside their idealized dollars."""
+    current = board.current_models
+    assert current is not None and current.prices
+    table = Table(title=f"Provider prices ({current.price_source}) beside the idealized dollars")
+    for column in PRICE_COLUMNS:
+        table.add_column(
+            column.header, justify="left" if column.header in TEXT_PRICE_COLUMNS else "right"
+        )
+    for row in current.prices:
+        table.add_row(*(column.text(row) for column in PRICE_COLUMNS))
+    table.caption = PRICE_NOTE
+    return table
+
+
+TEXT_PRICE_COLUMNS = ("provider", "model", "architecture")

@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any, Literal
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.timing.conversations import Conversation
 from idealized_runtime.timing.grids import GridPoint
 from idealized_runtime.timing.load_patterns import TraceRequest
 
 Endpoint = Literal["completions", "chat"]
+SESSIONS_LOAD = "sessions"  # the load label of conversations (":concurrency=C" with C at a time)
 ENDPOINT_PATHS = {"completions": "/completions", "chat": "/chat/completions"}
 
 
@@ -43,6 +45,16 @@ class MeasureConfig(BaseModel):
     workload: list[TraceRequest] | None = Field(
         default=None, description="replay these arrivals instead of the grid (load 'trace')"
     )
+    conversations: list[Conversation] | None = Field(
+        default=None,
+        description="multi-turn sessions instead of the grid: each turn resends the history",
+    )
+    sessions_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=4096,
+        description="conversations at a time (closed loop); None: each starts at its arrival",
+    )
     start_at_s: float | None = Field(
         default=None,
         description="wall-clock time (Unix seconds) at which a trace's earliest arrival is sent",
@@ -54,6 +66,12 @@ class MeasureConfig(BaseModel):
     stop_in_flight: int | None = Field(default=None, ge=1)
     stop_error_rate: float = Field(default=0.5, gt=0, le=1)
     stop_min_finished: int = Field(default=10, ge=1)
+
+    @model_validator(mode="after")
+    def _one_workload(self) -> MeasureConfig:
+        if self.workload is not None and self.conversations is not None:
+            raise ValueError("a trace and conversations exclude one another")
+        return self
 
     @property
     def recorded_model(self) -> str:
@@ -75,6 +93,10 @@ class MeasureConfig(BaseModel):
     def load(self) -> str:
         if self.level_label:
             return self.level_label
+        if self.conversations is not None:
+            if self.sessions_in_flight is not None:
+                return f"{SESSIONS_LOAD}:concurrency={self.sessions_in_flight}"
+            return SESSIONS_LOAD
         if self.workload is not None:
             return "trace"
         if self.rate is not None:

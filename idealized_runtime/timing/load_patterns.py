@@ -16,7 +16,7 @@ import json
 import math
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
@@ -39,6 +39,19 @@ async def run_with_concurrency(
 
     workers = [asyncio.create_task(worker()) for _ in range(max(1, min(concurrency, len(jobs))))]
     await _wait_all(workers)
+
+
+@contextlib.asynccontextmanager
+async def _cancelled_together(tasks: list[asyncio.Task[None]]) -> AsyncIterator[None]:
+    """While jobs are being started: if the starter is cancelled, cancel every job started so
+    far and wait for them, so that no request outlives its level."""
+    try:
+        yield
+    except asyncio.CancelledError:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 async def run_poisson(
@@ -64,7 +77,7 @@ async def run_poisson(
         finally:
             slots.release()
 
-    try:
+    async with _cancelled_together(tasks):
         next_at = loop.time()
         for job in jobs:
             next_at += rng.expovariate(rate)
@@ -73,11 +86,6 @@ async def run_poisson(
                 break
             await slots.acquire()
             tasks.append(asyncio.create_task(start(job)))
-    except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
     await _wait_all(tasks)
 
 
@@ -98,17 +106,12 @@ async def run_at_arrivals(
         origin = loop.time() - (min(arrivals_s) if arrivals_s else 0.0)
     else:  # the event loop's clock is monotonic: place the wall-clock time on it once
         origin = loop.time() + (zero_at_wall_s - time.time())
-    try:
+    async with _cancelled_together(tasks):
         for job, arrival in sorted(zip(jobs, arrivals_s, strict=True), key=lambda pair: pair[1]):
             await asyncio.sleep(max(0.0, origin + arrival - loop.time()))
             if should_stop is not None and should_stop():
                 break
             tasks.append(asyncio.create_task(run(job)))
-    except asyncio.CancelledError:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        raise
     await _wait_all(tasks)
 
 
@@ -127,16 +130,15 @@ TRACE_COLUMNS = {
 MAX_TRACE_REQUESTS = 1_000_000
 
 
-def read_workload(path: str | Path) -> list[TraceRequest]:
-    """A request trace: CSV with a header, or JSONL objects, with an arrival time (seconds) and
-    prompt and output lengths per request (see TRACE_COLUMNS). Sorted by arrival; arrival times
-    are relative to the first one."""
+def read_records(path: str | Path, what: str = "workload") -> list[dict[str, Any]]:
+    """The records of a workload file: CSV with a header, or JSON objects one a line (a
+    ``.jsonl``, ``.json`` or ``.ndjson`` file). InputError naming the file (and line)."""
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as error:
         reason = getattr(error, "strerror", None) or error
-        raise InputError(f"cannot read the workload: {reason}", path=str(path)) from None
+        raise InputError(f"cannot read the {what}: {reason}", path=str(path)) from None
     records: list[dict[str, Any]] = []
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         for number, line in enumerate(text.splitlines(), 1):
@@ -156,48 +158,73 @@ def read_workload(path: str | Path) -> list[TraceRequest]:
         except csv.Error as error:
             raise InputError(f"malformed CSV ({error})", path=str(path)) from None
     if not records:
-        raise InputError("the workload has no requests", path=str(path))
+        raise InputError(f"the {what} has no requests", path=str(path))
     if len(records) > MAX_TRACE_REQUESTS:
         raise InputError(f"more than {MAX_TRACE_REQUESTS} requests", path=str(path))
-    requests = [_trace_request(record, str(path), row) for row, record in enumerate(records, 1)]
+    return records
+
+
+def read_workload(path: str | Path) -> list[TraceRequest]:
+    """A request trace: CSV with a header, or JSONL objects, with an arrival time (seconds) and
+    prompt and output lengths per request (see TRACE_COLUMNS). Sorted by arrival; arrival times
+    are relative to the first one."""
+    return trace_from_records(read_records(path), str(path))
+
+
+def trace_from_records(records: list[dict[str, Any]], path: str) -> list[TraceRequest]:
+    """A trace's requests from its file's records, sorted and relative to the first arrival."""
+    requests = [_trace_request(record, path, row) for row, record in enumerate(records, 1)]
     requests.sort(key=lambda request: request.arrival_s)
     first = requests[0].arrival_s
     return [request._replace(arrival_s=request.arrival_s - first) for request in requests]
 
 
+def first_present(record: dict[str, Any], names: Sequence[str]) -> str | None:
+    """The first of ``names`` that ``record`` has a value for."""
+    return next((name for name in names if record.get(name) not in (None, "")), None)
+
+
+def seconds_value(value: Any, what: str, *, path: str, row: int, scale: float = 1.0) -> float:
+    """A non-negative finite number of seconds (``scale``: seconds per unit of ``value``)."""
+    try:
+        number = float(value) * scale
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not math.isfinite(number) or number < 0:
+        raise InputError(
+            f"{what} must be a non-negative number of seconds, got {value!r}", path=path, row=row
+        )
+    return number
+
+
+def token_count(value: Any, field: str, *, path: str, row: int) -> int:
+    """A token count from 1 to MAX_TOKENS (an integral float or numeric text is accepted)."""
+    shown = value
+    if isinstance(value, str):
+        with contextlib.suppress(ValueError):
+            value = float(value)
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
+        raise InputError(
+            f"{field} must be an integer from 1 to {MAX_TOKENS}, got {shown!r}", path=path, row=row
+        )
+    return value
+
+
 def _trace_request(record: dict[str, Any], path: str, row: int) -> TraceRequest:
     values: dict[str, Any] = {}
     for field, names in TRACE_COLUMNS.items():
-        name = next((name for name in names if record.get(name) not in (None, "")), None)
+        name = first_present(record, names)
         if name is None:
             raise InputError(f"missing {' or '.join(names)}", path=path, row=row)
         values[field] = record[name]
-    try:
-        arrival = float(values["arrival_s"])
-    except (TypeError, ValueError):
-        arrival = math.nan
-    if isinstance(values["arrival_s"], bool) or not math.isfinite(arrival) or arrival < 0:
-        raise InputError(
-            f"arrival time must be a non-negative number of seconds, got {values['arrival_s']!r}",
-            path=path,
-            row=row,
-        )
-    counts = []
-    for field in ("num_prompt_tokens", "num_output_tokens"):
-        value = values[field]
-        if isinstance(value, str):
-            with contextlib.suppress(ValueError):
-                value = float(value)
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOKENS:
-            raise InputError(
-                f"{field} must be an integer from 1 to {MAX_TOKENS}, got {values[field]!r}",
-                path=path,
-                row=row,
-            )
-        counts.append(value)
-    return TraceRequest(arrival, *counts)
+    arrival = seconds_value(values["arrival_s"], "arrival time", path=path, row=row)
+    return TraceRequest(
+        arrival,
+        token_count(values["num_prompt_tokens"], "num_prompt_tokens", path=path, row=row),
+        token_count(values["num_output_tokens"], "num_output_tokens", path=path, row=row),
+    )
 
 
 def parse_start_time(text: str) -> float:

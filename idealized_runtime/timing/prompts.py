@@ -177,12 +177,17 @@ class PromptBuilder:
         return max(num_tokens - self.recipe.offset, 1)
 
     def text(self, num_tokens: int, variant: int = 0) -> str:
-        body = self.body_tokens(num_tokens)
+        """A prompt the server counts as ``num_tokens``, its own tokens included."""
+        return self.piece(self.body_tokens(num_tokens), variant)
+
+    def piece(self, num_tokens: int, variant: int = 0) -> str:
+        """Text of ``num_tokens`` tokens of ours alone: a later part of a prompt (a
+        conversation's next message), to which the server adds nothing more."""
         if self.recipe.source == "tokenizer":
             assert self.tokenizer is not None
-            return exact_text(self.tokenizer, self._pool, body, variant)
+            return exact_text(self.tokenizer, self._pool, num_tokens, variant)
         units = self.recipe.units
-        return units[variant % len(units)] * body
+        return units[variant % len(units)] * num_tokens
 
 
 # A probe sends one prompt (with max_tokens=1) and answers the server's usage.prompt_tokens, or

@@ -9,12 +9,22 @@ Raw JSONL row (one object per line):
     usage_mismatch, usage_reported, usage, server_model, system_fingerprint, response_id,
     finish_reason, stream, num_chunks, prompt_source, dropped_fields, client,
     load (the level's label: "concurrency=8", "rate=4.0", "sweep:synchronous", "sweep:rate=3.2",
-    "sweep:throughput", "trace"), started_at_s and finished_at_s (seconds since the level's run
-    started, monotonic clock, retries included), run_id (one uninterrupted run of the level).
+    "sweep:throughput", "trace", "sessions", "sessions:concurrency=4"), started_at_s and
+    finished_at_s (seconds since the level's run started, monotonic clock, retries included),
+    run_id (one uninterrupted run of the level),
+    reasoning_tokens (the server's usage.completion_tokens_details.reasoning_tokens, else the
+    streamed chunks of reasoning text; null when unknown), ttft_answer_s (streaming: to the first
+    chunk of answer text, after any reasoning; ttft_s is to the first token of either),
+    cached_prompt_tokens (usage.prompt_tokens_details.cached_tokens; null when not reported),
+    session, turn and think_time_s (a conversation's id, the turn's index from 0 and the wait
+    before it was sent; null outside conversations).
+Files written before a field existed lack it; readers take a missing field as null.
 The resume key is (model, endpoint, requested_prompt_tokens, requested_output_tokens, repeat,
 load); a failed row (after its retries) counts as done, so a resumed run sends only the
-requests the file does not hold. Rows are appended by a writer thread, one fsync per batch; a
-trailing partial line (a run killed while writing) is cut off before the next append.
+requests the file does not hold. A conversation's turns share its repeat (its index in the
+workload) and differ by their requested prompt tokens, which grow with the history. Rows are
+appended by a writer thread, one fsync per batch; a trailing partial line (a run killed while
+writing) is cut off before the next append.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import contextlib
 import json
 import queue
 import threading
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -43,6 +54,34 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat(timespec="microseconds").replace("+00:00", "Z") if moment else None
 
 
+@dataclass(frozen=True)
+class TurnPlace:
+    """Where a request sits in a conversation: its session, turn index and the think time
+    waited before it was sent."""
+
+    session: str
+    turn: int
+    think_time_s: float = 0.0
+
+
+def _detail(usage: dict[str, Any] | None, group: str, name: str) -> int | None:
+    """A count of usage's ``<group>_details`` (OpenAI's reasoning and cached tokens)."""
+    details = usage.get(group) if usage else None
+    value = details.get(name) if isinstance(details, dict) else None
+    return int(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _reasoning_tokens(result: Attempt, usage: dict[str, Any] | None, stream: bool) -> int | None:
+    """The server's count of reasoning tokens, else the streamed reasoning chunks (most
+    servers send one token a chunk); unknown for an answer with reasoning but no count."""
+    counted = _detail(usage, "completion_tokens_details", "reasoning_tokens")
+    if counted is not None:
+        return counted
+    if stream and result.num_chunks:
+        return result.reasoning_chunks
+    return None if result.reasoning_seen else 0
+
+
 def request_row(
     config: MeasureConfig,
     point: GridPoint,
@@ -56,15 +95,20 @@ def request_row(
     prompt_source: str,
     dropped_fields: list[str],
     run_id: str,
+    place: TurnPlace | None = None,
 ) -> dict[str, Any]:
     """The row of one request: ``result`` is its last attempt, after ``attempts`` attempts
-    with ``waits`` between them; the actual token counts are the server's usage, if any."""
+    with ``waits`` between them; the actual token counts are the server's usage, if any (else
+    for a stream with reasoning the text chunks counted, since a reasoning model decides its
+    own length)."""
     p, o = point
     usage = result.usage if isinstance(result.usage, dict) else None
     reported_p = usage.get("prompt_tokens") if usage else None
     reported_o = usage.get("completion_tokens") if usage else None
     actual_p = int(reported_p) if isinstance(reported_p, (int, float)) else p
     actual_o = int(reported_o) if isinstance(reported_o, (int, float)) else o
+    if reported_o is None and result.reasoning_chunks:
+        actual_o = result.reasoning_chunks + result.answer_chunks
     body = result.body
     return {
         "model": config.recorded_model,
@@ -100,6 +144,12 @@ def request_row(
         "finished_at_s": round(finished_at_s, 6),
         "run_id": run_id,
         "client": f"idealized-runtime {__version__}",
+        "reasoning_tokens": _reasoning_tokens(result, usage, config.stream) if result.ok else None,
+        "ttft_answer_s": result.ttft_answer_s if result.ok else None,
+        "cached_prompt_tokens": _detail(usage, "prompt_tokens_details", "cached_tokens"),
+        "session": place.session if place else None,
+        "turn": place.turn if place else None,
+        "think_time_s": round(place.think_time_s, 6) if place else None,
     }
 
 

@@ -10,6 +10,11 @@ of the same shape from any other source (a simulator). Keys read, per row:
     start, monotonic clock), finished_at_s (same clock; used for failed rows), run_id (optional:
     rows of one uninterrupted run of the level; a resumed level adds a second run).
 
+Optional keys: ``ttft_answer_s`` (time to the first answer token of a reasoning model; rows
+without the key, written before it existed or by other tools, take their TTFT), the token counts
+``num_prompt_tokens``, ``cached_prompt_tokens`` and ``reasoning_tokens`` (means over successful
+requests), and ``turn`` (multi-turn levels are also summarized per turn index).
+
 Rows without ``started_at_s`` fall back to the ISO ``started_at``/``finished_at`` timestamps.
 The level's duration is, summed over its runs, the span from the first request's start to the
 last request's end; ``requests_per_s`` and ``output_tokens_per_s`` count successful requests
@@ -17,6 +22,9 @@ over it. ``requests`` counts all rows; ``error_rate`` is failed/requests. TPOT p
 (e2e - TTFT) / (output tokens - 1); ITL pools every inter-token gap of the level. Goodput counts
 successful requests meeting every target of the SLO (all successful requests when no SLO); a
 request without a TTFT fails a TTFT target, one with a single output token meets any TPOT one.
+With a price table, each level's successful requests are priced (``LoadCost``): dollars per
+request, per million tokens and per million output tokens, beside the idealized dollars of the
+same requests where an ``IdealizedCosts`` function knows the model's architecture.
 """
 
 from __future__ import annotations
@@ -24,17 +32,29 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import LatencyStats, LoadSummary, Slo
+from idealized_runtime.core.prices import (
+    TOKENS_PER_PRICE_UNIT,
+    PriceTable,
+    ProviderPrice,
+    request_usd,
+)
+from idealized_runtime.core.types import LatencyStats, LoadCost, LoadSummary, Slo, TurnSummary
 
 SLO_KEYS = {"ttft": "ttft_s", "tpot": "tpot_s", "e2e": "e2e_s"}
 UNLABELLED_LOAD = "unlabelled"
+# The idealized dollars of requests of the model a price entry names: given the entry and the
+# requests' (prompt, output) tokens, each request's dollars and what they were computed on
+# ("deepseek-v3 on h100-sxm, pytorch-compiled"); None when the model's architecture is unknown.
+IdealizedCosts = Callable[
+    [ProviderPrice, Sequence[tuple[float, float]]], "tuple[list[float], str] | None"
+]
 
 
 def parse_slo(text: str) -> Slo:
@@ -168,8 +188,109 @@ def _is_ok(row: Mapping[str, Any]) -> bool:
     return bool(ok) and _number(row.get("runtime_s")) is not None
 
 
+def _ttft_answer(row: Mapping[str, Any]) -> float | None:
+    """Time to the first answer token; a row without the key (written before it existed, or by
+    another tool) timed the first answer text as its TTFT."""
+    return _number(row.get("ttft_answer_s") if "ttft_answer_s" in row else row.get("ttft_s"))
+
+
+def _mean(rows: Sequence[Mapping[str, Any]], key: str) -> float | None:
+    values = [v for v in (_number(row.get(key)) for row in rows) if v is not None and v >= 0]
+    return sum(values) / len(values) if values else None
+
+
+def _request_figures(ok_rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The figures a level and a turn index share: token means and the answer's TTFT."""
+    return {
+        "ttft_answer_s": latency_stats([t for t in map(_ttft_answer, ok_rows) if t is not None]),
+        "prompt_tokens_mean": _mean(ok_rows, "num_prompt_tokens"),
+        "cached_prompt_tokens_mean": _mean(ok_rows, "cached_prompt_tokens"),
+        "output_tokens_mean": _mean(ok_rows, "num_output_tokens"),
+        "reasoning_tokens_mean": _mean(ok_rows, "reasoning_tokens"),
+    }
+
+
+def _latencies(ok_rows: Sequence[Mapping[str, Any]]) -> dict[str, LatencyStats]:
+    return {
+        "ttft_s": latency_stats(
+            [t for t in (_number(row.get("ttft_s")) for row in ok_rows) if t is not None]
+        ),
+        "tpot_s": latency_stats([t for t in map(_tpot, ok_rows) if t is not None]),
+        "e2e_s": latency_stats([_number(row.get("runtime_s")) or 0.0 for row in ok_rows]),
+    }
+
+
+def _turn_summaries(rows: Sequence[Mapping[str, Any]]) -> tuple[TurnSummary, ...]:
+    """Per turn index of a multi-turn level (rows with a ``turn``)."""
+    by_turn: dict[int, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        turn = _number(row.get("turn"))
+        if turn is not None and turn >= 0:
+            by_turn.setdefault(int(turn), []).append(row)
+    summaries = []
+    for turn, turn_rows in sorted(by_turn.items()):
+        ok_rows = [row for row in turn_rows if _is_ok(row)]
+        summaries.append(
+            TurnSummary(
+                turn=turn,
+                requests=len(turn_rows),
+                error_rate=(len(turn_rows) - len(ok_rows)) / len(turn_rows),
+                **_latencies(ok_rows),
+                **_request_figures(ok_rows),
+            )
+        )
+    return tuple(summaries)
+
+
+def level_cost(
+    model: str,
+    ok_rows: Sequence[Mapping[str, Any]],
+    prices: PriceTable,
+    idealized: IdealizedCosts | None = None,
+) -> LoadCost | None:
+    """The dollars of a level's successful requests at the model's price (None without one):
+    the mean per request, and all of them per million tokens and per million output tokens;
+    beside them the idealized dollars of the same requests where ``idealized`` knows them."""
+    price = prices.for_model(model)
+    if price is None or not ok_rows:
+        return None
+    dollars, prompt_tokens, output_tokens = request_usd(price, ok_rows)
+    total = sum(dollars)
+
+    def per_million(usd: float, tokens: float) -> float | None:
+        return usd / tokens * TOKENS_PER_PRICE_UNIT if tokens > 0 else None
+
+    ideal = None
+    if idealized is not None:
+        shapes = [
+            (
+                _number(row.get("num_prompt_tokens")) or 1.0,
+                _number(row.get("num_output_tokens")) or 0.0,
+            )
+            for row in ok_rows
+        ]
+        ideal = idealized(price, shapes)
+    return LoadCost(
+        price=price.name,
+        usd_per_request=total / len(dollars),
+        usd_per_million_tokens=per_million(total, prompt_tokens + output_tokens),
+        usd_per_million_output_tokens=per_million(total, output_tokens),
+        idealized_usd_per_request=sum(ideal[0]) / len(ideal[0]) if ideal else None,
+        idealized_usd_per_million_output_tokens=(
+            per_million(sum(ideal[0]), output_tokens) if ideal else None
+        ),
+        idealized_basis=ideal[1] if ideal else None,
+    )
+
+
 def summarize_level(
-    model: str, load: str, rows: Sequence[Mapping[str, Any]], slo: Slo | None = None
+    model: str,
+    load: str,
+    rows: Sequence[Mapping[str, Any]],
+    slo: Slo | None = None,
+    *,
+    prices: PriceTable | None = None,
+    idealized: IdealizedCosts | None = None,
 ) -> LoadSummary:
     ok_rows = [row for row in rows if _is_ok(row)]
     runs: dict[Any, list[tuple[float, float]]] = {}
@@ -197,19 +318,25 @@ def summarize_level(
         requests=len(rows),
         requests_per_s=per_second(len(ok_rows)),
         output_tokens_per_s=per_second(output_tokens),
-        ttft_s=latency_stats(
-            [t for t in (_number(row.get("ttft_s")) for row in ok_rows) if t is not None]
-        ),
         itl_s=latency_stats(gaps),
-        tpot_s=latency_stats([t for t in map(_tpot, ok_rows) if t is not None]),
-        e2e_s=latency_stats([_number(row.get("runtime_s")) or 0.0 for row in ok_rows]),
+        **_latencies(ok_rows),
         error_rate=(len(rows) - len(ok_rows)) / len(rows) if rows else 0.0,
         goodput_requests_per_s=per_second(sum(_meets(row, slo) for row in ok_rows)),
+        **_request_figures(ok_rows),
+        turns=_turn_summaries(rows),
+        cost=level_cost(model, ok_rows, prices, idealized) if prices is not None else None,
     )
 
 
-def summarize(frame_or_rows: Any, slo: Slo | None = None) -> list[LoadSummary]:
-    """One LoadSummary per (model, load level), ordered by model then load level."""
+def summarize(
+    frame_or_rows: Any,
+    slo: Slo | None = None,
+    *,
+    prices: PriceTable | None = None,
+    idealized: IdealizedCosts | None = None,
+) -> list[LoadSummary]:
+    """One LoadSummary per (model, load level), ordered by model then load level; with
+    ``prices`` each priced (``level_cost``)."""
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for row in _records(frame_or_rows):
         if not isinstance(row, Mapping) or row.get("model") is None:
@@ -217,7 +344,10 @@ def summarize(frame_or_rows: Any, slo: Slo | None = None) -> list[LoadSummary]:
         key = (str(row["model"]), load_label(row.get("load")))
         groups.setdefault(key, []).append(row)
     ordered = sorted(groups, key=lambda key: (key[0], load_sort_key(key[1])))
-    return [summarize_level(model, load, groups[(model, load)], slo) for model, load in ordered]
+    return [
+        summarize_level(model, load, groups[(model, load)], slo, prices=prices, idealized=idealized)
+        for model, load in ordered
+    ]
 
 
 def summaries_to_json(summaries: Iterable[LoadSummary]) -> list[dict[str, Any]]:
@@ -231,20 +361,28 @@ def parse_raw_lines(
     InputError naming it, except, when ``partial_last_line_ok``, a last line cut off by a run
     killed while writing."""
     lines = text.splitlines()
-    rows: list[dict[str, Any]] = []
+    if partial_last_line_ok and lines and not _json_object(lines[-1]):
+        lines = lines[:-1]
+    return list(iter_raw_lines(lines, path=path))
+
+
+def _json_object(line: str) -> dict[str, Any] | None:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
+
+
+def iter_raw_lines(lines: Iterable[str], *, path: str) -> Iterator[dict[str, Any]]:
+    """``parse_raw_lines`` of lines as they arrive (an upload), one row at a time."""
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            row = None
-        if not isinstance(row, dict):
-            if partial_last_line_ok and number == len(lines):
-                continue
+        row = _json_object(line)
+        if row is None:
             raise InputError(f"line {number} is not a JSON object", path=path)
-        rows.append(row)
-    return rows
+        yield row
 
 
 def read_raw_rows(paths: Iterable[str | Any]) -> list[dict[str, Any]]:
@@ -261,42 +399,3 @@ def read_raw_rows(paths: Iterable[str | Any]) -> list[dict[str, Any]]:
             raise InputError(f"cannot read raw rows: {reason}", path=str(path)) from None
         rows.extend(parse_raw_lines(text, path=str(path), partial_last_line_ok=True))
     return rows
-
-
-def format_table(summaries: Sequence[LoadSummary]) -> str:
-    """A plain-text table, milliseconds for latencies."""
-
-    def ms(value: float | None) -> str:
-        return "-" if value is None else f"{value * 1000:.1f}"
-
-    header = (
-        "model", "load", "requests", "req/s", "out tok/s", "TTFT p50", "TTFT p99", "ITL p50",
-        "TPOT p50", "E2E p50", "E2E p99", "errors", "goodput/s",
-    )  # fmt: skip
-    lines = [
-        (
-            s.model,
-            s.load,
-            str(s.requests),
-            f"{s.requests_per_s:.3f}",
-            f"{s.output_tokens_per_s:.1f}",
-            ms(s.ttft_s.p50),
-            ms(s.ttft_s.p99),
-            ms(s.itl_s.p50),
-            ms(s.tpot_s.p50),
-            ms(s.e2e_s.p50),
-            ms(s.e2e_s.p99),
-            f"{s.error_rate:.1%}",
-            f"{s.goodput_requests_per_s:.3f}",
-        )
-        for s in summaries
-    ]
-    widths = [max(len(row[i]) for row in [header, *lines]) for i in range(len(header))]
-    text = [
-        "  ".join(
-            cell.ljust(w) if i < 2 else cell.rjust(w)
-            for i, (cell, w) in enumerate(zip(row, widths, strict=True))
-        )
-        for row in [header, *lines]
-    ]
-    return "\n".join(text) + "\n(latencies in ms)"

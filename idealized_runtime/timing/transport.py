@@ -19,6 +19,7 @@ import os
 import random
 import re
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -55,9 +56,14 @@ class Attempt:
     started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
     finished_at: datetime | None = None
     runtime_s: float | None = None
-    ttft_s: float | None = None
+    ttft_s: float | None = None  # first token of any kind, reasoning included
+    ttft_answer_s: float | None = None  # first token of the answer (after any reasoning)
     inter_token_latencies_s: list[float] = field(default_factory=list)
     num_chunks: int = 0
+    reasoning_chunks: int = 0  # streamed chunks with reasoning text
+    answer_chunks: int = 0  # streamed chunks with answer text
+    reasoning_seen: bool = False  # reasoning text came back (streamed or not)
+    answer_text: list[str] = field(default_factory=list)  # a conversation resends it
     body: dict[str, Any] = field(default_factory=dict)  # last JSON object (or final chunk)
     usage: dict[str, Any] | None = None
     finish_reason: str | None = None
@@ -115,6 +121,20 @@ def one_line(text: str, limit: int = ERROR_TEXT_LIMIT) -> str:
         text = text if text.startswith("HTML") else f"HTML page: {text}"
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Where servers put a reasoning model's thinking, apart from the answer: vLLM, SGLang and
+# DeepSeek's API send ``reasoning_content``; newer vLLM and OpenRouter ``reasoning``.
+REASONING_FIELDS = ("reasoning_content", "reasoning")
+
+
+def reasoning_text(part: dict[str, Any]) -> str | None:
+    """The reasoning text of a delta, message or completions choice (None without any)."""
+    for name in REASONING_FIELDS:
+        value = part.get(name)
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def api_key_from_env(config: MeasureConfig) -> str | None:
@@ -189,13 +209,31 @@ class EndpointClient:
         self.dropped: set[str] = set()
         self._rng = random.Random(config.seed)
 
-    def payload(self, text: str, max_tokens: int, *, stream: bool, fixed: bool) -> dict[str, Any]:
+    def payload(
+        self,
+        text: str,
+        max_tokens: int,
+        *,
+        stream: bool,
+        fixed: bool,
+        history: Sequence[tuple[str, str]] = (),
+    ) -> dict[str, Any]:
+        """A request's body; ``history``: the (user, assistant) exchanges of a conversation
+        before ``text``, resent in full (chat: as messages; completions: as the prompt's
+        beginning), so that they are a prefix the server may have cached."""
         config = self.config
         body: dict[str, Any] = {"model": config.model, "max_tokens": max_tokens, "stream": stream}
         if config.endpoint == "chat":
-            body["messages"] = [{"role": "user", "content": text}]
+            body["messages"] = [
+                message
+                for user, assistant in history
+                for message in (
+                    {"role": "user", "content": user},
+                    {"role": "assistant", "content": assistant},
+                )
+            ] + [{"role": "user", "content": text}]
         else:
-            body["prompt"] = text
+            body["prompt"] = "".join(user + assistant for user, assistant in history) + text
         if stream:
             body[STREAM_USAGE_FIELD] = {"include_usage": True}
         if fixed and config.fixed_length_fields:
@@ -283,6 +321,12 @@ class EndpointClient:
         choices = data.get("choices") or [{}]
         first = choices[0] if isinstance(choices[0], dict) else {}
         result.finish_reason = first.get("finish_reason")
+        message = first.get("message")
+        part = message if isinstance(message, dict) else first
+        answer = part.get("content") if isinstance(message, dict) else part.get("text")
+        if isinstance(answer, str):
+            result.answer_text.append(answer)
+        result.reasoning_seen = reasoning_text(part) is not None
 
     async def _stream(
         self, http: httpx.AsyncClient, body: dict[str, Any], start: float, result: Attempt
@@ -322,25 +366,36 @@ class EndpointClient:
                     result.usage = chunk["usage"]
                 for choice in chunk.get("choices") or []:
                     delta = choice.get("delta") or {}
-                    piece = delta.get("content") if chat else choice.get("text")
+                    part = delta if chat else choice
+                    piece = part.get("content") if chat else part.get("text")
+                    thought = reasoning_text(part)
                     finish = choice.get("finish_reason")
                     if finish:
                         result.finish_reason = finish
                     if (
                         first_field is None
                         and "role" not in delta
-                        and (piece is not None or finish)
+                        and (piece is not None or thought is not None or finish)
                     ):
                         first_field = result.since_sent(start)
-                    if piece:
-                        # Time to first token is the first chunk with text: chat streams open
-                        # with a role-only chunk that says nothing about the model's speed.
+                    if piece or thought:
+                        # Time to first token is the first chunk with text, reasoning or answer:
+                        # chat streams open with a role-only chunk that says nothing about the
+                        # model's speed. Gaps run over reasoning and answer alike (one decode).
                         now = result.since_sent(start)
                         if last is None:
                             result.ttft_s = now
                         else:
                             result.inter_token_latencies_s.append(now - last)
                         last = now
+                        if thought:
+                            result.reasoning_chunks += 1
+                            result.reasoning_seen = True
+                        if piece:
+                            result.answer_chunks += 1
+                            result.answer_text.append(piece)
+                            if result.ttft_answer_s is None:
+                                result.ttft_answer_s = now
             if result.num_chunks == 0:
                 # No event at all: a server that ignored "stream" (a JSON completion is still a
                 # timing, without TTFT) or something else (an HTML page), which is an error.

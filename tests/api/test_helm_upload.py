@@ -97,3 +97,67 @@ def test_bad_archives_are_4xx(client: httpx.Client, service: Service) -> None:
         headers={**service.auth, "content-type": "text/csv"},
     )
     assert response.status_code == 415
+
+
+def _with_instances(folder: Path, *instances: dict) -> Path:
+    suite = folder / "benchmark_output" / "runs" / "v1"
+    write_run(suite, "bad_run:model=x", "helm.benchmark.scenarios.x.X", list(instances))
+    return folder / "benchmark_output"
+
+
+@pytest.mark.parametrize(
+    ("bad", "column"),
+    [
+        (instance("id-2", 10**308, 4, 0.5), "num_prompt_tokens"),
+        (instance("id-2", 100, -3, 0.5), "num_output_tokens"),
+        (instance("id-2", 100, 4, 1e308), "inference_runtime"),
+        (instance("id-2", 100, 4, 1e-300), "inference_runtime"),
+    ],
+)
+@pytest.mark.parametrize("pack", [tar_gz, zipped])
+def test_a_bad_value_in_an_archive_names_its_run_and_instance(
+    client: httpx.Client, service: Service, tmp_path: Path, bad: dict, column: str, pack
+) -> None:
+    body = pack(_with_instances(tmp_path, instance("id-1", 100, 4, 0.5), bad))
+    before = client.get("/v1/measurement-sets", params={"limit": 1}).json()["total"]
+    response = client.post(
+        "/v1/measurement-sets/helm",
+        content=body,
+        headers={**service.auth, "content-type": "application/gzip"},
+    )
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith("upload, run 'bad_run:model=x', instance 'id-2'"), detail
+    assert f"column '{column}'" in detail
+    assert str(tmp_path) not in detail and "/tmp" not in detail
+    assert client.get("/v1/measurement-sets", params={"limit": 1}).json()["total"] == before
+
+
+@pytest.mark.parametrize("pack", [tar_gz, zipped])
+def test_archive_errors_name_members_never_server_paths(
+    client: httpx.Client, service: Service, tmp_path: Path, pack
+) -> None:
+    root = _with_instances(tmp_path, instance("id-1", 100, 4, 0.5))
+    run = root / "runs" / "v1" / "bad_run:model=x"
+    (run / "per_instance_stats.json").write_text("[{not json")
+    response = client.post(
+        "/v1/measurement-sets/helm",
+        content=pack(root),
+        headers={**service.auth, "content-type": "application/gzip"},
+    )
+    assert response.status_code == 422, response.text
+    detail = response.json()["detail"]
+    assert detail.startswith(
+        "upload: benchmark_output/runs/v1/bad_run:model=x/per_instance_stats.json: not valid JSON"
+    ), detail
+    (run / "per_instance_stats.json").unlink()
+    response = client.post(
+        "/v1/measurement-sets/helm",
+        content=pack(root),
+        headers={**service.auth, "content-type": "application/gzip"},
+    )
+    assert response.status_code == 422
+    assert response.json()["detail"] == (
+        "upload: benchmark_output/runs/v1/bad_run:model=x/run_spec.json: no "
+        "per_instance_stats.json beside run_spec.json (was the run summarized?)"
+    )

@@ -78,9 +78,9 @@ def test_bad_uploads_are_4xx_with_detail(service: Service, client: httpx.Client)
     cases = [
         ({"content": "[1]\n", "headers": ndjson}, 422, "line 1 is not a JSON object"),
         ({"content": "", "headers": ndjson}, 422, "no summaries"),
-        ({"content": "{}\n", "headers": ndjson, "params": {"slo": "p99=1"}}, 422, "--slo"),
+        ({"content": "{}\n", "headers": ndjson, "params": {"slo": "p99=1"}}, 422, "ttft=S"),
         ({"json": [{"model": "m"}], "headers": service.auth}, 422, "load"),
-        ({"json": [], "headers": service.auth}, 422, "no summaries"),
+        ({"json": [], "headers": service.auth}, 422, "at least 1 item"),
         ({"content": "x", "headers": {**service.auth, "Content-Type": "image/png"}}, 415, "send"),
         ({"json": [], "headers": {}}, 401, ""),
     ]

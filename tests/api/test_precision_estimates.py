@@ -5,7 +5,6 @@ for the same config.json, and refuse bad precisions in one line (exit 2 / 422), 
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import httpx
@@ -15,7 +14,7 @@ from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import parse_precision
 from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
 from tests.api.conftest import Service
-from tests.servers import cli_command
+from tests.servers import run_cli
 
 CONFIGS = Path(__file__).parents[1] / "hardware" / "hf_configs"
 DEEP = json.loads((CONFIGS / "llama-3.3-70b.json").read_text())
@@ -34,12 +33,6 @@ COMPARED = (
 )
 
 
-def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cli_command(*args), capture_output=True, text=True, timeout=300, cwd=cwd, check=False
-    )
-
-
 @pytest.fixture(scope="module")
 def deepseek_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     folder = tmp_path_factory.mktemp("deepseek-v3")
@@ -53,7 +46,7 @@ def test_a_config_json_gives_the_same_estimate_through_cli_api_and_bench(
 ) -> None:
     config_path = deepseek_folder / "config.json"
     request = {"hardware": "h200", "prompt_tokens": 1000, "output_tokens": 200}
-    by_cli = cli(
+    by_cli = run_cli(
         "estimate", "--arch", str(config_path), "--hardware", "h200", "-p", "1000", "-o", "200",
         "--json",
     )  # fmt: skip
@@ -74,7 +67,7 @@ def test_a_config_json_gives_the_same_estimate_through_cli_api_and_bench(
         "  hardware: h200\n  prompt_tokens: 1000\n  output_tokens: 200\n"
     )
     results = tmp_path / "results"
-    by_bench = cli("bench", str(bench_file), "-o", str(results), "--no-progress")
+    by_bench = run_cli("bench", str(bench_file), "-o", str(results), "--no-progress")
     assert by_bench.returncode == 0, by_bench.stderr
     from_bench = json.loads((results / "estimates.json").read_text())[0]["estimate"]
 
@@ -151,7 +144,7 @@ def test_api_refusals_are_4xx_with_detail(
 )
 def test_cli_refusals_are_one_line_and_exit_2(args: tuple[str, ...], message: str) -> None:
     base = ["estimate", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "-p", "10", "-o", "2"]
-    result = cli(*base, *args)
+    result = run_cli(*base, *args)
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and message in result.stderr
 
@@ -159,7 +152,7 @@ def test_cli_refusals_are_one_line_and_exit_2(args: tuple[str, ...], message: st
 def test_bad_config_and_refused_bench_estimates_write_nothing(tmp_path: Path) -> None:
     bad = tmp_path / "config.json"
     bad.write_text(json.dumps({"model_type": "llama", "hidden_act": "silu"}))
-    result = cli("estimate", "--arch", str(bad), "--hardware", "h100-sxm", "-p", "1", "-o", "1")
+    result = run_cli("estimate", "--arch", str(bad), "--hardware", "h100-sxm", "-p", "1", "-o", "1")
     assert result.returncode == 2 and "missing key" in result.stderr
     assert result.stderr.strip().count("\n") == 0
     bench_file = tmp_path / "bench.yaml"
@@ -168,7 +161,7 @@ def test_bad_config_and_refused_bench_estimates_write_nothing(tmp_path: Path) ->
         "  prompt_tokens: 10\n  output_tokens: 2\n  weights: fp8\n"
     )
     results = tmp_path / "results"
-    refused = cli("bench", str(bench_file), "-o", str(results), "--no-progress")
+    refused = run_cli("bench", str(bench_file), "-o", str(results), "--no-progress")
     assert refused.returncode == 2, refused.stderr
     assert "estimates.0" in refused.stderr and "no fp8 tensor cores" in refused.stderr
     assert not results.exists()
@@ -209,7 +202,7 @@ def test_models_refuse_bad_hf_configs_with_the_reason(
     body = {"name": "bad-config", "config": config}
     response = client.post("/v1/models", json=body, headers=service.auth)
     assert response.status_code == 422
-    assert message in response.json()["detail"]
+    assert message in json.dumps(response.json()["detail"])
     assert client.get("/v1/models/bad-config").status_code == 404
 
 
@@ -220,7 +213,7 @@ def test_an_engine_stack_estimate_through_cli_and_api(
             "output_tokens": 200, "weights": "fp8", "stack": "vllm"}  # fmt: skip
     response = client.post("/v1/estimate/hardware-model", json=body, headers=service.auth)
     assert response.status_code == 200, response.text
-    by_cli = cli(
+    by_cli = run_cli(
         "estimate", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "-p", "1000", "-o",
         "200", "--weights", "fp8", "--stack", "vllm", "--json",
     )  # fmt: skip

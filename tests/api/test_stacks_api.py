@@ -56,10 +56,11 @@ def test_single_estimate_on_a_stack(client: httpx.Client) -> None:
 
 def test_batch_estimate_on_a_stack(client: httpx.Client) -> None:
     p, o = [5, 512, 2048], [200, 64, 1]
+    requests = [{"prompt_tokens": a, "output_tokens": b} for a, b in zip(p, o, strict=True)]
     response = client.post(
         "/v1/estimate/batch",
-        json={"model": "llama-3.1-8b", "prompt_tokens": p, "output_tokens": o,
-              "stack": "tensorrt-llm", "num_gpus": 4},
+        json={"model": "llama-3.1-8b", "requests": requests, "stack": "tensorrt-llm",
+              "num_gpus": 4},
     )  # fmt: skip
     assert response.status_code == 200, response.text
     body = response.json()
@@ -84,7 +85,8 @@ def test_stack_estimate_errors(
     single = client.get("/v1/estimate", params=query)
     assert single.status_code == status, single.text
     assert fragment in single.json()["detail"]
-    body = {**query, "prompt_tokens": [5], "output_tokens": [20]}
+    body = {key: value for key, value in query.items() if not key.endswith("_tokens")}
+    body["requests"] = [{"prompt_tokens": 5, "output_tokens": 20}]
     batch = client.post("/v1/estimate/batch", json=body)
     assert batch.status_code == status, batch.text
     assert fragment in batch.json()["detail"]

@@ -10,15 +10,9 @@ from pathlib import Path
 import pytest
 
 from idealized_runtime.core import catalog
-from tests.servers import cli_command
+from tests.servers import run_cli
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s\n"
-
-
-def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cli_command(*args), cwd=cwd, capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 @pytest.fixture(scope="module")
@@ -38,20 +32,20 @@ def assert_input_error(result: subprocess.CompletedProcess[str], *parts: str) ->
 
 
 def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
-    fitted = run("fit", "grid.csv", "-o", "fit.json", cwd=workdir)
+    fitted = run_cli("fit", "grid.csv", "-o", "fit.json", cwd=workdir)
     assert fitted.returncode == 0, fitted.stderr
     assert "gptj_6b" in fitted.stdout and "default" in fitted.stdout
     fits = json.loads((workdir / "fit.json").read_text())
     assert fits["format"] == "idealized-runtime/fit" and len(fits["fits"]) == 13
 
-    helm = run(
+    helm = run_cli(
         "fit", "grid.csv", "-o", "helm.json", "--method", "helm", "--format", "helm", cwd=workdir
     )
     assert helm.returncode == 0, helm.stderr
     assert json.loads((workdir / "helm.json").read_text())["gptj_6b"]["runtime_per_output_token"]
 
     (workdir / "req.csv").write_text(HEADER + "gptj_6b,100,10,0.5\nbloom,2000,3,\n")
-    converted = run("convert", "req.csv", "--fit", "fit.json", "-o", "out.csv", cwd=workdir)
+    converted = run_cli("convert", "req.csv", "--fit", "fit.json", "-o", "out.csv", cwd=workdir)
     assert converted.returncode == 0, converted.stderr
     lines = (workdir / "out.csv").read_text().splitlines()
     assert lines[0].endswith("runtime_s,idealized_runtime_s,runtime_discrepancy_s")
@@ -64,7 +58,7 @@ def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
     ]
     (workdir / "req.jsonl").write_text("".join(json.dumps(r) + "\n" for r in requests))
     denoised = str(catalog.data_path("reference", "inference_denoised_runtimes.json"))
-    converted = run(
+    converted = run_cli(
         "convert",
         "req.jsonl",
         "--fit",
@@ -84,7 +78,7 @@ def test_fit_and_convert_csv_and_jsonl(workdir: Path) -> None:
 
 
 def test_fit_with_helm_rounding_writes_helms_table(workdir: Path) -> None:
-    fitted = run(
+    fitted = run_cli(
         "fit", "grid.csv", "-o", "rounded.json", "--method", "helm", "--helm-rounding",
         "--format", "helm", cwd=workdir,
     )  # fmt: skip
@@ -100,7 +94,7 @@ def test_fit_with_helm_rounding_writes_helms_table(workdir: Path) -> None:
             compared.add(grid_name)
     assert len(compared) == 8
     assert_input_error(
-        run("fit", "grid.csv", "-o", "x.json", "--helm-rounding", cwd=workdir),
+        run_cli("fit", "grid.csv", "-o", "x.json", "--helm-rounding", cwd=workdir),
         "--helm-rounding",
         "'default'",
     )
@@ -118,7 +112,7 @@ def test_convert_reads_helms_older_table_form(workdir: Path) -> None:
     (workdir / "old_req.csv").write_text(
         HEADER + "openai/davinci,100,0,\nopenai/davinci,100,5,\nopenai/davinci,4000,1,\n"
     )
-    converted = run(
+    converted = run_cli(
         "convert", "old_req.csv", "--fit", "inference_efficiency.json", "-o", "old_out.csv",
         cwd=workdir,
     )  # fmt: skip
@@ -155,14 +149,14 @@ def test_fit_bad_input_exits_2_without_output(workdir: Path, body: str, parts) -
     )
     (workdir / "bad.csv").write_text(text)
     out = workdir / "never.json"
-    assert_input_error(run("fit", "bad.csv", "-o", str(out), cwd=workdir), *parts)
+    assert_input_error(run_cli("fit", "bad.csv", "-o", str(out), cwd=workdir), *parts)
     assert not out.exists()
 
 
 def test_fit_bad_method_and_model_data(workdir: Path) -> None:
     out = workdir / "never.json"
     assert_input_error(
-        run("fit", "grid.csv", "-o", str(out), "--method", "magic", cwd=workdir),
+        run_cli("fit", "grid.csv", "-o", str(out), "--method", "magic", cwd=workdir),
         "unknown method 'magic'",
     )
     (workdir / "one.jsonl").write_text(
@@ -170,7 +164,7 @@ def test_fit_bad_method_and_model_data(workdir: Path) -> None:
         + "\n"
     )
     assert_input_error(
-        run("fit", "one.jsonl", "-o", str(out), "--method", "helm", cwd=workdir),
+        run_cli("fit", "one.jsonl", "-o", str(out), "--method", "helm", cwd=workdir),
         "one.jsonl",
         "num_output_tokens = 1",
     )
@@ -178,11 +172,11 @@ def test_fit_bad_method_and_model_data(workdir: Path) -> None:
 
 
 def test_convert_errors_exit_2_without_output(workdir: Path) -> None:
-    run("fit", "grid.csv", "-o", "fit.json", cwd=workdir)
+    run_cli("fit", "grid.csv", "-o", "fit.json", cwd=workdir)
     out = workdir / "never.csv"
     (workdir / "unknown.csv").write_text(HEADER + "gptj_6b,1,1,\nmystery,1,1,\n")
     assert_input_error(
-        run("convert", "unknown.csv", "--fit", "fit.json", "-o", str(out), cwd=workdir),
+        run_cli("convert", "unknown.csv", "--fit", "fit.json", "-o", str(out), cwd=workdir),
         "unknown.csv",
         "mystery",
         "column 'model'",
@@ -191,19 +185,19 @@ def test_convert_errors_exit_2_without_output(workdir: Path) -> None:
         json.dumps({"model": "gptj_6b", "num_prompt_tokens": 0, "num_output_tokens": 1}) + "\n"
     )
     assert_input_error(
-        run("convert", "zero.jsonl", "--fit", "fit.json", "-o", str(out), cwd=workdir),
+        run_cli("convert", "zero.jsonl", "--fit", "fit.json", "-o", str(out), cwd=workdir),
         "zero.jsonl",
         "row 1",
         "num_prompt_tokens",
     )
     (workdir / "notfit.json").write_text('{"hello": 1}')
     assert_input_error(
-        run("convert", "unknown.csv", "--fit", "notfit.json", "-o", str(out), cwd=workdir),
+        run_cli("convert", "unknown.csv", "--fit", "notfit.json", "-o", str(out), cwd=workdir),
         "notfit.json",
         "not a fit file",
     )
     assert not out.exists()
-    skipped = run(
+    skipped = run_cli(
         "convert", "unknown.csv", "--fit", "fit.json", "-o", str(out), "--skip-unknown", cwd=workdir
     )
     assert skipped.returncode == 0, skipped.stderr
@@ -216,13 +210,13 @@ def test_unwritable_outputs_are_one_line_errors(workdir: Path) -> None:
     (workdir / "a_folder.csv").mkdir(exist_ok=True)
     (workdir / "small.csv").write_text(HEADER + "m,1,1,0.1\nm,1,4,0.4\nm,8,1,0.2\nm,8,4,0.5\n")
     assert_input_error(
-        run("fit", "small.csv", "-o", "a_folder.json", cwd=workdir),
+        run_cli("fit", "small.csv", "-o", "a_folder.json", cwd=workdir),
         "a_folder.json: cannot write (it is a folder)",
     )
-    run("fit", "small.csv", "-o", "small_fit.json", cwd=workdir)
+    run_cli("fit", "small.csv", "-o", "small_fit.json", cwd=workdir)
     (workdir / "small_req.csv").write_text(HEADER + "m,3,3,\n")
     assert_input_error(
-        run("convert", "small_req.csv", "--fit", "small_fit.json", "-o", "a_folder.csv",
+        run_cli("convert", "small_req.csv", "--fit", "small_fit.json", "-o", "a_folder.csv",
             cwd=workdir),
         "a_folder.csv: cannot write (it is a folder)",
     )  # fmt: skip
@@ -231,8 +225,8 @@ def test_unwritable_outputs_are_one_line_errors(workdir: Path) -> None:
 
 def test_estimate_from_a_fit_bounds_token_counts(workdir: Path) -> None:
     (workdir / "small.csv").write_text(HEADER + "m,1,1,0.1\nm,1,4,0.4\nm,8,1,0.2\nm,8,4,0.5\n")
-    assert run("fit", "small.csv", "-o", "small_fit.json", cwd=workdir).returncode == 0
-    ok = run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "3",
+    assert run_cli("fit", "small.csv", "-o", "small_fit.json", cwd=workdir).returncode == 0
+    ok = run_cli("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "3",
              cwd=workdir)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
     for p, o, message in (
@@ -242,12 +236,12 @@ def test_estimate_from_a_fit_bounds_token_counts(workdir: Path) -> None:
         ("5", "-1", "--output-tokens must be from 0 to 10000000, got -1"),
     ):
         assert_input_error(
-            run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", p, "-o", o,
+            run_cli("estimate", "--fit", "small_fit.json", "--model", "m", "-p", p, "-o", o,
                 cwd=workdir),
             message,
         )  # fmt: skip
     # 0 output tokens: a prompt-only request costs alpha(p) alone, as in HELM.
-    zero = run("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "0",
+    zero = run_cli("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "0",
                "--json", cwd=workdir)  # fmt: skip
     assert zero.returncode == 0, zero.stderr
     result = json.loads(zero.stdout)

@@ -3,22 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from idealized_runtime.core.types import FittedCostModel, Provenance
 from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "idealized_runtime", "estimate", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tests.servers import run_cli
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +28,9 @@ def fit_file(tmp_path_factory) -> str:
 
 
 def test_fit_mode(fit_file: str) -> None:
-    result = run("--fit", fit_file, "--model", "my-model", "-p", "1000", "-o", "11", "--json")
+    result = run_cli(
+        "estimate", "--fit", fit_file, "--model", "my-model", "-p", "1000", "-o", "11", "--json"
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["source"] == "profiled"
@@ -47,22 +39,24 @@ def test_fit_mode(fit_file: str) -> None:
 
 
 def test_fit_mode_unknown_model(fit_file: str) -> None:
-    result = run("--fit", fit_file, "--model", "other", "-p", "10", "-o", "1")
+    result = run_cli("estimate", "--fit", fit_file, "--model", "other", "-p", "10", "-o", "1")
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0
     assert "my-model" in result.stderr
 
 
 def test_arch_mode_calibrated_text() -> None:
-    result = run("--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "-p", "512", "-o", "64")
+    result = run_cli(
+        "estimate", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "-p", "512", "-o", "64"
+    )
     assert result.returncode == 0, result.stderr
     assert "calibrated" in result.stdout and "GPU-seconds" in result.stdout
 
 
 def test_arch_mode_json_ideal_vs_calibrated() -> None:
     args = ("--arch", "llama-3.1-70b", "--hardware", "h100-sxm", "-p", "1000", "-o", "100")
-    ideal = json.loads(run(*args, "--ideal", "--json").stdout)
-    calibrated = json.loads(run(*args, "--json").stdout)
+    ideal = json.loads(run_cli("estimate", *args, "--ideal", "--json").stdout)
+    calibrated = json.loads(run_cli("estimate", *args, "--json").stdout)
     assert ideal["source"] == "analytic" and calibrated["source"] == "calibrated"
     assert ideal["runtime_s"] < calibrated["runtime_s"]
     assert ideal["num_gpus"] == 2 and ideal["energy_j"] > 0 and ideal["cost_usd"] > 0
@@ -70,9 +64,9 @@ def test_arch_mode_json_ideal_vs_calibrated() -> None:
 
 def test_arch_mode_uses_a_profile_when_given(fit_file: str) -> None:
     args = ("--arch", "llama-3.1-8b", "--hardware", "a100-80gb", "-p", "100", "-o", "2")
-    result = run(*args, "--fit", fit_file, "--model", "my-model", "--json")
+    result = run_cli("estimate", *args, "--fit", fit_file, "--model", "my-model", "--json")
     assert json.loads(result.stdout)["source"] == "profiled"
-    fallback = json.loads(run(*args, "--fit", fit_file, "--json").stdout)
+    fallback = json.loads(run_cli("estimate", *args, "--fit", fit_file, "--json").stdout)
     assert fallback["source"] == "calibrated" and fallback["notes"]
 
 
@@ -89,7 +83,7 @@ def test_arch_mode_uses_a_profile_when_given(fit_file: str) -> None:
     ],
 )
 def test_bad_input_is_one_line_exit_2(args: tuple[str, ...]) -> None:
-    result = run(*args)
+    result = run_cli("estimate", *args)
     assert result.returncode == 2
     assert result.stderr.startswith("error: ")
     assert result.stderr.strip().count("\n") == 0

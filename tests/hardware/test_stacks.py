@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import subprocess
-import sys
 from dataclasses import replace
 
 import numpy as np
@@ -39,6 +37,7 @@ from idealized_runtime.cost_model.hardware.stacks.targets import (
     targets_from_rows,
 )
 from tests.deployments import deploy
+from tests.servers import run_cli
 
 
 def _row(row_id: str, model: str, tp: int, value: float, **extra: object) -> PublishedRow:
@@ -192,22 +191,13 @@ def test_moe_batch_physics(stack: str, batch: int, context: int, tp: int) -> Non
     assert np.all(np.diff(alphas) >= 0)
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "idealized_runtime", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
 def test_estimate_stack_option() -> None:
     base = ("estimate", "--arch", "llama-3.1-8b", "--hardware", "a100-80gb", "-p", "5", "-o", "200")
-    default = json.loads(_cli(*base, "--json").stdout)
-    helm = json.loads(_cli(*base, "--json", "--stack", "a100-megatron-2022").stdout)
+    default = json.loads(run_cli(*base, "--json").stdout)
+    helm = json.loads(run_cli(*base, "--json", "--stack", "a100-megatron-2022").stdout)
     assert default["stack"] == DEFAULT_STACK and helm["stack"] == HELM_STACK
     assert default["output_tokens_per_s"] > 1.8 * helm["output_tokens_per_s"]
-    text = _cli(*base, "--stack", "lmdeploy").stdout
+    text = run_cli(*base, "--stack", "lmdeploy").stdout
     assert "reference stack lmdeploy" in text
 
 
@@ -219,19 +209,19 @@ def test_estimate_stack_option() -> None:
     ],
 )
 def test_estimate_stack_errors_are_one_line(extra: tuple[str, ...]) -> None:
-    result = _cli("estimate", "-p", "5", "-o", "20", *extra)
+    result = run_cli("estimate", "-p", "5", "-o", "20", *extra)
     assert result.returncode == 2
     assert result.stdout == "" and result.stderr.count("\n") == 1
     assert result.stderr.startswith("error: ")
 
 
 def test_stacks_command() -> None:
-    text = _cli("stacks")
+    text = run_cli("stacks")
     assert text.returncode == 0
     for name in shipped_stacks():
         assert name in text.stdout
     assert f"{DEFAULT_STACK} (default)" in text.stdout
-    listed = json.loads(_cli("stacks", "--json").stdout)
+    listed = json.loads(run_cli("stacks", "--json").stdout)
     by_name = {s["name"]: s for s in listed}
     assert by_name[DEFAULT_STACK]["default"] is True
     assert by_name[DEFAULT_STACK]["sources"] and by_name[DEFAULT_STACK]["errors"]

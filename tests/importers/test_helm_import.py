@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +11,7 @@ import pytest
 
 from idealized_runtime.core import catalog
 from idealized_runtime.timing.importers.helm import find_runs, import_helm
-from tests.servers import cli_command
+from tests.servers import run_cli
 
 MODEL = "openai/davinci"
 
@@ -92,12 +91,6 @@ def helm_output(tmp_path: Path) -> Path:
     return tmp_path / "benchmark_output"
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cli_command(*args), capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 def helm_rule(entry: dict, p: int, o: int) -> float:
     sizes = sorted(int(k) for k in entry["runtime_for_prompt_tokens"])
     key = next((s for s in sizes if p <= s), sizes[-1])
@@ -131,11 +124,11 @@ def test_import_then_convert_equals_helms_rule_and_fits_denoised(
     fit_path = tmp_path / "helm_fit.json"
     fit_path.write_text(json.dumps({MODEL: table[MODEL]}))
     requests = tmp_path / "requests.parquet"
-    result = run("import-helm", str(helm_output), "-o", str(requests))
+    result = run_cli("import-helm", str(helm_output), "-o", str(requests))
     assert result.returncode == 0, result.stderr
     assert "wrote 67 requests of 3 run(s)" in result.stderr
     out = tmp_path / "converted.csv"
-    result = run("convert", str(requests), "--fit", str(fit_path), "-o", str(out))
+    result = run_cli("convert", str(requests), "--fit", str(fit_path), "-o", str(out))
     assert result.returncode == 0, result.stderr
     converted = pd.read_csv(out, keep_default_na=False, na_values=[""])
     tokens = zip(converted["num_prompt_tokens"], converted["num_output_tokens"], strict=True)
@@ -144,7 +137,7 @@ def test_import_then_convert_equals_helms_rule_and_fits_denoised(
     pile = converted[converted["scenario"] == "ThePileScenario"]
     assert pile["num_output_tokens"].tolist() == [0, 0]
     # The imported runtimes are black-box timings: a denoised fit takes them as they are.
-    result = run("fit", str(requests), "--method", "denoised", "-o", str(tmp_path / "d.json"))
+    result = run_cli("fit", str(requests), "--method", "denoised", "-o", str(tmp_path / "d.json"))
     assert result.returncode == 0, result.stderr
     fitted = json.loads((tmp_path / "d.json").read_text())
     assert fitted, fitted
@@ -153,12 +146,12 @@ def test_import_then_convert_equals_helms_rule_and_fits_denoised(
 def test_bad_runs_are_one_line_errors(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    result = run("import-helm", str(empty), "-o", str(tmp_path / "r.csv"))
+    result = run_cli("import-helm", str(empty), "-o", str(tmp_path / "r.csv"))
     assert result.returncode == 2 and result.stderr.count("\n") == 1
     assert "no HELM run found" in result.stderr
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / "run_spec.json").write_text("{")
-    result = run("import-helm", str(broken), "-o", str(tmp_path / "r.csv"))
+    result = run_cli("import-helm", str(broken), "-o", str(tmp_path / "r.csv"))
     assert result.returncode == 2 and "not valid JSON" in result.stderr
     assert not (tmp_path / "r.csv").exists()

@@ -17,13 +17,9 @@ from hypothesis import strategies as st
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
-from idealized_runtime.timing.importers.peers import (
-    COLUMNS,
-    detect_format,
-    import_results,
-    read_result_file,
-)
-from tests.servers import cli_command
+from idealized_runtime.timing.importers.peer_rows import COLUMNS
+from idealized_runtime.timing.importers.peers import detect_format, import_results, read_result_file
+from tests.servers import run_cli
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GUIDELLM_LEVELS = FIXTURES / "guidellm_two_levels.json"
@@ -33,12 +29,6 @@ AIPERF_ERRORS = FIXTURES / "aiperf_errors" / "profile_export.jsonl"
 VLLM = FIXTURES / "vllm_bench_serve_detailed.json"
 LLMPERF = FIXTURES / "mistralai-Mistral-7B-Instruct-v0-2_550_32_individual_responses.json"
 GENAI_PERF = FIXTURES / "genai_perf_profile_export.json"
-
-
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        cli_command(*args), capture_output=True, text=True, timeout=120, check=False
-    )
 
 
 def one_line_error(result: subprocess.CompletedProcess[str]) -> str:
@@ -251,7 +241,7 @@ def test_bad_files_are_one_line_input_errors(tmp_path: Path) -> None:
 
 def test_cli_import_then_fit_skips_failed_requests(tmp_path: Path) -> None:
     requests = tmp_path / "requests.csv"
-    result = run("import-results", str(GUIDELLM_ERROR), str(VLLM), "-o", str(requests))
+    result = run_cli("import-results", str(GUIDELLM_ERROR), str(VLLM), "-o", str(requests))
     assert result.returncode == 0, result.stderr
     assert "wrote 6 requests (2 failed, marked ok=false) from guidellm, vllm" in result.stderr
     frame = pd.read_csv(requests)
@@ -264,13 +254,13 @@ def test_cli_import_then_fit_skips_failed_requests(tmp_path: Path) -> None:
 
 def test_cli_parquet_and_jsonl_outputs_feed_convert_and_summarize(tmp_path: Path) -> None:
     parquet = tmp_path / "requests.parquet"
-    assert run("import-results", str(VLLM), "-o", str(parquet)).returncode == 0
+    assert run_cli("import-results", str(VLLM), "-o", str(parquet)).returncode == 0
     frame = pd.read_parquet(parquet)
     assert list(frame["inter_token_latencies_s"].iloc[0]) == [0.01, 0.012, 0.011]
     assert len(read_measurements(parquet)) == 2
     raw = tmp_path / "requests.jsonl"
-    assert run("import-results", str(GUIDELLM_LEVELS), "-o", str(raw)).returncode == 0
-    summary = run("summarize", str(raw), "--json")
+    assert run_cli("import-results", str(GUIDELLM_LEVELS), "-o", str(raw)).returncode == 0
+    summary = run_cli("summarize", str(raw), "--json")
     assert summary.returncode == 0, summary.stderr
     levels = json.loads(summary.stdout)
     assert [(s["load"], s["requests"], s["error_rate"]) for s in levels] == [
@@ -284,16 +274,16 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     unknown = tmp_path / "unknown.json"
     unknown.write_text("[1, 2]")
     assert "not a known result file" in one_line_error(
-        run("import-results", str(unknown), "-o", str(output))
+        run_cli("import-results", str(unknown), "-o", str(output))
     )
     assert "unknown format 'k6'" in one_line_error(
-        run("import-results", str(VLLM), "--format", "k6", "-o", str(output))
+        run_cli("import-results", str(VLLM), "--format", "k6", "-o", str(output))
     )
     assert "unsupported file type" in one_line_error(
-        run("import-results", str(VLLM), "-o", str(tmp_path / "out.txt"))
+        run_cli("import-results", str(VLLM), "-o", str(tmp_path / "out.txt"))
     )
     assert "no such file" in one_line_error(
-        run("import-results", str(tmp_path / "nope.json"), "-o", str(output))
+        run_cli("import-results", str(tmp_path / "nope.json"), "-o", str(output))
     )
     assert list(tmp_path.iterdir()) == [unknown]
 
@@ -346,10 +336,10 @@ def _vllm_rows(result: dict) -> list[dict]:
 
 def test_fit_and_summarize_read_result_files_directly(tmp_path: Path) -> None:
     fit = tmp_path / "fit.json"
-    result = run("fit", str(VLLM), "-o", str(fit))
+    result = run_cli("fit", str(VLLM), "-o", str(fit))
     assert result.returncode == 0, result.stderr
     assert list(json.loads(fit.read_text())["fits"]) == ["meta-llama/Llama-3.1-8B-Instruct"]
-    summary = run("summarize", str(AIPERF), str(GUIDELLM_ERROR), "--json")
+    summary = run_cli("summarize", str(AIPERF), str(GUIDELLM_ERROR), "--json")
     assert summary.returncode == 0, summary.stderr
     levels = {(s["model"], s["load"]): s for s in json.loads(summary.stdout)}
     # aiperf's three requests and guidellm's three (one failed) share model and level.

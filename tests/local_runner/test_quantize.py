@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -27,6 +25,7 @@ from idealized_runtime.local_runner.quantize import (
     parse_weight_format,
     weight_bytes,
 )
+from tests.servers import run_cli
 from tests.test_architectures import TINY
 
 # Relative L2 error of the logits against the bf16 model, random weights (N(0, 0.02)): int8 keeps
@@ -161,18 +160,8 @@ def test_dense_names_are_no_quantization():
         parse_kv_format("int4")
 
 
-def _cli(*args: str, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "idealized_runtime", *args],
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
 def test_profile_quantized_records_precision(tmp_path):
-    result = _cli(
+    result = run_cli(
         "profile", "--arch", "small-llama-100m", "--weights", "int8", "--kv-cache", "fp8",
         "--grid", "quick", "--max-prompt-tokens", "1", "--repeats", "1", "--no-progress",
         "--layers", "1", "-o", "m.csv",
@@ -194,7 +183,7 @@ def test_profile_quantized_records_precision(tmp_path):
     ],
 )
 def test_profile_refuses_bad_precisions_writing_nothing(tmp_path, args, message):
-    result = _cli("profile", "--arch", "tiny-llama", *args, "-o", "m.csv", cwd=tmp_path)
+    result = run_cli("profile", "--arch", "tiny-llama", *args, "-o", "m.csv", cwd=tmp_path)
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert list(tmp_path.iterdir()) == []

@@ -55,3 +55,11 @@ def headless_chromium(width: int = 1366, height: int = 900) -> Iterator[object]:
     finally:
         driver.quit()
         shutil.rmtree(profile, ignore_errors=True)
+
+
+def browser_marks() -> list[object]:
+    """The marks of a browser test: ``browser``, and skipped where Chromium cannot run."""
+    import pytest
+
+    reason = chromium_missing_reason()
+    return [pytest.mark.browser, pytest.mark.skipif(reason is not None, reason=str(reason))]

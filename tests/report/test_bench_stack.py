@@ -2,22 +2,12 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "idealized_runtime", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+from tests.servers import assert_refused_in_one_line, run_cli
 
 
 @pytest.mark.parametrize(
@@ -30,10 +20,9 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 def test_bench_rejects_bad_stack_with_one_line(tmp_path: Path, text: str, expected: str) -> None:
     config = tmp_path / "bench.yaml"
     config.write_text(text, encoding="utf-8")
-    result = run_cli("bench", str(config), "-o", str(tmp_path / "results"))
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("error:") and expected in result.stderr
-    assert result.stderr.strip().count("\n") == 0
+    assert_refused_in_one_line(
+        run_cli("bench", str(config), "-o", str(tmp_path / "results")), expected
+    )
     assert not (tmp_path / "results").exists()
 
 

@@ -136,3 +136,73 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
         driver.save_screenshot(str(tmp_path / "frontier.png"))
         assert (tmp_path / "frontier.png").stat().st_size > 10_000
         assert driver.get_log("browser") == []
+
+
+# Today's models as shown: per row, its model and the sort value of one column.
+CURRENT_ROWS_JS = """
+var headers = Array.from(document.querySelectorAll('#current-models-table thead th'));
+var index = headers.findIndex(function (th) { return th.textContent === arguments[0]; });
+return Array.from(document.querySelectorAll('#current-models-table tbody tr')).map(function (row) {
+  var value = row.cells[index].getAttribute('data-value');
+  return [row.getAttribute('data-model'), value === '' ? null : parseFloat(value)];
+});
+"""
+
+
+def test_todays_models_render_and_sort_in_chromium(tmp_path: Path) -> None:
+    from idealized_runtime.core.prices import read_price_table
+    from idealized_runtime.leaderboard.current_models import CurrentModelsSpec, sorted_rows
+    from idealized_runtime.report.current_tables import RATIO_HEADER
+
+    prices = tmp_path / "prices.yaml"
+    prices.write_text(
+        "- {provider: p, model: m, architecture: deepseek-v3, input_usd_per_mtok: 1.25, "
+        "output_usd_per_mtok: 1.25}\n"
+    )
+    spec = CurrentModelsSpec(prices=read_price_table(prices))
+    board = build_leaderboard(bundled_helm_inputs(), current_models=spec)
+    current = board.current_models
+    assert current is not None
+    files = write_report(board, tmp_path / "report")
+    with headless_chromium() as driver:
+        driver.get(files.html.resolve().as_uri())
+        assert driver.get_log("browser") == []
+        nav = driver.execute_script(
+            "return Array.from(document.querySelectorAll('nav a')).map(a => a.textContent)"
+        )
+        assert "Today's models" in nav
+        # Fastest first as written; every model once, with the column's value.
+        shown = driver.execute_script(CURRENT_ROWS_JS.replace("arguments[0]", "'idealized s'"))
+        assert [model for model, _ in shown] == [
+            row.model for row in sorted_rows(current.rows, "idealized")
+        ]
+        assert sorted(model for model, _ in shown) == sorted(row.model for row in current.rows)
+        # A click on a column sorts by it, ascending then descending.
+        for header in ("tok/s/user", RATIO_HEADER, "$/1M out"):
+            script = CURRENT_ROWS_JS.replace("arguments[0]", repr(header))
+            click = (
+                "Array.from(document.querySelectorAll('#current-models-table thead th'))"
+                f".find(th => th.textContent === {header!r}).click()"
+            )
+            driver.execute_script(click)
+            values = [value for _, value in driver.execute_script(script)]
+            assert values == sorted(values), header
+            driver.execute_script(click)
+            values = [value for _, value in driver.execute_script(script)]
+            assert values == sorted(values, reverse=True), header
+        # The providers' prices beside the idealized dollars.
+        price_rows = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#price-table tbody tr'))"
+            ".map(r => Array.from(r.cells).map(c => c.textContent))"
+        )
+        assert [row[:3] for row in price_rows] == [["p", "m", "deepseek-v3"]]
+        # Both tables fit a 1366-pixel-wide window.
+        overflowing = driver.execute_script(
+            "return Array.from(document.querySelectorAll('.table-wrap'))"
+            ".filter(w => w.scrollWidth > w.clientWidth + 1).map(w => w.firstElementChild.id)"
+        )
+        assert overflowing == []
+        driver.execute_script("document.getElementById('current-models').scrollIntoView()")
+        driver.save_screenshot(str(tmp_path / "current.png"))
+        assert (tmp_path / "current.png").stat().st_size > 10_000
+        assert driver.get_log("browser") == []

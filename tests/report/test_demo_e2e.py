@@ -33,6 +33,8 @@ def test_demo_end_to_end_writes_report_and_reruns(tmp_path: Path) -> None:
     assert report.is_file() and report.stat().st_size > 100_000
     assert f"report: {report.resolve()}" in first.stdout
     assert "tiny-llama" in first.stdout  # the Rich summary table
+    assert "Today's models on h100-sxm" in first.stdout and "deepseek-v3" in first.stdout
+    assert (workdir / "report" / "current_models.csv").is_file()
     assert elapsed < DEMO_LIMIT_S
     html = report.read_text(encoding="utf-8")
     assert "runtime-tiny-llama" in html  # its runtime-vs-output chart (profile and timings)

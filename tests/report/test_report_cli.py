@@ -5,18 +5,11 @@ from __future__ import annotations
 import csv
 import json
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.servers import cli_command
-
-
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        cli_command(*args), capture_output=True, text=True, timeout=300, cwd=cwd, check=False
-    )
+from tests.servers import assert_refused_in_one_line, run_cli
 
 
 def test_report_from_bundled_data_writes_html_markdown_csv(tmp_path: Path) -> None:
@@ -80,10 +73,9 @@ def test_bench_rejects_bad_config_with_one_line(tmp_path: Path, case: str) -> No
     text, expected = BAD_CONFIGS[case]
     config = tmp_path / f"{case}.yaml"
     config.write_text(text, encoding="utf-8")
-    result = run_cli("bench", str(config), "-o", str(tmp_path / "results"))
-    assert result.returncode == 2, result.stderr
-    assert result.stderr.startswith("error:") and expected in result.stderr
-    assert result.stderr.strip().count("\n") == 0
+    assert_refused_in_one_line(
+        run_cli("bench", str(config), "-o", str(tmp_path / "results")), expected
+    )
     assert not (tmp_path / "results").exists()
 
 

@@ -12,8 +12,6 @@ import io
 import json
 import math
 import re
-import subprocess
-import sys
 from html import unescape
 from pathlib import Path
 
@@ -46,6 +44,7 @@ from idealized_runtime.report.inputs import bundled_helm_inputs
 from idealized_runtime.report.markdown import render_markdown
 from idealized_runtime.report.render import render_html
 from idealized_runtime.report.stack_tables import reference_stack_rows
+from tests.servers import run_cli
 
 PAIR = (HELM_STACK, DEFAULT_STACK)
 
@@ -326,15 +325,6 @@ def test_html_methodology_lists_the_stacks_used_with_their_errors(pair_board: Le
 
 
 # --- CLI ---------------------------------------------------------------------------------------
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "idealized_runtime", *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
 
 
 @pytest.mark.parametrize("command", ["leaderboard", "report"])

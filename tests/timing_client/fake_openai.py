@@ -7,6 +7,17 @@ of every distinct request get (429 carries ``Retry-After: --retry-after``; drop 
 connection without an answer; midstream sends half a stream then closes), ``--reject-fields``
 answers 400 naming the fields when a request carries any of them (as transformers serve does),
 ``--api-key`` demands that bearer token (401 otherwise). GET /stats reports what it saw.
+
+A reasoning model and a prefix cache, counted by the server itself: ``--reasoning N`` streams N
+reasoning tokens (deltas in ``--reasoning-field``, ``reasoning_content`` by default) before the
+answer, within ``max_tokens``, and reports them in ``usage.completion_tokens_details``;
+``--answer-tokens K`` stops the answer after K tokens (finish_reason "stop"), as a model that
+decides its own length. ``--prefix-cache`` keeps every request's tokens (prompt and generated)
+and reports the longest prefix a new prompt shares with one of them in
+``usage.prompt_tokens_details.cached_tokens``. Chat prompts are tokenized as a chat template
+would: each message is a role token, its content (a token a byte) and an end token, and the
+prompt ends with the assistant's role token, after which the answer is generated (a single
+message: its bytes + 3). ``--request-log FILE`` appends the server's own counts per request.
 """
 
 from __future__ import annotations
@@ -26,6 +37,30 @@ class FakeServer:
         self.faults = [f for f in args.faults.split(",") if f]
         self.reject = {f for f in args.reject_fields.split(",") if f}
         self.seen: dict[str, int] = collections.Counter()
+        self.cache: list[bytes] = []  # every request's tokens, for --prefix-cache
+        self.log = open(args.request_log, "a", buffering=1) if args.request_log else None  # noqa: SIM115
+
+    def prompt_tokens(self, request: dict, chat: bool) -> bytes:
+        """The prompt as tokens (one byte each): a chat template's, or BOS + the bytes."""
+        if not chat:
+            return b"\x01" * self.args.bos + request["prompt"].encode()
+        tokens = b"".join(
+            message["role"][:1].encode() + str(message["content"]).encode() + b"\x03"
+            for message in request["messages"]
+        )
+        return b"\x01" * self.args.bos + tokens + b"a"
+
+    def cached_tokens(self, tokens: bytes) -> int:
+        """The longest prefix of ``tokens`` that an earlier request's tokens start with."""
+        best = 0
+        for earlier in self.cache:
+            shared = 0
+            for mine, theirs in zip(tokens, earlier, strict=False):
+                if mine != theirs:
+                    break
+                shared += 1
+            best = max(best, shared)
+        return best
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
@@ -102,19 +137,42 @@ class FakeServer:
             return True
         if fault == "drop":
             return False
-        prompt_tokens = len(prompt.encode()) + self.args.bos + (3 if chat else 0)
+        tokens = self.prompt_tokens(request, chat)
+        prompt_tokens = len(tokens)
         length = int(request.get("max_tokens") or 16)
-        usage = {
+        reasoning = min(self.args.reasoning, length - 1)
+        answer = length - reasoning
+        if self.args.answer_tokens:
+            answer = min(answer, self.args.answer_tokens)
+        finish = "length" if reasoning + answer == length else "stop"
+        usage: dict = {
             "prompt_tokens": prompt_tokens,
-            "completion_tokens": length,
-            "total_tokens": prompt_tokens + length,
+            "completion_tokens": reasoning + answer,
+            "total_tokens": prompt_tokens + reasoning + answer,
         }
-        base = {"id": f"x-{STATS['requests']}", "model": "fake", "created": int(time.time())}
+        cached = self.cached_tokens(tokens) if self.args.prefix_cache else None
+        if cached is not None:
+            usage["prompt_tokens_details"] = {"cached_tokens": cached}
+        if self.args.reasoning:
+            usage["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+        self.cache.append(tokens + b"r" * reasoning + b"x" * answer)
+        ident = f"x-{STATS['requests']}"
+        if self.log is not None:
+            record = {
+                "id": ident, "prompt_tokens": prompt_tokens, "cached_tokens": cached,
+                "reasoning_tokens": reasoning, "answer_tokens": answer,
+                "completion_tokens": reasoning + answer, "stream": bool(request.get("stream")),
+            }  # fmt: skip
+            self.log.write(json.dumps(record) + "\n")
+        base = {"id": ident, "model": "fake", "created": int(time.time())}
+        field = self.args.reasoning_field
         if not request.get("stream"):
-            await asyncio.sleep(self.args.token_delay * length)
-            text = "x" * length
+            await asyncio.sleep(self.args.token_delay * (reasoning + answer))
+            text = "x" * answer
             choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-            choice.update(index=0, finish_reason="length")
+            if reasoning:
+                (choice["message"] if chat else choice)[field] = "r" * reasoning
+            choice.update(index=0, finish_reason=finish)
             self.send(writer, 200, {**base, "choices": [choice], "usage": usage})
             return True
         writer.write(
@@ -128,17 +186,18 @@ class FakeServer:
 
         if chat:
             event({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
-        for i in range(length):
+        for i in range(reasoning + answer):
             await asyncio.sleep(self.args.token_delay)
-            piece = {"delta": {"content": "x"}} if chat else {"text": "x"}
+            if i < reasoning:
+                piece = {"delta": {field: "r"}} if chat else {"text": "", field: "r"}
+            else:
+                piece = {"delta": {"content": "x"}} if chat else {"text": "x"}
             event({**base, "choices": [{"index": 0, **piece, "finish_reason": None}]})
             await writer.drain()
             if fault == "midstream" and i >= length // 2:
                 return False
         final = {"delta": {}} if chat else {"text": ""}
-        event(
-            {**base, "choices": [{"index": 0, **final, "finish_reason": "length"}], "usage": usage}
-        )
+        event({**base, "choices": [{"index": 0, **final, "finish_reason": finish}], "usage": usage})
         event("[DONE]")
         writer.write(b"0\r\n\r\n")
         await writer.drain()
@@ -154,6 +213,11 @@ async def main() -> None:
     parser.add_argument("--reject-fields", default="")
     parser.add_argument("--api-key", default="")
     parser.add_argument("--bos", type=int, default=0)
+    parser.add_argument("--reasoning", type=int, default=0)
+    parser.add_argument("--reasoning-field", default="reasoning_content")
+    parser.add_argument("--answer-tokens", type=int, default=0)
+    parser.add_argument("--prefix-cache", action="store_true")
+    parser.add_argument("--request-log", default="")
     args = parser.parse_args()
     server = await asyncio.start_server(FakeServer(args).handle, "127.0.0.1", args.port)
     async with server:

@@ -208,10 +208,15 @@ def test_cli_json_contract_and_output_file(tmp_path: Path) -> None:
     (data,) = json.loads(result.stdout)
     assert list(data) == [
         "model", "load", "requests", "requests_per_s", "output_tokens_per_s", "ttft_s", "itl_s",
-        "tpot_s", "e2e_s", "error_rate", "goodput_requests_per_s",
+        "tpot_s", "e2e_s", "error_rate", "goodput_requests_per_s", "ttft_answer_s",
+        "prompt_tokens_mean", "cached_prompt_tokens_mean", "output_tokens_mean",
+        "reasoning_tokens_mean", "turns", "cost",
     ]  # fmt: skip
-    for key in ("ttft_s", "itl_s", "tpot_s", "e2e_s"):
+    for key in ("ttft_s", "itl_s", "tpot_s", "e2e_s", "ttft_answer_s"):
         assert list(data[key]) == ["p50", "p90", "p99", "mean"]
+    # Rows without the newer keys: the answer's TTFT is the TTFT, no turns, no price table.
+    assert data["ttft_answer_s"] == data["ttft_s"]
+    assert (data["turns"], data["cost"], data["reasoning_tokens_mean"]) == ([], None, None)
     assert data["requests"] == 6 and data["goodput_requests_per_s"] == pytest.approx(3 / 8)
     assert json.loads(out.read_text()) == [data]
     table = run_cli(cli_command("summarize", str(raw)))

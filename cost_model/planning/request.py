@@ -1,0 +1,163 @@
+"""What a plan is asked for and what it answers: ``PlanRequest`` in, ``PlanResult`` out.
+
+Both are validated values (pydantic, unknown fields refused), so the CLI, the REST API and the
+report read and write the same shapes; the REST API's body and response are these.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from idealized_runtime.core.types import (
+    Architecture,
+    Disaggregation,
+    Hardware,
+    Name,
+    Slo,
+    layout_label,
+)
+
+Mode = Literal["aggregated", "disaggregated"]
+IDEAL_STACK = "ideal"  # the roofline hardware model on an ideal server: the reference line
+DEFAULT_CONCURRENCY = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)
+MAX_TOKENS = 1_000_000
+
+
+class _Value(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class PlanWorkload(_Value):
+    """The requests to serve: prompt and output tokens (each drawn evenly from
+    ``min_length_fraction`` x to 1 x the stated length, as InferenceX's client does with 0.8;
+    1: fixed lengths), and the prompts' shared prefixes (``shared_prefix_tokens`` common to the
+    prompts of each of ``prefix_groups`` groups) or a prefix-cache hit rate (not both: the plan
+    refuses that in one line, ``serving.prefix_cache.PrefixSharing``)."""
+
+    prompt_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+    output_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+    min_length_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
+    shared_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
+    prefix_groups: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1
+    prefix_hit_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+
+
+class PlanSettings(_Value):
+    """What a plan searches, for ``workload`` under ``slo``: ``stacks`` (engine stacks and
+    ``ideal``; default all), ``weights`` formats (default: the checkpoint's own and the smaller
+    formats the GPU computes natively), layouts of up to ``max_gpus`` GPUs per replica, the
+    ``modes``, and closed-loop ``concurrency`` levels per replica; ``rate``: requests/s to size
+    the fleet for. ``verify``: simulate the best configuration request by request
+    (``requests_per_client`` requests per client, at most ``max_verify_requests``)."""
+
+    stacks: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
+    workload: PlanWorkload
+    slo: Slo = Slo()
+    rate: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
+    weights: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
+    modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = [
+        "aggregated",
+        "disaggregated",
+    ]
+    max_gpus: Annotated[int, Field(ge=1, le=64)] = 16
+    concurrency: Annotated[list[Annotated[int, Field(ge=1, le=65536)]], Field(min_length=1,
+                           max_length=32)] = list(DEFAULT_CONCURRENCY)  # fmt: skip
+    verify: bool = True
+    requests_per_client: Annotated[int, Field(ge=1, le=100)] = 5
+    max_verify_requests: Annotated[int, Field(ge=1, le=100_000)] = 1000
+
+
+class PlanRequest(PlanSettings):
+    """A plan's question: serve ``architecture`` on one of ``hardware`` (see ``PlanSettings``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    architecture: Architecture
+    hardware: Annotated[list[Hardware], Field(min_length=1, max_length=16)]
+
+
+class PlanPoint(_Value):
+    """One deployment at one load: its layout, what users see (TTFT, TPOT), what it serves
+    (tokens/s per GPU), and what a million output tokens cost."""
+
+    hardware: Name
+    stack: Name
+    weights: Name  # the weight format (``Precision.weights``)
+    kv_cache: Name
+    mode: Mode
+    tp: int
+    ep: int = 1
+    attention_dp: int = 1
+    disaggregation: Disaggregation | None = None
+    gpus: int  # per replica
+    concurrency: int  # closed-loop clients per replica
+    ttft_s: float
+    tpot_s: float
+    tokens_per_s_per_user: float
+    output_tokens_per_s_per_gpu: float
+    requests_per_s: float  # per replica
+    meets_slo: bool
+    usd_per_million_tokens: float | None = None
+    joules_per_million_tokens: float | None = None
+
+    @property
+    def layout(self) -> str:
+        """``tp4``, ``tp8 ep8 dp8``, or ``2P(tp4)1D tp8`` for a disaggregated one."""
+        text = layout_label(self.tp, self.ep, self.attention_dp)
+        if self.disaggregation is not None:
+            text = f"{self.disaggregation.label} {text}"
+        return text
+
+    @property
+    def label(self) -> str:
+        return f"{self.stack} {self.weights} {self.layout} c={self.concurrency}"
+
+
+class Frontier(_Value):
+    """The Pareto frontier of one GPU and engine: by tokens/s per user, ascending."""
+
+    hardware: Name
+    stack: Name
+    points: list[PlanPoint]
+
+
+class Verification(_Value):
+    """The best configuration simulated request by request (``simulate``)."""
+
+    requests: int
+    ttft_p50_s: float
+    ttft_p90_s: float
+    tpot_p50_s: float
+    tpot_p90_s: float
+    output_tokens_per_s_per_gpu: float
+    meets_slo: bool  # the medians against the SLO
+    passes: int = 1  # closed-loop passes of a disaggregated simulation
+
+
+class Refusal(_Value):
+    """Deployments left out of the search, and why (one line)."""
+
+    reason: str
+    count: int
+
+
+class PlanResult(_Value):
+    """The answer: frontiers per GPU and engine, the best configuration under the SLO (None
+    when none meets it) and the best per GPU, the fleet for the rate, and the search's size."""
+
+    model: Name
+    workload: PlanWorkload
+    slo: Slo
+    rate: float | None
+    frontiers: list[Frontier]
+    best: PlanPoint | None
+    best_per_hardware: list[PlanPoint]
+    replicas: int | None = None
+    gpus_for_rate: int | None = None
+    verification: Verification | None = None
+    deployments: int  # configurations searched
+    evaluated: int  # (configuration, load) points
+    seconds: float  # search time, verification excluded
+    refused: list[Refusal] = []

@@ -1,0 +1,388 @@
+"""A fast estimate of the simulator's steady state: what ``simulate`` gives for a closed loop of
+C clients, without simulating the requests one by one.
+
+The plan (``cost_model.planning``) searches thousands of (deployment, load) points; the
+discrete-event simulator takes about a second for one level of a few hundred requests, this
+estimate about a millisecond (all load levels of a deployment in a few vectorized calls of the
+same step-time model). The plan searches with it and simulates its answer with ``simulate``;
+``tests/cost_model/test_steady_state.py`` and ``benchmarks/plan_speed.py`` measure how far the
+two apart are.
+
+The server is the simulator's (same ``StepTime``, same ``ServerConfig``): n = min(C, max batch,
+KV cache / (prompt + output)) requests run, the other C - n wait for a slot. Per request: the
+prompt's new tokens p' (prompt less its cached prefix) in chunks of the step's budget, then
+D = ceil((o - 1) / tokens per step) decode steps. Closed-loop clients resubmit the instant a
+request ends, so a prompt arrives at a step boundary and joins the next step (after the
+engine's request overhead h, HTTP and tokenization: it holds no slot and adds to the TTFT). With the
+throughput X (requests/s) the steady state satisfies Little's law, n = X x (time in the server),
+and is found by a damped fixed-point iteration on X:
+
+- decode first (vLLM, TensorRT-LLM): every step carries all d = X D t decoding sequences
+  (t: the mean step), and a fraction f of the steps also prompt tokens, q per step:
+  f = 1 - exp(-X t c) (prompts arrive at about X t per step, each needing c chunk steps),
+  q = X p' t / f, within the budget left after the decode tokens. The mean step is f t_mixed +
+  (1 - f) t_decode; TTFT in the server is c mixed steps; TPOT is D mean steps / (o - 1). An
+  engine without chunked prefill admits a whole prompt only into what the decode tokens leave
+  of the budget, so at most budget - p' sequences decode while prompts wait.
+- prefill first (SGLang): waiting prompts run in steps of their own while the decoders wait:
+  after a decode step in which requests ended (probability 1 - exp(-X t_decode)), their m
+  resubmitted prompts run together; a decoder's step costs t_decode plus that share of the
+  prompt steps.
+
+Disaggregated (``disaggregated_steady_state``): each prefill instance serves X / x prompts/s in
+steps of the prompts waiting (its utilization adds the mean wait), the KV transfer
+(``kv_transfer_seconds``) follows, and each decode instance holds d = X / y x D x t_decode(d)
+sequences; X follows from C = X (TTFT + D t_decode).
+
+What the estimate leaves out: the ramp-up and drain of a finite run (every client's first
+request arrives at t = 0), the spread of the lengths (it takes their means) and FCFS waits
+for the KV cache beyond the mean, and the way a request overhead spreads resubmissions over
+the steps under load (prompts then queue behind one another: the simulator's median TTFT at
+32 clients is up to 1.5x the estimate's with TensorRT-LLM's 78 ms overhead). Medians from ``simulate`` are the figures to compare it to.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Deployment
+from idealized_runtime.cost_model.serving.disaggregated import Server, kv_transfer_seconds
+from idealized_runtime.cost_model.serving.step_time import StepWork
+
+ITERATIONS = 40
+DAMPING = 0.5
+TOLERANCE = 1e-4  # relative change of the throughput at which the iteration stops
+
+
+@dataclass(frozen=True)
+class MeanRequest:
+    """The workload's mean request: prompt tokens, of which ``cached_tokens`` are found in the
+    prefix cache, and output tokens."""
+
+    prompt_tokens: float
+    output_tokens: float
+    cached_tokens: float = 0.0
+    # The longest prompt's new tokens (None: the mean's; the lengths are taken as spread evenly
+    # between as far below the mean and the longest): engines that admit only whole prompts
+    # stall on the long ones (see ``_waves``).
+    longest_new_tokens: float | None = None
+
+    def __post_init__(self) -> None:
+        if not (self.prompt_tokens >= 1 and self.output_tokens >= 1):
+            raise InputError("a request needs at least one prompt and one output token")
+        if not 0 <= self.cached_tokens <= self.prompt_tokens - 1:
+            raise InputError("cached prompt tokens must be in [0, prompt tokens - 1]")
+
+    @property
+    def new_tokens(self) -> float:
+        return self.prompt_tokens - self.cached_tokens
+
+    @property
+    def longest_new(self) -> float:
+        return self.new_tokens if self.longest_new_tokens is None else self.longest_new_tokens
+
+    @property
+    def sequence_tokens(self) -> float:
+        return self.prompt_tokens + self.output_tokens
+
+
+@dataclass(frozen=True)
+class SteadyState:
+    """Per load level (arrays): clients, mean TTFT and TPOT, requests/s, and whether a
+    request fits the KV cache at all."""
+
+    concurrency: np.ndarray
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    requests_per_s: np.ndarray
+    fits: np.ndarray
+
+    def output_tokens_per_s(self, request: MeanRequest) -> np.ndarray:
+        return self.requests_per_s * request.output_tokens
+
+
+def decode_steps(request: MeanRequest, tokens_per_step: float) -> float:
+    """Decode steps after the first token (speculative decoding yields more tokens a step)."""
+    return float(math.ceil((request.output_tokens - 1) / tokens_per_step - 1e-9))
+
+
+def _work(decoders: np.ndarray, context: float, prompt: np.ndarray, request: MeanRequest,
+          chunk: np.ndarray) -> StepWork:  # fmt: skip
+    """Steps of ``decoders`` sequences at ``context`` cached tokens each, and ``prompt`` new
+    prompt tokens in chunks of ``chunk`` (their attended positions: the mean of the prompt's)."""
+    attended_per_prompt_token = request.cached_tokens + (request.new_tokens + 1) / 2
+    chunks = np.where(prompt > 0, prompt / np.maximum(chunk, 1.0), 0.0)
+    decode_attended = decoders * (context + 1)
+    return StepWork(
+        tokens=decoders + prompt,
+        attended=decode_attended + prompt * attended_per_prompt_token,
+        sequences=decoders + chunks,
+        context=decoders * context + chunks * request.cached_tokens,
+        decode_sequences=decoders,
+        decode_attended=decode_attended,
+    )
+
+
+def _slots(server: Server, request: MeanRequest, clients: np.ndarray) -> tuple[np.ndarray, bool]:
+    """Requests running at once, and whether one request fits the KV cache."""
+    capacity = server.config.kv_capacity_tokens
+    kv_slots = math.inf if capacity is None else capacity // request.sequence_tokens
+    slots = np.minimum(np.minimum(clients, server.config.max_batch), kv_slots)
+    return np.maximum(slots, 1.0), kv_slots >= 1
+
+
+# Grid points of the tabulated step times (see ``StepTable``).
+DECODER_GRID = 24
+TOKEN_GRID = 28
+
+
+class StepTable:
+    """One server's step times for one mean request, tabulated once in a few vectorized calls
+    of its ``StepTime`` and interpolated after: decode-only steps at every whole number of
+    decoders up to ``max_decoders`` (exact: a CUDA graph pads its batch in steps), steps of
+    prompt tokens alone, and mixed steps (decoders and prompt tokens) on a grid. The estimate
+    iterates on these, so a deployment's load levels cost a few step-time calls in all, and a
+    table serves every deployment that shares the server (a decode layout in many xPyD
+    pairs)."""
+
+    def __init__(self, server: Server, request: MeanRequest, max_decoders: int) -> None:
+        self.server, self.request = server, request
+        self.max_decoders = max(int(max_decoders), 1)
+        self.context = request.prompt_tokens + (request.output_tokens - 1) / 2
+        self.budget = float(server.config.token_budget)
+        self._decode: np.ndarray | None = None
+        self._prompts: tuple[np.ndarray, np.ndarray] | None = None
+        self._mixed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def _seconds(self, decoders: np.ndarray, prompt: np.ndarray, chunk: np.ndarray) -> np.ndarray:
+        work = _work(decoders, self.context, prompt, self.request, chunk)
+        return np.asarray(self.server.step_time.seconds(work), dtype=np.float64)
+
+    def chunk(self, decoders: np.ndarray) -> np.ndarray:
+        """The prompt chunk a step holds beside ``decoders`` decode tokens."""
+        new = self.request.new_tokens
+        if self.server.config.chunked_prefill:
+            return np.minimum(new, np.maximum(self.budget - decoders, 1.0))
+        return new + 0 * decoders
+
+    def decode(self, decoders: np.ndarray) -> np.ndarray:
+        """A decode-only step of ``decoders`` sequences (at least one)."""
+        if self._decode is None:
+            whole = np.arange(1, self.max_decoders + 1, dtype=np.float64)
+            self._decode = self._seconds(whole, 0 * whole, 1 + 0 * whole)
+        d = np.clip(decoders, 1.0, self.max_decoders)
+        return np.interp(d, np.arange(1, self.max_decoders + 1), self._decode)
+
+    def prompts(self, tokens: np.ndarray) -> np.ndarray:
+        """A step of ``tokens`` prompt tokens alone (chunks of the prompt, within the budget)."""
+        if self._prompts is None:
+            grid = np.geomspace(1.0, max(self.budget, 2.0), TOKEN_GRID)
+            chunk = np.minimum(self.request.new_tokens, self.budget) + 0 * grid
+            self._prompts = np.log(grid), self._seconds(0 * grid, grid, chunk)
+        return np.interp(np.log(np.maximum(tokens, 1.0)), *self._prompts)
+
+    def mixed(self, decoders: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """A step of ``decoders`` decode tokens and ``tokens`` prompt tokens (bilinear in the
+        decoders and the logarithm of the prompt tokens)."""
+        if self._mixed is None:
+            d_grid = np.unique(np.round(np.geomspace(1.0, self.max_decoders, DECODER_GRID)))
+            d_grid = np.concatenate([[0.0], d_grid])
+            t_grid = np.geomspace(1.0, self.budget + self.request.new_tokens, TOKEN_GRID)
+            d, t = np.meshgrid(d_grid, t_grid, indexing="ij")
+            seconds = self._seconds(d.ravel(), t.ravel(), self.chunk(d.ravel()))
+            self._mixed = d_grid, np.log(t_grid), seconds.reshape(d.shape)
+        d_grid, t_grid, table = self._mixed
+        d = np.clip(decoders, 0.0, d_grid[-1])
+        t = np.clip(np.log(np.maximum(tokens, 1.0)), t_grid[0], t_grid[-1])
+        i = np.clip(np.searchsorted(d_grid, d) - 1, 0, len(d_grid) - 2)
+        j = np.clip(np.searchsorted(t_grid, t) - 1, 0, len(t_grid) - 2)
+        u = (d - d_grid[i]) / (d_grid[i + 1] - d_grid[i])
+        v = (t - t_grid[j]) / (t_grid[j + 1] - t_grid[j])
+        return (
+            (1 - u) * (1 - v) * table[i, j]
+            + u * (1 - v) * table[i + 1, j]
+            + (1 - u) * v * table[i, j + 1]
+            + u * v * table[i + 1, j + 1]
+        )
+
+
+def step_table(server: Server, request: MeanRequest, concurrency: ArrayLike) -> StepTable:
+    """A ``StepTable`` of ``server`` large enough for ``concurrency`` clients."""
+    clients = np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
+    slots, _ = _slots(server, request, clients)
+    return StepTable(server, request, int(np.max(slots)))
+
+
+def _clients(concurrency: ArrayLike) -> np.ndarray:
+    clients = np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
+    if np.any(clients < 1):
+        raise InputError("concurrency must be >= 1")
+    return clients
+
+
+def aggregated_steady_state(
+    server: Server,
+    request: MeanRequest,
+    concurrency: ArrayLike,
+    table: StepTable | None = None,
+) -> SteadyState:
+    """The steady state of ``concurrency`` closed-loop clients on one aggregated server
+    (``table``: its step times, tabulated for at least as many decoders)."""
+    clients = _clients(concurrency)
+    config = server.config
+    table = table or step_table(server, request, clients)
+    slots, fits = _slots(server, request, clients)
+    decode = decode_steps(request, config.tokens_per_step)
+    budget, new = float(config.token_budget), request.new_tokens
+    overhead = config.request_overhead_s  # before the scheduler sees a request: no slot held
+
+    def prompts_first(x: np.ndarray, d: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(mean step a decoder sees, TTFT in the server) when prompts run on their own."""
+        ends = np.maximum(x * mean, 1e-12)  # requests ending per decode step and its prompts
+        after = -np.expm1(-ends)  # share of decode steps some request ended in
+        prompts = np.maximum(ends / after, 1.0)  # their prompts run together next
+        count = np.ceil(prompts * new / budget)
+        t_prompts = count * table.prompts(prompts * new / count)
+        return table.decode(d) + after * t_prompts, t_prompts
+
+    def decode_first(x: np.ndarray, d: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, ...]:
+        """(mean step, TTFT in the server) when prompt chunks ride along the decode tokens."""
+        left = np.maximum(budget - d, 1.0)
+        per_prompt = np.ceil(new / left) if config.chunked_prefill else 1.0 + 0 * d
+        mixed = -np.expm1(-np.maximum(x * mean * per_prompt, 1e-12))
+        tokens = np.clip(x * new * mean / mixed, new / per_prompt, np.maximum(left, new))
+        t_mixed = table.mixed(d, tokens)
+        return mixed * t_mixed + (1 - mixed) * table.decode(d), per_prompt * t_mixed
+
+    server_times = prompts_first if config.prefill_first else decode_first
+    # Without chunked prefill a whole prompt joins only what the decode tokens leave of the
+    # budget, so at most budget - p' sequences decode while prompts wait.
+    cap = slots
+    if not (config.chunked_prefill or config.prefill_first):
+        cap = np.minimum(slots, max(budget - new, 1.0))
+    mean = table.decode(cap)
+    x = slots / (decode * mean + table.decode(0 * cap + 1))
+    first = mean
+    for _ in range(ITERATIONS):
+        d = np.minimum(x * decode * mean, cap)
+        step_mean, first = server_times(x, d, mean)
+        mean = mean + DAMPING * (step_mean - mean)
+        lifetime = first + decode * mean
+        following = np.minimum(slots / lifetime, cap / np.maximum(decode * mean, 1e-12))
+        following = np.minimum(following, clients / (overhead + lifetime))
+        moved = np.abs(following - x) / x
+        x = x + DAMPING * (following - x)
+        if np.all(moved < TOLERANCE):
+            break
+    # The throughput of the final step times (the damped iterate lags them a little, and TTFT
+    # below is a small difference of large times).
+    in_server = decode * mean
+    x = np.minimum(slots / (first + in_server), cap / np.maximum(in_server, 1e-12))
+    x = np.minimum(x, clients / (overhead + first + in_server))
+    if not (config.chunked_prefill or config.prefill_first):
+        x, in_server = _waves(table, slots, x, in_server)
+    # Clients beyond the requests running wait for a slot: C = X x (overhead + wait + time in
+    # the server); the request overhead is part of the TTFT a client sees.
+    ttft = np.maximum(clients / x - in_server - overhead, first) + overhead
+    tpot = in_server / max(request.output_tokens - 1, 1)
+    return SteadyState(clients, ttft, tpot, x, np.full(clients.shape, fits))
+
+
+def _waves(
+    table: StepTable, slots: np.ndarray, x: np.ndarray, in_server: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Throughput and decode time when long prompts cannot join the running decoders: an
+    engine without chunked prefill admits a prompt only into what the decode tokens leave of
+    the budget, FCFS, so a prompt longer than budget - decoders stops admission until enough
+    decoders have ended. With such prompts among the n requests of a turn-over (expected count
+    n x share longer than budget - n), the server drains and refills in waves, one prompt
+    step per request (each request alone when the mean prompt fills the budget), then decodes
+    them together; a request decodes through about half its wave's refill. The two regimes are
+    mixed by that expected count (capped at 1)."""
+    request, budget = table.request, table.budget
+    new, longest = request.new_tokens, request.longest_new
+    spread = 2.0 * (longest - new)
+    if spread > 0:
+        share = np.clip((longest - (budget - slots)) / spread, 0.0, 1.0)
+    else:
+        share = (longest > budget - slots).astype(np.float64)
+    weight = np.minimum(slots * share, 1.0)
+    if not np.any(weight > 0):
+        return x, in_server
+    n = np.where(new >= budget, 1.0, slots)
+    steps = decode_steps(request, table.server.config.tokens_per_step)
+    t_refill = table.mixed(n / 2, new + 0 * n)
+    t_decode = table.decode(n)
+    overlap = np.minimum(n / 2, steps)
+    wave_x = n / (n * t_refill + steps * t_decode)
+    wave_decode = overlap * t_refill + (steps - overlap) * t_decode
+    return (1 - weight) * x + weight * wave_x, (1 - weight) * in_server + weight * wave_decode
+
+
+def disaggregated_steady_state(
+    deployment: Deployment,
+    prefill: Server,
+    decode: Server,
+    request: MeanRequest,
+    concurrency: ArrayLike,
+    tables: tuple[StepTable, StepTable] | None = None,
+) -> SteadyState:
+    """The steady state of ``concurrency`` closed-loop clients on a disaggregated deployment
+    (see the module docstring; ``tables``: the prefill and decode servers' step times)."""
+    split = deployment.disaggregation
+    if split is None:
+        raise InputError("disaggregated_steady_state needs a disaggregated deployment")
+    clients = _clients(concurrency)
+    per_decoder = np.ceil(clients / split.decode_workers)
+    if tables is None:
+        tables = step_table(prefill, request, 1), step_table(decode, request, per_decoder)
+    prompt_table, decode_table = tables
+    _, prefill_fits = _slots(prefill, MeanRequest(request.prompt_tokens, 1.0), clients)
+    slots, decode_fits = _slots(decode, request, per_decoder)
+    steps = decode_steps(request, decode.config.tokens_per_step)
+    new, budget = request.new_tokens, float(prefill.config.token_budget)
+    transfer = float(kv_transfer_seconds(deployment, request.prompt_tokens))
+    overhead = prefill.config.request_overhead_s  # the prefill instance receives the request
+
+    def prompt_steps(prompts: np.ndarray) -> np.ndarray:
+        """Seconds to read ``prompts`` prompts together, in steps of the budget."""
+        count = np.ceil(prompts * new / budget)
+        return count * prompt_table.prompts(prompts * new / count)
+
+    full = np.maximum(np.floor(budget / new), 1.0) + 0 * clients
+    prefill_capacity = split.prefill_workers * full / prompt_steps(full)
+    t_prompts = prompt_steps(0 * clients + 1)
+    mean = decode_table.decode(slots)
+    x = np.minimum(clients / (overhead + t_prompts + transfer + steps * mean), prefill_capacity)
+    ttft = t_prompts + transfer
+    for _ in range(ITERATIONS):
+        arriving = x / split.prefill_workers
+        # Prompts that arrive while a prompt step runs are read together in the next one.
+        prompts = np.clip(arriving * t_prompts, 1.0, full)
+        t_prompts = prompt_steps(prompts)
+        busy = np.minimum(arriving * t_prompts / prompts, 0.95)
+        ttft = t_prompts * (1 + busy**2 / (2 * (1 - busy))) + transfer
+        d = np.clip(x / split.decode_workers * steps * mean, 1.0, slots)
+        mean = mean + DAMPING * (decode_table.decode(d) - mean)
+        decode_capacity = split.decode_workers * slots / np.maximum(steps * mean, 1e-12)
+        capacity = np.minimum(decode_capacity, prefill_capacity)
+        following = np.minimum(clients / (overhead + ttft + steps * mean), capacity)
+        moved = np.abs(following - x) / x
+        x = x + DAMPING * (following - x)
+        if np.all(moved < TOLERANCE):
+            break
+    in_server = steps * mean
+    capacity = np.minimum(
+        split.decode_workers * slots / np.maximum(in_server, 1e-12), prefill_capacity
+    )
+    x = np.minimum(clients / (overhead + ttft + in_server), capacity)
+    # Clients beyond the capacity wait; the request overhead is part of the TTFT.
+    ttft = np.maximum(ttft, clients / x - in_server - overhead) + overhead
+    tpot = in_server / max(request.output_tokens - 1, 1)
+    fits = np.full(clients.shape, prefill_fits and decode_fits)
+    return SteadyState(clients, ttft, tpot, x, fits)

@@ -1,0 +1,147 @@
+"""A JSON measurement set read as it streams in (api.uploads.json_measurement_set) decides as
+validating the whole body at once would, whatever the chunks, whitespace and member order:
+the same measurements and members when valid, a refusal when not. In-process, no server."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from fastapi.exceptions import RequestValidationError
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import ValidationError
+
+from idealized_runtime.api.schemas import MeasurementSetCreate
+from idealized_runtime.api.uploads import json_measurement_set
+from idealized_runtime.core.errors import InputError
+
+names = st.text(st.characters(codec="utf-8", exclude_categories=("Cc", "Cs")), min_size=1,
+                max_size=12)  # fmt: skip
+measurements = st.fixed_dictionaries(
+    {
+        "model": names,
+        "num_prompt_tokens": st.integers(1, 5000),
+        "num_output_tokens": st.integers(0, 300),
+        "runtime_s": st.floats(1e-3, 100),
+    },
+    optional={"ttft_s": st.floats(1e-4, 1e-3), "batch_size": st.integers(1, 8)},
+)
+bodies = st.fixed_dictionaries(
+    {"measurements": st.lists(measurements, min_size=1, max_size=12)},
+    optional={
+        "name": names,
+        "source": st.sampled_from(["import", "api_timing"]),
+        "metadata": st.dictionaries(names, st.one_of(st.integers(), names, st.lists(st.none()))),
+        "stack": st.fixed_dictionaries(
+            {}, optional={"runner": names, "num_devices": st.integers(1, 8)}
+        ),
+    },
+)
+
+
+def _text(body: dict, rng: random.Random) -> bytes:
+    items = list(body.items())
+    rng.shuffle(items)
+    separators = rng.choice([(",", ":"), (", ", ": "), (" ,\n", " :\t")])
+    return json.dumps(dict(items), separators=separators, ensure_ascii=rng.random() < 0.5,
+                      indent=rng.choice([None, 2])).encode()  # fmt: skip
+
+
+def _chunks(data: bytes, rng: random.Random) -> list[bytes]:
+    cuts = sorted(rng.sample(range(1, len(data)), min(len(data) - 1, rng.randint(0, 8))))
+    return [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+
+
+def _streamed(data: bytes, rng: random.Random) -> tuple[object, list[dict]] | None:
+    try:
+        envelope, columns = json_measurement_set(_chunks(data, rng), max_rows=10**6)
+    except (RequestValidationError, InputError):
+        return None
+    return envelope.model_dump(exclude={"measurements"}), list(columns.records())
+
+
+def _whole(data: bytes) -> tuple[object, list[dict]] | None:
+    try:
+        body = MeasurementSetCreate.model_validate_json(data, strict=True)
+    except ValidationError:
+        return None
+    rows = [m.model_dump() for m in body.measurements]
+    return body.model_dump(exclude={"measurements"}), rows
+
+
+@settings(max_examples=150, deadline=None)
+@given(body=bodies, seed=st.integers(0, 2**32))
+def test_a_valid_body_gives_what_the_whole_body_gives(body: dict, seed: int) -> None:
+    data = _text(body, random.Random(seed))
+    whole = _whole(data)
+    assert whole is not None
+    assert _streamed(data, random.Random(seed)) == whole
+
+
+@settings(max_examples=400, deadline=None)
+@given(body=bodies, seed=st.integers(0, 2**32), edits=st.integers(1, 3))
+def test_a_damaged_body_is_refused_as_the_whole_body_is(body: dict, seed: int, edits: int) -> None:
+    rng = random.Random(seed)
+    data = bytearray(_text(body, rng))
+    for _ in range(edits):
+        at = rng.randrange(len(data))
+        if rng.random() < 0.5:
+            del data[at]
+        else:
+            data.insert(at, rng.choice(b'{}[],:" \\0aeE-.n\x00\xff'))
+    whole = _whole(bytes(data))
+    streamed = _streamed(bytes(data), rng)
+    assert (streamed is None) == (whole is None), bytes(data)
+    if whole is not None:
+        assert streamed == whole
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b'{"measurements": [{"model": "m", "num_prompt_tokens": 1, "num_output_tokens": 1, '
+         b'"runtime_s": 1},]}', "expecting value"),
+        (b'{"measurements": [], "name": "x"}', "at least 1 item"),
+        (b'{"name": "x"}', "Field required"),
+        (b'{"measurements": 3}', "valid array"),
+        (b'{"measurements": [{"model": "m"}], "measurements": []}', "given twice"),
+        (b'{"measurements": [NaN]}', "NaN is not JSON"),
+        (b'[1]', "a JSON object"),
+        (b'{"measurements": [1]} x', "more after the JSON object"),
+        (b'{"measurements": [', "expecting value at byte 18"),
+    ],
+)  # fmt: skip
+def test_refusals_say_where(text: bytes, message: str) -> None:
+    with pytest.raises(RequestValidationError) as refused:
+        json_measurement_set([text], max_rows=10)
+    assert message in json.dumps(refused.value.errors())
+
+
+def test_the_row_limit_stops_the_reading() -> None:
+    item = b'{"model": "m", "num_prompt_tokens": 1, "num_output_tokens": 1, "runtime_s": 1}'
+    read = []
+
+    def chunks():
+        yield b'{"measurements": [' + item
+        for i in range(10**6):
+            read.append(i)
+            yield b"," + item
+        yield b"]}"
+
+    with pytest.raises(InputError, match="more than 1000 measurements"):
+        json_measurement_set(chunks(), max_rows=1000)
+    assert len(read) < 1100  # stopped where the limit was passed, not at the end
+
+
+def test_errors_name_the_row_among_thousands() -> None:
+    good = {"model": "m", "num_prompt_tokens": 1, "num_output_tokens": 1, "runtime_s": 1}
+    rows = [json.dumps(good).encode()] * 2500
+    rows[1700] = json.dumps({**good, "runtime_s": -1}).encode()
+    rows[2100] = b'{"model": "m", "runtime_s": .5}'  # not JSON
+    body = b'{"measurements": [' + b",".join(rows) + b"]}"
+    with pytest.raises(RequestValidationError) as refused:
+        json_measurement_set([body[i : i + 999] for i in range(0, len(body), 999)], 10**4)
+    locations = [error["loc"][:3] for error in refused.value.errors()]
+    assert locations == [("body", "measurements", 1700), ("body", "measurements", 2100)]

@@ -1,0 +1,80 @@
+"""POST /v1/plan against the real server: the library's answer for the same question, from a
+stored architecture or an HF config.json object; 4xx with a detail for bad input."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.cost_model.planning.request import PlanRequest, PlanResult
+from idealized_runtime.cost_model.planning.search import plan
+from tests.api.conftest import Service
+
+CONFIGS = Path(__file__).parents[1] / "hardware" / "hf_configs"
+BODY = {
+    "architecture": "llama-3.1-8b",
+    "hardware": ["h100-sxm"],
+    "stacks": ["sglang"],
+    "workload": {"prompt_tokens": 1024, "output_tokens": 128, "min_length_fraction": 0.8},
+    "slo": {"ttft_s": 0.5, "tpot_s": 0.02},
+    "rate": 20,
+    "max_gpus": 2,
+    "concurrency": [1, 8, 64],
+    "verify": False,
+}
+
+
+@pytest.fixture(scope="module")
+def client(service: Service) -> Iterator[httpx.Client]:
+    with service.client() as http:
+        yield http
+
+
+def test_plan_answers_as_the_library(client: httpx.Client) -> None:
+    response = client.post("/v1/plan", json=BODY)
+    assert response.status_code == 200, response.text
+    served = PlanResult.model_validate(response.json())
+    settings = {k: v for k, v in BODY.items() if k not in ("architecture", "hardware")}
+    local = plan(
+        PlanRequest(
+            architecture=get_architecture("llama-3.1-8b"),
+            hardware=[get_hardware("h100-sxm")],
+            **settings,  # type: ignore[arg-type]
+        )
+    )
+    assert served.best == local.best and served.frontiers == local.frontiers
+    assert served.gpus_for_rate == local.gpus_for_rate and served.best is not None
+
+
+def test_plan_from_a_config_json(client: httpx.Client) -> None:
+    config = json.loads((CONFIGS / "llama-3.3-70b.json").read_text())
+    body = {**BODY, "architecture": None, "config": config, "concurrency": [8]}
+    response = client.post("/v1/plan", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["deployments"] > 0
+
+
+@pytest.mark.parametrize(
+    ("change", "status", "fragment"),
+    [
+        ({"hardware": ["tpu-v9"]}, 404, "tpu-v9"),
+        ({"architecture": "no-such-model"}, 404, "no-such-model"),
+        ({"config": {"model_type": "llama"}}, 422, "exactly one of"),
+        ({"stacks": ["nope"]}, 422, "unknown stack 'nope'"),
+        ({"architecture": "llama-3.1-405b", "max_gpus": 1}, 422, "no deployment"),
+        ({"workload": {"prompt_tokens": 0, "output_tokens": 1}}, 422, "prompt_tokens"),
+        ({"modes": ["sideways"]}, 422, "modes"),
+        ({"surprise": 1}, 422, "surprise"),
+    ],
+)
+def test_bad_plans_are_4xx_with_a_detail(
+    client: httpx.Client, change: dict, status: int, fragment: str
+) -> None:
+    response = client.post("/v1/plan", json={**BODY, **change})
+    assert response.status_code == status, response.text
+    assert fragment in json.dumps(response.json()["detail"])

@@ -1,0 +1,79 @@
+"""`idealized-runtime plan`: the same answer as the library, a report folder, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.servers import REPO_ROOT, cli_command
+
+SMALL = (
+    "plan", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "--stack", "vllm",
+    "--prompt-tokens", "1024", "--output-tokens", "128", "--concurrency", "1,8,64",
+    "--max-gpus", "2", "--slo", "ttft=0.5,tpot=0.02", "--rate", "20",
+)  # fmt: skip
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        cli_command(*args), capture_output=True, text=True, timeout=300, cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+
+
+def test_plan_json_and_report(tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    result = _run(*SMALL, "--no-verify", "--json", "--report", str(report))
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    best = body["best"]
+    assert best["stack"] == "vllm" and best["meets_slo"]
+    assert body["gpus_for_rate"] == body["replicas"] * best["gpus"]
+    assert {f["stack"] for f in body["frontiers"]} == {"vllm"}
+    assert json.loads((report / "plan.json").read_text())["best"] == best
+    assert 'id="plan-h100-sxm"' in (report / "plan.html").read_text()
+
+
+def test_plan_prints_the_best_and_the_frontiers() -> None:
+    result = _run(*SMALL, "--no-verify", "--frontier-points", "3")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "best under the SLO: h100-sxm, vllm" in out
+    assert "for 20 requests/s:" in out and "per million output tokens" in out
+    assert "frontier h100-sxm vllm (" in out
+
+
+# Options (split on spaces) and what the one-line error names.
+BAD_INPUT = {
+    "--hardware tpu-v9": "tpu-v9",
+    "--stack nope": "unknown stack 'nope'",
+    "--slo ttft=fast": "--slo",
+    "--weights fp3": "fp3",
+    "--mode sideways": "modes",
+    "--min-length 1.5": "min_length_fraction",
+    "--concurrency 0": "--concurrency",
+}
+
+
+@pytest.mark.parametrize(("options", "fragment"), BAD_INPUT.items())
+def test_bad_input_is_one_line_and_exit_2(options: str, fragment: str, tmp_path: Path) -> None:
+    report = tmp_path / "report"
+    result = _run(*SMALL, *options.split(), "--no-verify", "--report", str(report))
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0]
+    assert not report.exists()  # nothing written
+
+
+def test_a_model_that_fits_nowhere_is_refused_in_one_line() -> None:
+    result = _run(
+        "plan", "--arch", "llama-3.1-405b", "--hardware", "h100-sxm", "--max-gpus", "2",
+        "--prompt-tokens", "128", "--output-tokens", "16", "--stack", "vllm", "--no-verify",
+    )  # fmt: skip
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no deployment of llama-3.1-405b" in lines[0]
