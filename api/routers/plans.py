@@ -33,7 +33,8 @@ router = APIRouter(prefix="/v1", tags=["plan"])
         "rules that depend on stored data: when no deployment could be evaluated (the stored "
         "GPU has no kernel measurements of any engine stack, or the model fits on none of its "
         "layouts), 422 says why for each stack; and by rules on the content of `config` "
-        "(the keys its model_type needs, a consistent shape)."
+        "(the keys its model_type needs, a consistent shape). A workload that gives both "
+        "shared prefix tokens and a hit rate together is refused with its reason (422)."
     ),
 )
 def create_plan(payload: PlanIn, _: Principal = Depends(reader)) -> PlanResult:
