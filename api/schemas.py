@@ -711,8 +711,35 @@ class HelmTableEntry(_Body):
     """One model's row of HELM's inference_*_runtimes.json."""
 
     runtime_per_output_token: TableSeconds
-    runtime_for_prompt_tokens: PromptRuntimes
+    runtime_for_prompt_tokens: PromptRuntimes | None = None
+    # HELM's older tables (before its first release): looked up without scaling in the grid.
+    runtime_for_input_tokens: PromptRuntimes | None = None
     overhead: TableSeconds | None = None
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            # Exactly one alpha table (the other absent or null).
+            "oneOf": [
+                {
+                    "required": [first],
+                    "properties": {first: {"type": "object"}, second: {"type": "null"}},
+                }
+                for first, second in [
+                    ("runtime_for_prompt_tokens", "runtime_for_input_tokens"),
+                    ("runtime_for_input_tokens", "runtime_for_prompt_tokens"),
+                ]
+            ]
+        }
+    )
+
+    @model_validator(mode="after")
+    def _one_alpha_table(self) -> HelmTableEntry:
+        if (self.runtime_for_prompt_tokens is None) == (self.runtime_for_input_tokens is None):
+            raise ValueError(
+                "give exactly one of runtime_for_prompt_tokens and runtime_for_input_tokens "
+                "(HELM's older tables)"
+            )
+        return self
 
 
 HelmTable = Annotated[dict[Name, HelmTableEntry], Field(min_length=1, max_length=10_000)]

@@ -35,7 +35,6 @@ from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FitMethod, Provenance
 from idealized_runtime.cost_model.fitting.helm_format import (
-    ALPHA_KEY,
     export_helm_table,
     import_helm_table,
 )
@@ -116,7 +115,9 @@ def create_fits(
     summary="Import a table in HELM's JSON format (inference_*_runtimes.json)",
     description=(
         "One entry per model; prompt sizes in any order. Runtimes are seconds between 0 and "
-        "10^6, as measured ones."
+        "10^6, as measured ones. An entry keyed `runtime_for_input_tokens` (HELM's older "
+        "tables) keeps HELM's unscaled lookup of that form. Refused although schema-valid: an "
+        "entry with both alpha keys or with neither (422)."
     ),
 )
 def import_helm(
@@ -126,18 +127,8 @@ def import_helm(
     session: Session = Depends(write_session),
 ) -> JSONResponse:
     method: FitMethod = "helm" if metric == "idealized" else "denoised"
-    # JSON objects have no order: the prompt sizes are sorted here, as HELM's lookup needs.
     fits = import_helm_table(
-        {
-            model: {
-                **entry.model_dump(exclude_none=True),
-                ALPHA_KEY: dict(
-                    sorted(entry.runtime_for_prompt_tokens.items(), key=lambda kv: int(kv[0]))
-                ),
-            }
-            for model, entry in table.items()
-        },
-        method,
+        {model: entry.model_dump(exclude_none=True) for model, entry in table.items()}, method
     )
 
     def work(s: Session) -> FitsOut:

@@ -5,7 +5,8 @@ Shape: ``{model: {"runtime_per_output_token": beta, "runtime_for_prompt_tokens":
 imported table gets ``alpha_rule="helm_scale_up"``. HELM's 2022 code, before its first release,
 keyed the alpha table ``runtime_for_input_tokens`` and looked it up without scaling inside the
 grid: such entries get ``alpha_rule="helm_next_size"`` (docs/cost_model.md, "HELM's tables").
-Import then export gives HELM's JSON back exactly (same keys, same order, same floats).
+Import then export gives HELM's JSON back exactly (same keys, same floats; the prompt sizes in
+increasing order, as HELM writes them: a JSON object has no order, so an import sorts them).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from idealized_runtime.core.errors import InputError, plain
-from idealized_runtime.core.types import AlphaRule, FitMethod, FittedCostModel
+from idealized_runtime.core.types import MAX_RUNTIME_S, AlphaRule, FitMethod, FittedCostModel
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 
 BETA_KEY = "runtime_per_output_token"
@@ -51,8 +52,8 @@ def looks_like_helm_table(data: Any) -> bool:
 def _number(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise InputError(f"{where}: expected a finite number, got {plain(value)!r}")
-    if value < 0:
-        raise InputError(f"{where}: must not be negative, got {plain(value)!r}")
+    if not 0 <= value <= MAX_RUNTIME_S:
+        raise InputError(f"{where}: seconds between 0 and {MAX_RUNTIME_S:g}, got {plain(value)!r}")
     return float(value)
 
 
@@ -84,14 +85,15 @@ def import_helm_table(
         alpha_table = entry[alpha_key]
         if not isinstance(alpha_table, Mapping) or not alpha_table:
             raise InputError(f"model {model!r}: {alpha_key} must be a non-empty object")
-        sizes: list[int] = []
         for key in alpha_table:
             if not (isinstance(key, str) and key.isdigit() and str(int(key)) == key):
                 raise InputError(f"model {model!r}: prompt size {key!r} is not an integer")
-            sizes.append(int(key))
-        if sizes != sorted(set(sizes)) or sizes[0] < 1:
-            raise InputError(f"model {model!r}: prompt sizes must be increasing positive integers")
-        alphas = [_number(v, f"model {model!r}: {alpha_key}[{k}]") for k, v in alpha_table.items()]
+        # JSON objects have no order; HELM's lookup needs the sizes increasing.
+        keys = sorted(alpha_table, key=int)
+        sizes = [int(key) for key in keys]
+        if sizes[0] < 1:
+            raise InputError(f"model {model!r}: prompt sizes must be positive integers")
+        alphas = [_number(alpha_table[k], f"model {model!r}: {alpha_key}[{k}]") for k in keys]
         overhead = entry.get(OVERHEAD_KEY)
         fits[model] = FittedCostModel(
             model=model,

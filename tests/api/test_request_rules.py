@@ -195,6 +195,39 @@ def test_helm_tables_take_keys_in_any_order_and_bounded_runtimes(
     assert response.status_code == 422 and "1000000" in response.text
 
 
+def test_helm_tables_of_the_older_form_keep_their_lookup(
+    client: httpx.Client, service: Service
+) -> None:
+    """HELM's older tables (``runtime_for_input_tokens``) import through the service as through
+    the library: HELM's unscaled lookup, exported back in that form; an entry with both alpha
+    tables or neither is refused."""
+    model = unique("older")
+    alphas = {"512": 0.3, "1": 0.1}
+    table = {model: {"runtime_for_input_tokens": alphas, "runtime_per_output_token": 0.05}}
+    created = client.post("/v1/fits/import/helm", json=table, headers=service.auth)
+    assert created.status_code == 201, created.text
+    fit = created.json()["fits"][0]
+    assert fit["alpha_rule"] == "helm_next_size" and fit["prompt_sizes"] == [1, 512]
+    # Between the sizes, the next size's runtime, unscaled: 0.3 s at p = 100, plus 9 steps.
+    query = {"model": model, "prompt_tokens": 100, "output_tokens": 10, "fit_id": fit["id"]}
+    estimate = client.get("/v1/estimate", params=query)
+    assert estimate.status_code == 200, estimate.text
+    assert estimate.json()["runtime_s"] == pytest.approx(0.3 + 9 * 0.05)
+    exported = client.get("/v1/fits/export/helm", params={"model": model}).json()[model]
+    assert exported == {"runtime_per_output_token": 0.05, "runtime_for_input_tokens": {
+        "1": 0.1, "512": 0.3}}  # fmt: skip
+    for entry in (
+        {"runtime_per_output_token": 0.05},
+        {"runtime_per_output_token": 0.05, "runtime_for_input_tokens": alphas,
+         "runtime_for_prompt_tokens": alphas},
+    ):  # fmt: skip
+        response = client.post(
+            "/v1/fits/import/helm", json={unique("t"): entry}, headers=service.auth
+        )
+        assert response.status_code == 422, response.text
+        assert "exactly one of runtime_for_prompt_tokens" in response.text
+
+
 def _database_url(service: Service) -> str:
     url = service.env.get("DATABASE_URL") or (
         f"sqlite:///{Path(service.env['IDEALIZED_RUNTIME_HOME']) / 'idealized-runtime.sqlite3'}"
@@ -370,7 +403,11 @@ def test_the_schema_states_the_rules(client: httpx.Client) -> None:
     assert all(media["schema"]["minLength"] == 20 for media in archive.values())
     # A HELM table's prompt sizes: any keys of the pattern, in any order.
     entry = resolve(resolve(body("/v1/fits/import/helm"))["additionalProperties"])
-    sizes = entry["properties"]["runtime_for_prompt_tokens"]
+    (sizes,) = [
+        resolve(form)
+        for form in entry["properties"]["runtime_for_prompt_tokens"]["anyOf"]
+        if resolve(form).get("type") == "object"
+    ]
     assert sizes["propertyNames"]["pattern"] == "^[1-9][0-9]{0,6}$"
     assert "patternProperties" not in sizes
 

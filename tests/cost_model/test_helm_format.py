@@ -50,12 +50,27 @@ def test_helm_method_reproduces_helm_betas(a100_grid) -> None:
         ({}, "non-empty"),
         ({"m": {"runtime_per_output_token": 0.1}}, "expected keys"),
         ({"m": {"runtime_per_output_token": 0.1, "runtime_for_prompt_tokens": {"x": 1}}}, "x"),
-        ({"m": {"runtime_per_output_token": -1, "runtime_for_prompt_tokens": {"1": 1}}}, "neg"),
+        ({"m": {"runtime_per_output_token": -1, "runtime_for_prompt_tokens": {"1": 1}}}, "0 and"),
+        (
+            {"m": {"runtime_per_output_token": 1, "runtime_for_prompt_tokens": {"1": 2e6}}},
+            "1e\\+06",
+        ),
+        ({"m": {"runtime_per_output_token": 1, "runtime_for_prompt_tokens": {"0": 1}}}, "positive"),
     ],
 )
 def test_bad_helm_tables_are_input_errors(table, message) -> None:
     with pytest.raises(InputError, match=message):
         import_helm_table(table)
+
+
+def test_helm_table_prompt_sizes_in_any_order() -> None:
+    """A JSON object has no order: the sizes are sorted for HELM's lookup, as the service does."""
+    table = {
+        "m": {"runtime_per_output_token": 0.05, "runtime_for_prompt_tokens": {"256": 0.2, "1": 0.1}}
+    }
+    fit = import_helm_table(table)["m"]
+    assert fit.prompt_sizes == [1, 256] and fit.prompt_runtimes_s == [0.1, 0.2]
+    assert list(export_helm_table({"m": fit})["m"]["runtime_for_prompt_tokens"]) == ["1", "256"]
 
 
 def test_default_fit_exports_to_helm_form(a100_grid) -> None:
