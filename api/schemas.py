@@ -35,8 +35,8 @@ from idealized_runtime.core.types import (
     Measurement,
     Name,
     OutputTokenCount,
-    RopeScaling,
     Provenance,
+    RopeScaling,
     TokenCount,
 )
 from idealized_runtime.cost_model.planning.request import PlanSettings

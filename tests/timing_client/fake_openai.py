@@ -18,6 +18,11 @@ and reports the longest prefix a new prompt shares with one of them in
 would: each message is a role token, its content (a token a byte) and an end token, and the
 prompt ends with the assistant's role token, after which the answer is generated (a single
 message: its bytes + 3). ``--request-log FILE`` appends the server's own counts per request.
+
+Latency for monitoring tests: ``--first-token-delay S`` waits S before the first token, and
+``--jitter SIGMA`` multiplies a request's delays by exp(N(0, SIGMA)) drawn from a generator
+seeded with ``--seed``; ``POST /control`` with ``{"latency_factor": F}`` multiplies every later
+request's delays by F (a provider that slows down at a known time).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import argparse
 import asyncio
 import collections
 import json
+import math
+import random
 import time
 
 STATS: dict[str, int] = collections.Counter()
@@ -39,6 +46,15 @@ class FakeServer:
         self.seen: dict[str, int] = collections.Counter()
         self.cache: list[bytes] = []  # every request's tokens, for --prefix-cache
         self.log = open(args.request_log, "a", buffering=1) if args.request_log else None  # noqa: SIM115
+        self.noise = random.Random(args.seed)
+        self.latency_factor = 1.0
+
+    def delays(self) -> tuple[float, float]:
+        """This request's wait before its first token and between tokens."""
+        scale = self.latency_factor
+        if self.args.jitter:
+            scale *= math.exp(self.noise.gauss(0.0, self.args.jitter))
+        return self.args.first_token_delay * scale, self.args.token_delay * scale
 
     def prompt_tokens(self, request: dict, chat: bool) -> bytes:
         """The prompt as tokens (one byte each): a chat template's, or BOS + the bytes."""
@@ -108,6 +124,10 @@ class FakeServer:
             else:
                 self.send(writer, 404, {"error": {"message": "not found"}})
             return True
+        if path == "/control":
+            self.latency_factor = float(json.loads(raw)["latency_factor"])
+            self.send(writer, 200, {"latency_factor": self.latency_factor})
+            return True
         STATS["requests"] += 1
         if self.args.api_key and headers.get("authorization") != f"Bearer {self.args.api_key}":
             STATS["unauthorized"] += 1
@@ -166,8 +186,9 @@ class FakeServer:
             self.log.write(json.dumps(record) + "\n")
         base = {"id": ident, "model": "fake", "created": int(time.time())}
         field = self.args.reasoning_field
+        first_delay, token_delay = self.delays()
         if not request.get("stream"):
-            await asyncio.sleep(self.args.token_delay * (reasoning + answer))
+            await asyncio.sleep(first_delay + token_delay * (reasoning + answer))
             text = "x" * answer
             choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
             if reasoning:
@@ -186,8 +207,9 @@ class FakeServer:
 
         if chat:
             event({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+        await asyncio.sleep(first_delay)
         for i in range(reasoning + answer):
-            await asyncio.sleep(self.args.token_delay)
+            await asyncio.sleep(token_delay)
             if i < reasoning:
                 piece = {"delta": {field: "r"}} if chat else {"text": "", field: "r"}
             else:
@@ -218,6 +240,9 @@ async def main() -> None:
     parser.add_argument("--answer-tokens", type=int, default=0)
     parser.add_argument("--prefix-cache", action="store_true")
     parser.add_argument("--request-log", default="")
+    parser.add_argument("--first-token-delay", type=float, default=0.0)
+    parser.add_argument("--jitter", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     server = await asyncio.start_server(FakeServer(args).handle, "127.0.0.1", args.port)
     async with server:
