@@ -59,6 +59,7 @@ def monitor_command(
         fail("--to and --database exclude one another")
     store = _store(settings, to, api_key_env, database)
     folder = state or default_state_dir(config)
+
     def say(line: str) -> None:
         if progress:
             typer.echo(line, err=True)
