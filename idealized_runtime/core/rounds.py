@@ -30,7 +30,6 @@ from idealized_runtime.core.types import (
     Measurement,
     Name,
     NonNegativeFloat,
-    NonNegativeInt,
     OutputTokenCount,
     TokenCount,
     _Frozen,
@@ -45,6 +44,8 @@ MAX_ROUND_ID = 190
 MAX_ERROR_CHARS = 500
 MAX_ROUND_INDEX = 2**31 - 1
 RoundStatus = Literal["ok", "failed"]
+# Counts fit a 32-bit database integer.
+RequestCount = Annotated[int, Field(ge=0, le=MAX_ROUND_INDEX)]
 # The statistics of a round, in the order tables show them.
 ROUND_STATISTICS = (
     "ttft_s",
@@ -76,8 +77,8 @@ class RoundPoint(_Frozen):
     finished_at: AwareDatetime
     status: RoundStatus
     error: Annotated[str, Field(max_length=MAX_ERROR_CHARS)] | None = None
-    requests: NonNegativeInt = 0
-    failed_requests: NonNegativeInt = 0
+    requests: RequestCount = 0
+    failed_requests: RequestCount = 0
     ttft_s: NonNegativeFloat | None = None
     itl_s: NonNegativeFloat | None = None
     output_tokens_per_s: NonNegativeFloat | None = None

@@ -52,6 +52,9 @@ class ChangeSettings:
     clip: float = 4.0
     min_relative_shift: float = 0.1
     confirm_p: float = 1e-4
+    # The baseline ends at most this many rounds back: a slow drift is followed rather than
+    # summed up (a shift is flagged within a few rounds, before the baseline reaches it).
+    follow_after: int = 10
     # The scale is at least this fraction of the median: a series of identical values has no
     # spread to score against.
     scale_floor: float = 0.01
@@ -104,6 +107,24 @@ def _confirmed(new: Sequence[float], baseline: Sequence[float], settings: Change
     return bool(test.pvalue < settings.confirm_p)
 
 
+def _change_point(
+    values: Sequence[float],
+    start: int,
+    end: int,
+    median: float,
+    scale: float,
+    settings: ChangeSettings,
+) -> int:
+    """Where in [start, end] the new level most likely began: the split that maximizes the
+    evidence (sum of z-scores)^2 / count of the values after it. The sum's last zero (start)
+    can lie a few noisy rounds early; this moves it to where the step is."""
+    z = np.clip((np.asarray(values[start : end + 1], dtype=float) - median) / scale,
+                -settings.clip, settings.clip)  # fmt: skip
+    tail_sums = np.cumsum(z[::-1])[::-1]
+    counts = np.arange(len(z), 0, -1)
+    return start + int(np.argmax(tail_sums**2 / counts))
+
+
 def find_shifts(values: Sequence[float], settings: ChangeSettings | None = None) -> list[Shift]:
     """The shifts of ``values`` (a series in time order, no missing values), in order."""
     settings = settings or ChangeSettings()
@@ -116,8 +137,9 @@ def find_shifts(values: Sequence[float], settings: ChangeSettings | None = None)
         if index - level_start < settings.min_baseline_rounds:
             in_control = index
             continue
-        first = max(level_start, in_control - settings.baseline_rounds + 1)
-        baseline = values[first : in_control + 1]
+        last = max(in_control, index - settings.follow_after)
+        first = max(level_start, last - settings.baseline_rounds + 1)
+        baseline = values[first : last + 1]
         median, scale = _baseline(baseline, settings)
         z = min(max((value - median) / scale, -settings.clip), settings.clip)
         if up == 0:
@@ -127,7 +149,8 @@ def find_shifts(values: Sequence[float], settings: ChangeSettings | None = None)
         up = max(0.0, up + z - settings.drift)
         down = max(0.0, down - z - settings.drift)
         if max(up, down) > settings.threshold:
-            start = up_start if up > settings.threshold else down_start
+            start = max(up_start if up > settings.threshold else down_start, last + 1)
+            start = _change_point(values, start, index, median, scale, settings)
             candidate = values[start : index + 1]
             after = float(np.median(candidate))
             if abs(after - median) < settings.min_relative_shift * abs(median):

@@ -207,9 +207,12 @@ class FakeServer:
 
         if chat:
             event({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
-        await asyncio.sleep(first_delay)
+        # Each token at its own deadline: a late wake-up does not delay the tokens after it.
+        clock = asyncio.get_running_loop().time
+        due = clock() + first_delay
         for i in range(reasoning + answer):
-            await asyncio.sleep(token_delay)
+            due += token_delay
+            await asyncio.sleep(max(0.0, due - clock()))
             if i < reasoning:
                 piece = {"delta": {field: "r"}} if chat else {"text": "", field: "r"}
             else:
