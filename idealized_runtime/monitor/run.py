@@ -26,7 +26,7 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.rounds import MonitorRound
 from idealized_runtime.monitor.config import EndpointSpec, MonitorConfig
 from idealized_runtime.monitor.reference import idealized_reference
-from idealized_runtime.monitor.state import MonitorState
+from idealized_runtime.monitor.state import MonitorState, exclusive
 from idealized_runtime.monitor.store import RoundStore, StoreRefused, StoreUnavailable
 from idealized_runtime.timing.config import MeasureConfig
 from idealized_runtime.timing.grids import GridPoint
@@ -183,14 +183,28 @@ def run_monitor(
 ) -> MonitorResult:
     """Run rounds until ``max_rounds`` rounds exist (None: for ever), or one with ``once``.
     References are computed first: a model or GPU the hardware model does not know is an
-    InputError before any request."""
-    state = MonitorState(state_dir)
+    InputError before any request and before the state folder is made."""
     references = {
         endpoint.slug: idealized_reference(endpoint.reference, config.probe.shapes, endpoint.name)
         if endpoint.reference is not None
         else None
         for endpoint in config.endpoints
     }
+    with exclusive(state_dir):
+        state = MonitorState(state_dir)
+        return _run(config, state, store, references, once, max_rounds, say, sleep)
+
+
+def _run(
+    config: MonitorConfig,
+    state: MonitorState,
+    store: RoundStore,
+    references: dict[str, IdealizedReference | None],
+    once: bool,
+    max_rounds: int | None,
+    say: Say,
+    sleep: Callable[[float], None],
+) -> MonitorResult:
     slugs = [endpoint.slug for endpoint in config.endpoints]
     result = MonitorResult()
     flush(state, store, result, say)

@@ -3,6 +3,7 @@ the store has, so that a monitor killed at any moment resumes where it stopped a
 repeats nothing.
 
     monitor.json                       the monitor's id (every round id starts with it)
+    lock                               held by the running monitor (one at a time per folder)
     calibration/<endpoint>.json        how prompts of exact sizes are written (kept across rounds)
     rounds/<round>/started.json        when the round began (the next one is due an interval on)
     rounds/<round>/<endpoint>.jsonl    the requests measured (appended and fsynced one by one)
@@ -16,9 +17,11 @@ file is written atomically (``core.files``), so a kill leaves either the old sta
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import uuid
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +35,34 @@ ROUND_DIGITS = 6
 
 def _utc_now() -> datetime:
     return datetime.now(timezone.utc)
+
+
+@contextlib.contextmanager
+def exclusive(folder: str | Path) -> Iterator[None]:
+    """Hold a state folder's lock while a monitor runs on it: a second monitor on the same
+    folder (a timer firing while the last round still runs) is an InputError, not a round
+    probed twice. The system releases the lock when the process ends, however it ends."""
+    folder = Path(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / "lock", "a+", encoding="utf-8")  # noqa: SIM115
+    except OSError as error:
+        raise InputError(
+            f"cannot use the state folder: {error.strerror or error}", path=str(folder)
+        ) from None
+    with handle:
+        try:
+            import fcntl
+        except ImportError:  # no advisory locks on this system
+            yield
+            return
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise InputError(
+                "another monitor is running on this state folder", path=str(folder)
+            ) from None
+        yield
 
 
 class MonitorState:
