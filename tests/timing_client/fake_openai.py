@@ -22,7 +22,9 @@ message: its bytes + 3). ``--request-log FILE`` appends the server's own counts 
 Latency for monitoring tests: ``--first-token-delay S`` waits S before the first token, and
 ``--jitter SIGMA`` multiplies a request's delays by exp(N(0, SIGMA)) drawn from a generator
 seeded with ``--seed``; ``POST /control`` with ``{"latency_factor": F}`` multiplies every later
-request's delays by F (a provider that slows down at a known time).
+request's delays by F (a provider that slows down at a known time); ``--shift-after N
+--shift-factor F`` does the same from the (N+1)th streamed request on, so that a monitor's
+rounds of a fixed number of streamed probes see the shift begin at a known round.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class FakeServer:
         self.log = open(args.request_log, "a", buffering=1) if args.request_log else None  # noqa: SIM115
         self.noise = random.Random(args.seed)
         self.latency_factor = 1.0
+        self.streamed = 0  # streamed requests answered, for --shift-after
 
     def delays(self) -> tuple[float, float]:
         """This request's wait before its first token and between tokens."""
@@ -186,6 +189,11 @@ class FakeServer:
             self.log.write(json.dumps(record) + "\n")
         base = {"id": ident, "model": "fake", "created": int(time.time())}
         field = self.args.reasoning_field
+        if request.get("stream"):
+            self.streamed += 1
+            STATS["streamed"] += 1
+            if self.args.shift_after and self.streamed == self.args.shift_after + 1:
+                self.latency_factor *= self.args.shift_factor
         first_delay, token_delay = self.delays()
         if not request.get("stream"):
             await asyncio.sleep(first_delay + token_delay * (reasoning + answer))
@@ -246,6 +254,8 @@ async def main() -> None:
     parser.add_argument("--first-token-delay", type=float, default=0.0)
     parser.add_argument("--jitter", type=float, default=0.0)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shift-after", type=int, default=0)
+    parser.add_argument("--shift-factor", type=float, default=1.0)
     args = parser.parse_args()
     server = await asyncio.start_server(FakeServer(args).handle, "127.0.0.1", args.port)
     async with server:
