@@ -11,6 +11,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import httpx
@@ -136,6 +137,12 @@ def test_rounds_survive_kill_9_of_the_monitor_and_of_the_service(
     assert sorted(r["round_index"] for r in rounds) == list(range(ROUNDS))
     assert len({r["round_id"] for r in rounds}) == ROUNDS
     assert all(r["status"] == "ok" and r["requests"] == REQUESTS_PER_ROUND for r in rounds)
+    # Each with its timestamp, its load summary and its measurement set.
+    started = [datetime.fromisoformat(r["started_at"].replace("Z", "+00:00")) for r in rounds]
+    finished = [datetime.fromisoformat(r["finished_at"].replace("Z", "+00:00")) for r in rounds]
+    assert all(a.tzinfo is not None and a <= b for a, b in zip(started, finished, strict=True))
+    assert all(r["summary"]["requests"] == REQUESTS_PER_ROUND for r in rounds)
+    assert all(r["denoised_runtime_s"] and r["ttft_s"] for r in rounds)
     sets = {r["measurement_set_id"] for r in rounds}
     assert len(sets) == ROUNDS
     for set_id in sets:
