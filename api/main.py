@@ -17,6 +17,7 @@ from idealized_runtime.api.routers import (
     leaderboard,
     load_summaries,
     measurements,
+    monitor,
     plans,
     scores,
     service,
@@ -60,7 +61,7 @@ def create_app() -> FastAPI:
         module.router
         for module in (
             estimates, service, catalog, measurements, fits, scores, leaderboard, load_summaries,
-            plans,
+            plans, monitor,
         )
     ]  # fmt: skip
     for router in routers:

@@ -199,3 +199,46 @@ class LoadSummaryRow(Base):
     goodput_requests_per_s: Mapped[float] = mapped_column(Float)
     summary: Mapped[dict[str, Any]]
     created_at: Mapped[datetime] = mapped_column(default=utc_now)
+
+
+class MonitorRoundRow(Base):
+    """One monitoring round of one provider's model (a ``RoundPoint`` in columns, the probe's
+    shapes and load summary in ``details``); its measurements are a measurement set. The
+    ``round_id`` is the round's identity: storing it again stores nothing."""
+
+    __tablename__ = "monitor_rounds"
+    __table_args__ = (
+        Index("ix_monitor_rounds_series", "provider", "model", "started_at"),
+        Index("ix_monitor_rounds_started_at", "started_at"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    round_id: Mapped[str] = mapped_column(String(NAME_LENGTH), unique=True)
+    # sha256 of the round as stored: a second store of the same id must be the same round.
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str] = mapped_column(String(100))
+    model: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    round_index: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    status: Mapped[str] = mapped_column(String(16))  # ok | failed
+    error: Mapped[str | None] = mapped_column(String(500), default=None)
+    requests: Mapped[int] = mapped_column(Integer)
+    failed_requests: Mapped[int] = mapped_column(Integer)
+    ttft_s: Mapped[float | None] = mapped_column(Float, default=None)
+    itl_s: Mapped[float | None] = mapped_column(Float, default=None)
+    output_tokens_per_s: Mapped[float | None] = mapped_column(Float, default=None)
+    denoised_runtime_s: Mapped[float | None] = mapped_column(Float, default=None)
+    idealized_runtime_s: Mapped[float | None] = mapped_column(Float, default=None)
+    discrepancy: Mapped[float | None] = mapped_column(Float, default=None)
+    error_rate: Mapped[float] = mapped_column(Float)
+    usd: Mapped[float | None] = mapped_column(Float, default=None)
+    reference: Mapped[str | None] = mapped_column(String(NAME_LENGTH), default=None)
+    details: Mapped[dict[str, Any]]  # {"shapes": [...], "summary": LoadSummary | null}
+    measurement_set_id: Mapped[int | None] = mapped_column(
+        ForeignKey("measurement_sets.id", ondelete="SET NULL"), default=None
+    )
+    created_by: Mapped[int | None] = mapped_column(
+        ForeignKey("api_keys.id", ondelete="SET NULL"), default=None
+    )
+    created_at: Mapped[datetime] = mapped_column(default=utc_now)

@@ -30,6 +30,7 @@ from idealized_runtime.core.types import (
 )
 from idealized_runtime.leaderboard.rows import LeaderboardInputs, ProfileInput
 from idealized_runtime.report.load import LoadCurve, curves_from
+from idealized_runtime.trends.series import ProviderSeries
 
 # Metric names of the HELM scenario results stored as capability scores; they are the names
 # ``idealized_runtime.report.inputs.scenario_results_from_scores`` reads back.
@@ -264,3 +265,15 @@ def database_curves(url: str) -> list[LoadCurve]:
         for s in stored
     ]
     return curves_from(summaries, [s.source for s in stored])
+
+
+def database_trends(url: str) -> list[ProviderSeries]:
+    """The monitoring series in the service database (none on a database without rounds)."""
+    from idealized_runtime.api.monitor_crud import round_points
+    from idealized_runtime.trends.series import build_series
+
+    with read_session(url) as session:
+        if "monitor_rounds" not in inspect(session.get_bind()).get_table_names():
+            return []
+        points = round_points(session)
+    return build_series(points)

@@ -20,6 +20,7 @@ from idealized_runtime import __version__
 BENCHMARK = runpy.run_path(str(Path(__file__).parents[1] / "benchmarks" / "cli_startup.py"))
 LIGHT_COMMANDS = (
     *BENCHMARK["COMMANDS"], ("import-helm", "--help"), ("db", "--help"), ("plan", "--help"),
+    ("monitor", "--help"),
 )  # fmt: skip
 HEAVY = (
     "torch",

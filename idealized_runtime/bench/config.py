@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import UnknownNameError, get_hardware, hardware_catalog
+from idealized_runtime.core.config_files import load_yaml_config
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
     MAX_TOKENS,
@@ -230,25 +230,14 @@ def item_key(spec: LocalModelSpec | ApiModelSpec) -> str:
 
 def load_config(path: str | Path) -> BenchConfig:
     """Read and validate a benchmark file; any problem is one InputError line."""
-    path = Path(path)
-    if not path.is_file():
-        raise InputError("no such benchmark file", path=str(path))
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise InputError(f"not valid YAML{where}", path=str(path)) from None
-    if not isinstance(data, dict):
-        raise InputError("expected a mapping with a 'models' (or 'estimates') list", path=str(path))
-    try:
-        config = BenchConfig.model_validate(data)
-    except ValidationError as error:
-        first = error.errors()[0]
-        where = ".".join(str(part) for part in first["loc"] if part not in ("local", "api"))
-        message = first["msg"].removeprefix("Value error, ")
-        raise InputError(f"{where}: {message}" if where else message, path=str(path)) from None
-    _check_runnable(config, path)
+    config = load_yaml_config(
+        path,
+        BenchConfig,
+        what="benchmark file",
+        expected="expected a mapping with a 'models' (or 'estimates') list",
+        skip=("local", "api"),
+    )
+    _check_runnable(config, Path(path))
     return config
 
 

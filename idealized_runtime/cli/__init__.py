@@ -30,6 +30,7 @@ def _register_commands() -> None:
         fitting,
         importing,
         measure,
+        monitor,
         plan,
         profile,
         report,

@@ -13,6 +13,7 @@ import typer
 
 from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail, stderr_console
+from idealized_runtime.core.errors import InputError
 
 SUMMARY_ROWS = 15  # models (architectures) in the terminal's leaderboard
 
@@ -204,23 +205,42 @@ def report_command(
         None, "--current-stack", help=CURRENT_STACK_HELP
     ),
     prices: Optional[Path] = typer.Option(None, "--prices", help=PRICES_HELP),  # noqa: UP045
+    window: str = typer.Option(
+        "72h",
+        "--window",
+        help="monitoring trends: medians and spread over this window before the newest round "
+        "(30m, 72h, 7d or all)",
+    ),
 ) -> None:
     """Write the leaderboard report: self-contained HTML, Markdown and CSV (and load.html with
-    latency-throughput curves when the source holds load levels)."""
+    latency-throughput curves when the source holds load levels, trends.html with providers'
+    trends when a database holds monitoring rounds)."""
     from idealized_runtime.report import load as load_report
+    from idealized_runtime.report.trends import parse_window
     from idealized_runtime.timing.summary import parse_slo
 
     targets = parse_slo(slo) if slo is not None else None
+    trend_window = parse_window(window)
     compared = parse_stacks(stacks)  # an unknown name fails before anything is read or written
     current = current_models_spec(current_models, current_gpu, current_stack, prices)
     from idealized_runtime.leaderboard.build import build_leaderboard
     from idealized_runtime.report.render import write_report
+    from idealized_runtime.report.trends import write_trends_report
 
     curves: list = []
+    series: list = []
     if source is not None and "://" in source:
-        from idealized_runtime.api.report_database import database_curves
+        from idealized_runtime.api.report_database import database_curves, database_trends
 
-        loaded = leaderboard_inputs(source, with_helm)
+        series = database_trends(source)
+        try:
+            loaded = leaderboard_inputs(source, with_helm)
+        except InputError:
+            if not series:
+                raise
+            # A monitor's database: the trends alone.
+            typer.echo(f"trends: {write_trends_report(series, output, trend_window)}")
+            return
         curves = database_curves(source)
     elif source is not None and Path(source).is_dir():
         curves = load_report.results_dir_curves(source, targets)
@@ -234,6 +254,8 @@ def report_command(
         loaded = leaderboard_inputs(source, with_helm)
     files = write_report(build_leaderboard(loaded, stacks=compared, current_models=current), output)
     typer.echo(f"report: {files.html}")
+    if series:
+        typer.echo(f"trends: {write_trends_report(series, output, trend_window)}")
     if curves:
         typer.echo(f"load curves: {load_report.write_load_report(curves, output, targets)}")
 

@@ -41,6 +41,12 @@ class MeasureConfig(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     shuffle: bool = True  # random order spreads slow periods of the server over the grid
     seed: int = 0
+    prompt_variant: int = Field(
+        default=0,
+        ge=0,
+        description="added to each repeat's prompt variant: another run of the same grid gets "
+        "other prompts (with a tokenizer), which a prefix cache cannot answer from the last run",
+    )
     max_in_flight: int = Field(default=256, ge=1)
     workload: list[TraceRequest] | None = Field(
         default=None, description="replay these arrivals instead of the grid (load 'trace')"

@@ -120,7 +120,7 @@ async def _measure_job(
     client: EndpointClient, builder: PromptBuilder, job: Job, origin: float, run_id: str
 ) -> dict[str, Any]:
     p, _ = job.point
-    text = builder.text(p, job.repeat)
+    text = builder.text(p, job.repeat + client.config.prompt_variant)
     row, _ = await _measure_request(client, builder, job.point, job.repeat, text, origin, run_id)
     return row
 
@@ -173,11 +173,17 @@ async def _measure_session(
 
 
 async def measure(
-    config: MeasureConfig, output: Path, progress: bool = False, *, handle_sigint: bool = True
+    config: MeasureConfig,
+    output: Path,
+    progress: bool = False,
+    *,
+    handle_sigint: bool = True,
+    calibration_cache: Path | None = None,
 ) -> MeasureSummary:
     """Measure every (grid point, repeat), trace request or conversation turn not yet in
     ``output``; Ctrl-C (SIGINT) cancels the requests in flight and returns with
-    ``interrupted=True`` (rows written so far are kept)."""
+    ``interrupted=True`` (rows written so far are kept). The prompt calibration is cached in
+    ``calibration_cache`` (default: beside the output; runs into many outputs share one)."""
     output = Path(output)
     started = time.perf_counter()
     api_key = api_key_from_env(config)
@@ -211,7 +217,7 @@ async def measure(
         nonlocal writer, builder
         if not jobs:
             return
-        cache = calibration_cache_path(output)
+        cache = calibration_cache or calibration_cache_path(output)
         try:
             builder = await prepare_prompts(config, client.probe, cache)
         except OSError as error:  # the cache beside the output cannot be written

@@ -62,6 +62,8 @@ RULES: list[tuple[re.Pattern[str], str]] = [
         (r"NUL \(0x00\)", "NUL (0x00)"),  # text PostgreSQL cannot store
         # a rule between a parameter and the media type
         (r"slo applies to raw rows", "`slo` with a JSON body"),
+        # a rule between two parameters
+        (r"from is after to", "`from` after `to`"),
     ]
 ]
 # Whole-object rules (an architecture's shapes, a precision's pairs, ttft_s within runtime_s):
@@ -73,6 +75,8 @@ CROSS_FIELD_RULES: list[tuple[re.Pattern[str], str]] = [
          r"|layer_pattern", "shapes do not fit together"),
         (r"weights|activations|dequantize", "formats that pair"),
         (r"ttft_s .* greater than runtime_s", "ttft_s is greater than its runtime_s"),
+        (r"finished_at is before started_at|failed_requests is more than requests"
+         r"|status must be ok when", "rules between fields of the round"),
     ]
 ]  # fmt: skip
 

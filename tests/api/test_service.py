@@ -79,7 +79,7 @@ def set_count(client: httpx.Client) -> int:
 def test_health_version_and_openapi(client: httpx.Client, service: Service) -> None:
     assert client.get("/v1/health").json() == {"status": "ok", "database": "ok"}
     version = client.get("/v1/version").json()
-    assert version["api"] == "v1" and version["schema_revision"] == "0002"
+    assert version["api"] == "v1" and version["schema_revision"] == "0003"
     assert version["database_backend"] == (
         "sqlite" if service.backend == "sqlite" else "postgresql"
     )
@@ -592,7 +592,7 @@ def test_reads_can_require_a_key(tmp_path: Path) -> None:
     upgrade = subprocess.run(
         cli_command("db", "upgrade"), env={**os.environ, **env}, capture_output=True, text=True
     )
-    assert upgrade.returncode == 0 and "0002" in upgrade.stdout
+    assert upgrade.returncode == 0 and "0003" in upgrade.stdout
     # The key is stored hashed, never in clear.
     database = (tmp_path / "idealized-runtime.sqlite3").read_bytes()
     assert key.encode() not in database

@@ -18,6 +18,13 @@ and reports the longest prefix a new prompt shares with one of them in
 would: each message is a role token, its content (a token a byte) and an end token, and the
 prompt ends with the assistant's role token, after which the answer is generated (a single
 message: its bytes + 3). ``--request-log FILE`` appends the server's own counts per request.
+
+Latency for monitoring tests: ``--first-token-delay S`` waits S before the first token, and
+``--jitter SIGMA`` multiplies a request's delays by exp(N(0, SIGMA)) drawn from a generator
+seeded with ``--seed``; ``POST /control`` with ``{"latency_factor": F}`` multiplies every later
+request's delays by F (a provider that slows down at a known time); ``--shift-after N
+--shift-factor F`` does the same from the (N+1)th streamed request on, so that a monitor's
+rounds of a fixed number of streamed probes see the shift begin at a known round.
 """
 
 from __future__ import annotations
@@ -26,6 +33,8 @@ import argparse
 import asyncio
 import collections
 import json
+import math
+import random
 import time
 
 STATS: dict[str, int] = collections.Counter()
@@ -39,6 +48,16 @@ class FakeServer:
         self.seen: dict[str, int] = collections.Counter()
         self.cache: list[bytes] = []  # every request's tokens, for --prefix-cache
         self.log = open(args.request_log, "a", buffering=1) if args.request_log else None  # noqa: SIM115
+        self.noise = random.Random(args.seed)
+        self.latency_factor = 1.0
+        self.streamed = 0  # streamed requests answered, for --shift-after
+
+    def delays(self) -> tuple[float, float]:
+        """This request's wait before its first token and between tokens."""
+        scale = self.latency_factor
+        if self.args.jitter:
+            scale *= math.exp(self.noise.gauss(0.0, self.args.jitter))
+        return self.args.first_token_delay * scale, self.args.token_delay * scale
 
     def prompt_tokens(self, request: dict, chat: bool) -> bytes:
         """The prompt as tokens (one byte each): a chat template's, or BOS + the bytes."""
@@ -108,6 +127,10 @@ class FakeServer:
             else:
                 self.send(writer, 404, {"error": {"message": "not found"}})
             return True
+        if path == "/control":
+            self.latency_factor = float(json.loads(raw)["latency_factor"])
+            self.send(writer, 200, {"latency_factor": self.latency_factor})
+            return True
         STATS["requests"] += 1
         if self.args.api_key and headers.get("authorization") != f"Bearer {self.args.api_key}":
             STATS["unauthorized"] += 1
@@ -166,8 +189,14 @@ class FakeServer:
             self.log.write(json.dumps(record) + "\n")
         base = {"id": ident, "model": "fake", "created": int(time.time())}
         field = self.args.reasoning_field
+        if request.get("stream"):
+            self.streamed += 1
+            STATS["streamed"] += 1
+            if self.args.shift_after and self.streamed == self.args.shift_after + 1:
+                self.latency_factor *= self.args.shift_factor
+        first_delay, token_delay = self.delays()
         if not request.get("stream"):
-            await asyncio.sleep(self.args.token_delay * (reasoning + answer))
+            await asyncio.sleep(first_delay + token_delay * (reasoning + answer))
             text = "x" * answer
             choice = {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
             if reasoning:
@@ -186,8 +215,12 @@ class FakeServer:
 
         if chat:
             event({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]})
+        # Each token at its own deadline: a late wake-up does not delay the tokens after it.
+        clock = asyncio.get_running_loop().time
+        due = clock() + first_delay
         for i in range(reasoning + answer):
-            await asyncio.sleep(self.args.token_delay)
+            due += token_delay
+            await asyncio.sleep(max(0.0, due - clock()))
             if i < reasoning:
                 piece = {"delta": {field: "r"}} if chat else {"text": "", field: "r"}
             else:
@@ -218,6 +251,11 @@ async def main() -> None:
     parser.add_argument("--answer-tokens", type=int, default=0)
     parser.add_argument("--prefix-cache", action="store_true")
     parser.add_argument("--request-log", default="")
+    parser.add_argument("--first-token-delay", type=float, default=0.0)
+    parser.add_argument("--jitter", type=float, default=0.0)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--shift-after", type=int, default=0)
+    parser.add_argument("--shift-factor", type=float, default=1.0)
     args = parser.parse_args()
     server = await asyncio.start_server(FakeServer(args).handle, "127.0.0.1", args.port)
     async with server:
