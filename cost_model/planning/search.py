@@ -113,14 +113,21 @@ def _stacks(request: PlanRequest) -> list[str]:
     return list(dict.fromkeys(stacks))
 
 
+def shortest_length(stated: int, fraction: float) -> int:
+    """The shortest whole length drawn for a stated one (at least one token)."""
+    return max(1, math.ceil(stated * fraction))
+
+
 def mean_request(request: PlanRequest) -> MeanRequest:
-    """The workload's mean request for the estimator: lengths drawn evenly from the fraction
-    to the stated length, the prefix cache's long-run hits (every request after its group's
-    first)."""
+    """The workload's mean request for the estimator: the mean of the whole lengths drawn
+    evenly from the fraction to the stated length (as ``workload_shapes`` draws them), the
+    prefix cache's long-run hits (every request after its group's first)."""
     workload = request.workload
-    fraction = workload.min_length_fraction
-    prompt = workload.prompt_tokens * (1 + fraction) / 2
-    output = workload.output_tokens * (1 + fraction) / 2
+
+    def mean(stated: int) -> float:
+        return (shortest_length(stated, workload.min_length_fraction) + stated) / 2
+
+    prompt, output = mean(workload.prompt_tokens), mean(workload.output_tokens)
     cached = float(_sharing(request).cached(round(prompt), first_of_group=False))
     longest = workload.prompt_tokens - cached
     return MeanRequest(prompt, output, cached, longest_new_tokens=longest)
@@ -290,7 +297,7 @@ def workload_shapes(request: PlanRequest, count: int, seed: int = 0) -> list[Req
     rng = np.random.default_rng(seed)
 
     def lengths(stated: int) -> np.ndarray:
-        low = max(1, math.ceil(stated * workload.min_length_fraction))
+        low = shortest_length(stated, workload.min_length_fraction)
         return rng.integers(low, stated + 1, size=count)
 
     prompts, outputs = lengths(workload.prompt_tokens), lengths(workload.output_tokens)

@@ -17,7 +17,7 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Deployment, Disaggregation, Slo, parse_precision
 from idealized_runtime.cost_model.planning.frontier import meets, pareto_frontier
 from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
-from idealized_runtime.cost_model.planning.search import plan, workload_shapes
+from idealized_runtime.cost_model.planning.search import mean_request, plan, workload_shapes
 from idealized_runtime.cost_model.serving.disaggregated import (
     Server,
     kv_transfer_seconds,
@@ -339,6 +339,33 @@ def test_plan_with_prefix_caching_reads_fewer_prompt_tokens() -> None:
     assert second.best.ttft_s < first.best.ttft_s
     shapes = workload_shapes(cached, 4)
     assert all(s.cached_tokens == 768 for s in shapes)
+
+
+@given(
+    st.integers(1, 4096),
+    st.integers(1, 4096),
+    st.floats(0, 1, exclude_min=True, allow_subnormal=True),
+)
+def test_the_mean_request_is_the_mean_of_the_lengths_drawn(
+    prompt: int, output: int, fraction: float
+) -> None:
+    """The estimator's mean request is the mean of the whole lengths ``workload_shapes`` draws
+    (at least one token each), however small the fraction (5e-324 once gave a mean below one)."""
+    request = small_request(
+        workload=PlanWorkload(
+            prompt_tokens=prompt, output_tokens=output, min_length_fraction=fraction
+        )
+    )
+    mean = mean_request(request)
+    shapes = workload_shapes(request, 2000)
+    low_p, low_o = (
+        min(s.num_prompt_tokens for s in shapes),
+        min(s.num_output_tokens for s in shapes),
+    )
+    assert 1 <= low_p <= mean.prompt_tokens <= prompt and 1 <= low_o <= mean.output_tokens <= output
+    assert mean.prompt_tokens == pytest.approx(
+        np.mean([s.num_prompt_tokens for s in shapes]), rel=0.05
+    )
 
 
 def test_refusals_are_one_line() -> None:
