@@ -312,8 +312,8 @@ def read_parquet(path: Path) -> Any:
         raise InputError(f"not a readable Parquet file ({error})", path=str(path)) from None
 
 
-def rows_from_arrow(table: Any, name: str, required: Sequence[str]) -> Rows:
-    """Rows of an in-memory table (pyarrow Table), numbered 1.. in order, as Python values."""
+def check_table_columns(table: Any, name: str, required: Sequence[str]) -> None:
+    """An InputError naming the first required column a pyarrow Table lacks, if any."""
     missing = [column for column in required if column not in table.column_names]
     if missing:
         raise InputError(
@@ -322,6 +322,11 @@ def rows_from_arrow(table: Any, name: str, required: Sequence[str]) -> Rows:
             path=name,
             column=missing[0],
         )
+
+
+def rows_from_arrow(table: Any, name: str, required: Sequence[str]) -> Rows:
+    """Rows of an in-memory table (pyarrow Table), numbered 1.. in order, as Python values."""
+    check_table_columns(table, name, required)
     records = table.to_pylist()
     for record in records:  # NaN in a float column of a DataFrame means "no value"
         for key, value in record.items():

@@ -31,6 +31,7 @@ from idealized_runtime.cost_model.fitting.file_rows import (
     REQUEST_COLUMNS,
     RUNTIME,
     check_header,
+    check_table_columns,
     file_format,
     frame_to_arrow,
     is_missing,
@@ -261,14 +262,7 @@ def _table_from_arrow(
         locate()
         return InputError("unreadable request columns", path=name)
 
-    missing = [column for column in REQUEST_COLUMNS if column not in table.column_names]
-    if missing:
-        raise InputError(
-            f"missing required column(s) {', '.join(missing)} "
-            f"(columns: {', '.join(table.column_names)})",
-            path=name,
-            column=missing[0],
-        )
+    check_table_columns(table, name, REQUEST_COLUMNS)
     if table.num_rows == 0:
         raise InputError("no data rows", path=name)
     model = table.column(MODEL)
