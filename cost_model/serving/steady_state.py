@@ -38,7 +38,8 @@ What the estimate leaves out: the ramp-up and drain of a finite run (every clien
 request arrives at t = 0), the spread of the lengths (it takes their means) and FCFS waits
 for the KV cache beyond the mean, and the way a request overhead spreads resubmissions over
 the steps under load (prompts then queue behind one another: the simulator's median TTFT at
-32 clients is up to 1.5x the estimate's with TensorRT-LLM's 78 ms overhead). Medians from ``simulate`` are the figures to compare it to.
+32 clients is up to 1.5x the estimate's with TensorRT-LLM's 78 ms overhead). Medians from
+``simulate`` are the figures to compare it to.
 """
 
 from __future__ import annotations
