@@ -279,18 +279,8 @@ def set_measurements(
     ).where(MeasurementRow.set_id == set_id)
     if models:
         query = query.where(MeasurementRow.model.in_(list(models)))
-    return [
-        Measurement(
-            model=r.model,
-            num_prompt_tokens=r.num_prompt_tokens,
-            num_output_tokens=r.num_output_tokens,
-            batch_size=r.batch_size,
-            runtime_s=r.runtime_s,
-            ttft_s=r.ttft_s,
-            std_s=r.std_s,
-        )
-        for r in session.execute(query.order_by(MeasurementRow.id))
-    ]
+    # The selected columns are named as Measurement's fields.
+    return [Measurement(**r._mapping) for r in session.execute(query.order_by(MeasurementRow.id))]
 
 
 # --- fits --------------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ HfConfig = Annotated[
     ),
 ]
 # Characters a measurement's model name may not hold: control characters (NUL included) and
-# bidirectional formatting (the CSV reader's rule, cost_model.measurements_io).
+# bidirectional formatting (the CSV reader's rule, cost_model.fitting.file_rows).
 MODEL_NAME_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]+$"
 
 

@@ -1,5 +1,6 @@
 """Uploads turned into stored rows as they stream in, with the file readers' own checks
-(``cost_model.fitting.measurements_io``, ``timing.importers.helm``, ``timing.summary``): errors name
+(``cost_model.fitting.measurements_io`` and ``.file_rows``, ``timing.importers.helm``,
+``timing.summary``): errors name
 ``upload`` as the file, then the row (CSV), the archive member, run and instance (HELM), or
 the line (JSONL); a JSON measurement set is validated measurement by measurement. A row limit
 is enforced at the row that passes it, not after reading all."""
@@ -18,12 +19,12 @@ from idealized_runtime.api.json_stream import JsonSyntaxError, StreamedObject
 from idealized_runtime.api.schemas import MeasurementIn, MeasurementSetEnvelope
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Measurement
-from idealized_runtime.cost_model.fitting.measurements_io import (
+from idealized_runtime.cost_model.fitting.file_rows import (
     check_model_name,
-    iter_csv_measurements,
     parse_seconds,
     parse_token_count,
 )
+from idealized_runtime.cost_model.fitting.measurements_io import iter_csv_measurements
 
 UPLOAD_NAME = "upload"
 

@@ -57,27 +57,38 @@ OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFL
 GUIDELLM_ENV = {**OFFLINE, "GUIDELLM__MAX_WORKER_PROCESSES": "1"}
 
 
-def make_tokenizer(folder: Path, vocab_size: int = 2000) -> Path:
-    """A byte-level BPE trained on generated text, saved with save_pretrained (no hub)."""
+def train_byte_level_bpe(texts: Iterable[str], vocab_size: int) -> Any:
+    """A byte-level BPE ``tokenizers.Tokenizer`` trained on ``texts``, with the special tokens
+    <unk>, <s> and </s> (trained here: nothing comes from the hub)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
 
-    words = [f"{a}{b}" for a in "bcdfghjklmnpr" for b in ("an", "el", "it", "or", "us", "ed")]
-    text = [" ".join(words[(i * 7 + j) % len(words)] for j in range(40)) for i in range(400)]
     tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.train_from_iterator(
-        text,
+        texts,
         trainers.BpeTrainer(
             vocab_size=vocab_size,
             special_tokens=["<unk>", "<s>", "</s>"],
             initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         ),
     )
+    return tokenizer
+
+
+def make_tokenizer(folder: Path, vocab_size: int = 2000) -> Path:
+    """A byte-level BPE trained on generated text, saved with save_pretrained (no hub)."""
+    from transformers import PreTrainedTokenizerFast
+
+    words = [f"{a}{b}" for a in "bcdfghjklmnpr" for b in ("an", "el", "it", "or", "us", "ed")]
+    text = [" ".join(words[(i * 7 + j) % len(words)] for j in range(40)) for i in range(400)]
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
+        tokenizer_object=train_byte_level_bpe(text, vocab_size),
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
     )
+    # Both tools send chat messages whose content may be a list of parts.
     fast.chat_template = (
         "{% for m in messages %}{{ m['content'] if m['content'] is string else "
         "m['content'][0]['text'] }}{% endfor %}"

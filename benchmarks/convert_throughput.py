@@ -29,8 +29,8 @@ import numpy as np
 from idealized_runtime.core import catalog
 from idealized_runtime.cost_model.fitting.convert import convert_requests
 from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
-from idealized_runtime.cost_model.fitting.measurements_io import RequestTable
 from idealized_runtime.cost_model.fitting.methods import fit_measurements
+from idealized_runtime.cost_model.fitting.request_logs import RequestTable
 
 ROWS = 1_000_000
 NAIVE_SAMPLE = 20_000

@@ -3,7 +3,8 @@
 Three subpackages, one per stage of the pipeline they serve (see docs/architecture.md):
 
 ``fitting``
-    Runtime models fitted to timings: read measurements and request logs (``measurements_io``),
+    Runtime models fitted to timings: read measurements and request logs (``measurements_io``,
+    ``request_logs``, both on ``file_rows``),
     fit runtime(p, o) = alpha(p) + beta * (o - 1) by HELM's method, ours or the denoised method
     (``methods``, ``basis``, ``denoise``), evaluate a fit (``evaluate``, ``quality``), store it
     (``fit_files``, ``helm_format``) and convert request logs with it (``convert``).
@@ -45,11 +46,11 @@ _EXPORTS = {
     "write_fit_file": "idealized_runtime.cost_model.fitting.fit_files",
     "export_helm_table": "idealized_runtime.cost_model.fitting.helm_format",
     "import_helm_table": "idealized_runtime.cost_model.fitting.helm_format",
-    "RequestTable": "idealized_runtime.cost_model.fitting.measurements_io",
-    "iter_requests": "idealized_runtime.cost_model.fitting.measurements_io",
+    "RequestTable": "idealized_runtime.cost_model.fitting.request_logs",
+    "iter_requests": "idealized_runtime.cost_model.fitting.request_logs",
     "parse_measurements": "idealized_runtime.cost_model.fitting.measurements_io",
     "read_measurements": "idealized_runtime.cost_model.fitting.measurements_io",
-    "read_requests": "idealized_runtime.cost_model.fitting.measurements_io",
+    "read_requests": "idealized_runtime.cost_model.fitting.request_logs",
     "fit_quality": "idealized_runtime.cost_model.fitting.quality",
 }
 

@@ -59,6 +59,14 @@ def _interleaved_to_half_rotary(weight: torch.Tensor, heads: int, rotary_dim: in
     return weight.view(heads, head_dim, -1)[:, order].reshape(weight.shape)
 
 
+def _copy_linears(out: dict, sd: dict, linears: dict[str, str]) -> None:
+    """Our ``<name>_weight`` and ``<name>_bias`` for each of our names, from HF's
+    ``<theirs>.weight`` and ``<theirs>.bias`` (same layout: no transpose)."""
+    for ours, theirs in linears.items():
+        out[f"{ours}_weight"] = sd[f"{theirs}.weight"]
+        out[f"{ours}_bias"] = sd[f"{theirs}.bias"]
+
+
 def _map_gpt2(sd, arch):
     out = {"embed": sd["transformer.wte.weight"], "pos_embed": sd["transformer.wpe.weight"]}
     for i in range(arch.num_layers):
@@ -96,13 +104,8 @@ def _map_gptj(sd, arch):
         q, k = (_interleaved_to_half_rotary(w, heads, rotary) for w in (q, k))
         out[f"{dst}attn.qkv_weight"] = torch.cat([q, k, v])
         out[f"{dst}attn.out_weight"] = sd[f"{src}attn.out_proj.weight"]
-        out[f"{dst}mlp.in_weight"], out[f"{dst}mlp.in_bias"] = (
-            sd[f"{src}mlp.fc_in.weight"],
-            sd[f"{src}mlp.fc_in.bias"],
-        )
-        out[f"{dst}mlp.out_weight"], out[f"{dst}mlp.out_bias"] = (
-            sd[f"{src}mlp.fc_out.weight"],
-            sd[f"{src}mlp.fc_out.bias"],
+        _copy_linears(
+            out, sd, {f"{dst}mlp.in": f"{src}mlp.fc_in", f"{dst}mlp.out": f"{src}mlp.fc_out"}
         )
     out["final_norm.weight"], out["final_norm.bias"] = (
         sd["transformer.ln_f.weight"],
@@ -130,11 +133,15 @@ def _map_fused_per_head(sd, arch, prefix, names):
         out[f"{dst}attn.qkv_bias"] = _split_heads_qkv(
             sd[f"{attn}query_key_value.bias"], arch.num_heads
         )
-        out[f"{dst}attn.out_weight"] = sd[f"{attn}dense.weight"]
-        out[f"{dst}attn.out_bias"] = sd[f"{attn}dense.bias"]
-        for ours, theirs in (("in", "dense_h_to_4h"), ("out", "dense_4h_to_h")):
-            out[f"{dst}mlp.{ours}_weight"] = sd[f"{src}mlp.{theirs}.weight"]
-            out[f"{dst}mlp.{ours}_bias"] = sd[f"{src}mlp.{theirs}.bias"]
+        _copy_linears(
+            out,
+            sd,
+            {
+                f"{dst}attn.out": f"{attn}dense",
+                f"{dst}mlp.in": f"{src}mlp.dense_h_to_4h",
+                f"{dst}mlp.out": f"{src}mlp.dense_4h_to_h",
+            },
+        )
     return out
 
 
@@ -312,11 +319,15 @@ def _map_opt(sd, arch):
         attn = f"{src}self_attn."
         out[f"{dst}attn.qkv_weight"] = torch.cat([sd[f"{attn}{x}_proj.weight"] for x in "qkv"])
         out[f"{dst}attn.qkv_bias"] = torch.cat([sd[f"{attn}{x}_proj.bias"] for x in "qkv"])
-        out[f"{dst}attn.out_weight"] = sd[f"{attn}out_proj.weight"]
-        out[f"{dst}attn.out_bias"] = sd[f"{attn}out_proj.bias"]
-        for ours, theirs in (("in", "fc1"), ("out", "fc2")):
-            out[f"{dst}mlp.{ours}_weight"] = sd[f"{src}{theirs}.weight"]
-            out[f"{dst}mlp.{ours}_bias"] = sd[f"{src}{theirs}.bias"]
+        _copy_linears(
+            out,
+            sd,
+            {
+                f"{dst}attn.out": f"{attn}out_proj",
+                f"{dst}mlp.in": f"{src}fc1",
+                f"{dst}mlp.out": f"{src}fc2",
+            },
+        )
     return out
 
 

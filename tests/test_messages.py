@@ -8,11 +8,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from idealized_runtime.core.errors import InputError, plain
-from idealized_runtime.cost_model.fitting.measurements_io import (
-    RequestTable,
-    parse_seconds,
-    parse_token_count,
-)
+from idealized_runtime.cost_model.fitting.file_rows import parse_seconds, parse_token_count
+from idealized_runtime.cost_model.fitting.request_logs import RequestTable
 
 
 @given(st.integers(-(2**62), 2**62), st.floats(allow_nan=False))

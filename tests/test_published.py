@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import shutil
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -137,24 +138,26 @@ def test_bad_records_are_rejected(changes: dict[str, str]) -> None:
         PublishedRow(**_valid_record(**changes))
 
 
-def test_a_row_with_an_unknown_source_is_one_located_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    shipped = catalog.data_path("published")
+@pytest.fixture
+def published_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A copy of the shipped published data that the loaders read instead (caches cleared
+    before and after, so that no other test sees it)."""
     copy = tmp_path / "published"
-    shutil.copytree(shipped, copy)
-    with (copy / "measurements.csv").open("a", encoding="utf-8", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(PublishedRow.model_fields))
-        writer.writerow(_valid_record(row_id="extra-row", source_id="nowhere"))
+    shutil.copytree(catalog.data_path("published"), copy)
     monkeypatch.setattr(published, "data_path", lambda *parts: tmp_path.joinpath(*parts))
     published.published_sources.cache_clear()
     published._published_rows.cache_clear()
-    try:
-        with pytest.raises(InputError, match=r"nowhere.*sources\.csv"):
-            load_published()
-    finally:
-        published.published_sources.cache_clear()
-        published._published_rows.cache_clear()
+    yield copy
+    published.published_sources.cache_clear()
+    published._published_rows.cache_clear()
+
+
+def test_a_row_with_an_unknown_source_is_one_located_error(published_copy: Path) -> None:
+    with (published_copy / "measurements.csv").open("a", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(PublishedRow.model_fields))
+        writer.writerow(_valid_record(row_id="extra-row", source_id="nowhere"))
+    with pytest.raises(InputError, match=r"nowhere.*sources\.csv"):
+        load_published()
 
 
 # --- pairs needed to compare precisions and tensor-parallel sizes -------------------------
@@ -293,20 +296,11 @@ def test_per_gpu_throughput_scales_to_the_system() -> None:
     assert batch_one.system_figure() == ("decode_tokens_per_s", 104.9)
 
 
-def test_a_row_with_a_stray_comma_is_one_located_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    copy = tmp_path / "published"
-    shutil.copytree(catalog.data_path("published"), copy)
-    with (copy / "sources.csv").open("a", encoding="utf-8") as handle:
+def test_a_row_with_a_stray_comma_is_one_located_error(published_copy: Path) -> None:
+    with (published_copy / "sources.csv").open("a", encoding="utf-8") as handle:
         handle.write("extra,Title, with a comma,https://example.org,,,,2024-01,2026-11-23,\n")
-    monkeypatch.setattr(published, "data_path", lambda *parts: tmp_path.joinpath(*parts))
-    published.published_sources.cache_clear()
-    try:
-        with pytest.raises(InputError, match=r"sources\.csv, row \d+: wrong number of cells"):
-            published_sources()
-    finally:
-        published.published_sources.cache_clear()
+    with pytest.raises(InputError, match=r"sources\.csv, row \d+: wrong number of cells"):
+        published_sources()
 
 
 def test_frame_round_trips_through_parquet(tmp_path: Path) -> None:

@@ -2,7 +2,9 @@
 
 The stage between measurements and conversion (docs/cost_model.md):
 
-``measurements_io``  timings and request logs in (CSV, JSONL, Parquet, DataFrames), validated
+``file_rows``        the rows of a CSV, JSONL or Parquet file or DataFrame, each value checked
+``measurements_io``  timings to fit in (``read_measurements``)
+``request_logs``     request logs to convert in, as columns (``read_requests``, ``iter_requests``)
 ``timings``          one model's timings as numpy columns
 ``methods``          ``fit_measurements`` / ``fit_frame``: HELM's method and ours (``basis``)
 ``denoise``          the denoised fit of noisy API timings (quantile regression)

@@ -23,17 +23,19 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.core.types import FittedCostModel
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
-from idealized_runtime.cost_model.fitting.measurements_io import (
-    DEFAULT_CHUNK_BYTES,
+from idealized_runtime.cost_model.fitting.file_rows import (
     MODEL,
     OUTPUT,
     PROMPT,
     RUNTIME,
-    RequestTable,
+    Rows,
     file_format,
+)
+from idealized_runtime.cost_model.fitting.request_logs import (
+    DEFAULT_CHUNK_BYTES,
+    RequestTable,
     iter_requests,
 )
-from idealized_runtime.cost_model.fitting.measurements_io import _Rows as _JSONL_ROWS
 
 IDEALIZED = "idealized_runtime_s"
 DENOISED = "denoised_runtime_s"
@@ -317,7 +319,7 @@ def write_conversion(requests: RequestTable, conversion: Conversion, path: str |
     if requests.source is None:
         raise ValueError("write_conversion needs a table read by read_requests")
     kind = file_format(path)
-    if kind == "jsonl" and isinstance(requests.source, _JSONL_ROWS):
+    if kind == "jsonl" and isinstance(requests.source, Rows):
         _write_json_records(requests, conversion, path)
         return
     with atomic_writer(path, mode="wb") as handle:

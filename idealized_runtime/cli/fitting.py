@@ -112,8 +112,8 @@ def convert(
 
     Works chunk by chunk: memory stays flat on logs of any size."""
     from idealized_runtime.cost_model.fitting.convert import convert_file
+    from idealized_runtime.cost_model.fitting.file_rows import file_format
     from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
-    from idealized_runtime.cost_model.fitting.measurements_io import file_format
 
     try:
         file_format(output)

@@ -28,6 +28,8 @@ def parse_stacks(value: str | None) -> tuple[str, ...]:
     return resolve_stacks(value.split(","))
 
 
+SOURCE_HELP = "database URL or bench results folder (default: the bundled HELM data)"
+WITH_HELM_HELP = "add the HELM reference models to a results folder"
 STACKS_HELP = (
     "compare the models under reference stacks side by side: NAME,NAME (see 'stacks'; the "
     "first is the ratios' baseline), e.g. helm-megatron-2022,pytorch-compiled"
@@ -184,15 +186,9 @@ def bench_command(
 
 @app.command("report")
 def report_command(
-    source: Optional[str] = typer.Option(  # noqa: UP045
-        None,
-        "--from",
-        help="database URL or bench results folder (default: the bundled HELM data)",
-    ),
+    source: Optional[str] = typer.Option(None, "--from", help=SOURCE_HELP),  # noqa: UP045
     output: Path = typer.Option(..., "-o", "--output", help="folder for index.html, .md, .csv"),
-    with_helm: bool = typer.Option(
-        True, "--with-helm/--no-helm", help="add the HELM reference models to a results folder"
-    ),
+    with_helm: bool = typer.Option(True, "--with-helm/--no-helm", help=WITH_HELM_HELP),
     slo: Optional[str] = typer.Option(  # noqa: UP045
         None, "--slo", help="latency targets drawn on the load curves: ttft=S,tpot=S,e2e=S"
     ),
@@ -262,14 +258,8 @@ def report_command(
 
 @app.command("leaderboard")
 def leaderboard_command(
-    source: Optional[str] = typer.Option(  # noqa: UP045
-        None,
-        "--from",
-        help="database URL or bench results folder (default: the bundled HELM data)",
-    ),
-    with_helm: bool = typer.Option(
-        True, "--with-helm/--no-helm", help="add the HELM reference models to a results folder"
-    ),
+    source: Optional[str] = typer.Option(None, "--from", help=SOURCE_HELP),  # noqa: UP045
+    with_helm: bool = typer.Option(True, "--with-helm/--no-helm", help=WITH_HELM_HELP),
     stacks: Optional[str] = typer.Option(None, "--stacks", help=STACKS_HELP),  # noqa: UP045
     limit: int = typer.Option(SUMMARY_ROWS, "--limit", min=1, help="models in the summary table"),
     as_json: bool = typer.Option(False, "--json", help="print the whole board as JSON"),

@@ -1,4 +1,5 @@
-"""File writing that never leaves a half-written output: atomic replace, durable appends."""
+"""File reading with one-line errors; writing that never leaves a half-written output: atomic
+replace, durable appends."""
 
 from __future__ import annotations
 
@@ -8,6 +9,18 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
+
+from idealized_runtime.core.errors import InputError
+
+
+def read_text_file(path: Path, what: str) -> str:
+    """The text of a user's file (a BOM dropped); InputError naming ``what`` and the file when it
+    cannot be read or is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = getattr(error, "strerror", None) or error
+        raise InputError(f"cannot read the {what}: {reason}", path=str(path)) from None
 
 
 @contextlib.contextmanager

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import read_text_file
 
 TOKENS_PER_PRICE_UNIT = 1_000_000
 PRICE_COLUMNS = ("input_usd_per_mtok", "output_usd_per_mtok")
@@ -91,11 +92,7 @@ def read_price_table(path: str | Path) -> PriceTable:
     """The price table in ``path`` (YAML or CSV, see the module docstring); InputError naming
     the file and entry for anything malformed."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or error
-        raise InputError(f"cannot read the price table: {reason}", path=str(path)) from None
+    text = read_text_file(path, "price table")
     if path.suffix.lower() == ".csv":
         try:
             records: list[Any] = list(csv.DictReader(text.splitlines()))

@@ -14,7 +14,15 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from idealized_runtime.core.catalog import data_path
 from idealized_runtime.core.errors import InputError
@@ -62,6 +70,16 @@ ActivationDtype = Literal["fp32", "bf16", "fp16", "fp8", "int8", "fp4", "nvfp4",
 _DATE = re.compile(r"^\d{4}-\d{2}(-\d{2})?$")
 _ID = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 
+
+def _lower_case_id(value: str, info: ValidationInfo) -> str:
+    if not _ID.match(value):
+        raise ValueError(f"{info.field_name} {value!r} must be lower-case letters, digits, . _ -")
+    return value
+
+
+# Ids name rows across the CSV files (and a row's source): one spelling, checked alike.
+LowerCaseId = Annotated[str, AfterValidator(_lower_case_id)]
+
 # Bytes per weight of each base format, used to compare precisions of the same model.
 WEIGHT_BITS: dict[str, float] = {
     "fp32": 32,
@@ -93,7 +111,7 @@ class _Row(BaseModel):
 class PublishedSource(_Row):
     """Where figures come from: a page (url) or a file in a repository at a commit."""
 
-    source_id: str
+    source_id: LowerCaseId
     title: str
     url: str | None = None
     repository: str | None = None
@@ -102,13 +120,6 @@ class PublishedSource(_Row):
     source_date: str
     retrieved: str
     notes: str | None = None
-
-    @field_validator("source_id")
-    @classmethod
-    def _check_id(cls, value: str) -> str:
-        if not _ID.match(value):
-            raise ValueError(f"source_id {value!r} must be lower-case letters, digits, . _ -")
-        return value
 
     @field_validator("source_date", "retrieved")
     @classmethod
@@ -123,7 +134,7 @@ class PublishedRow(_Row):
     with, and the value in the unit of its ``metric``. Fields the source does not state are None
     (empty in the CSV), and ``notes`` says so."""
 
-    row_id: str
+    row_id: LowerCaseId
     source_id: str
     engine: str
     engine_version: str | None = None
@@ -154,13 +165,6 @@ class PublishedRow(_Row):
     expert_parallel_size: OptionalInt = None
     attention_dp: bool | None = None
     speculative: str | None = None
-
-    @field_validator("row_id")
-    @classmethod
-    def _check_id(cls, value: str) -> str:
-        if not _ID.match(value):
-            raise ValueError(f"row_id {value!r} must be lower-case letters, digits, . _ -")
-        return value
 
     @field_validator("weights")
     @classmethod

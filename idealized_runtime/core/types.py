@@ -560,6 +560,14 @@ BF16 = Precision()
 Architecture.model_rebuild()
 
 
+def _known_format(value: str, formats: tuple[str, ...], what: str) -> str:
+    """``value`` normalized, if it is one of ``formats``; ValueError naming them otherwise."""
+    name = value.strip().lower()
+    if name not in formats:
+        raise ValueError(f"unknown {what} format {value!r}; use one of {', '.join(formats)}")
+    return name
+
+
 def parse_precision(
     weights: str | None = None,
     kv_cache: str | None = None,
@@ -590,22 +598,12 @@ def parse_precision(
             else:
                 act = "bf16"
         else:
-            act = activations.strip().lower()
-            if act not in ACTIVATION_FORMATS:
-                raise ValueError(
-                    f"unknown activation format {activations!r}; use one of "
-                    f"{', '.join(ACTIVATION_FORMATS)}"
-                )
+            act = _known_format(activations, ACTIVATION_FORMATS, "activation")
         if kv_cache is None:
             kv = base.kv_cache if weights is None and activations is None else None
             kv = kv or ("fp32" if act == "fp32" else "fp16" if act == "fp16" else "bf16")
         else:
-            kv = kv_cache.strip().lower()
-            if kv not in KV_CACHE_FORMATS:
-                raise ValueError(
-                    f"unknown KV-cache format {kv_cache!r}; use one of "
-                    f"{', '.join(KV_CACHE_FORMATS)}"
-                )
+            kv = _known_format(kv_cache, KV_CACHE_FORMATS, "KV-cache")
         return Precision(weights=weight_label, kv_cache=kv, activations=act, scope=scope)  # type: ignore[arg-type]
     except ValidationError as error:
         raise InputError(

@@ -33,6 +33,24 @@ CURRENT_CSV_NAMES = ("current_models.csv", "provider_prices.csv")
 # --- CSV ---------------------------------------------------------------------------------------
 
 
+def _cost_columns(cost: Cost) -> dict[str, object]:
+    """A row's cost per 1,000 requests, as the model and workload tables name its columns."""
+    return {
+        "gpu_seconds_per_1000": cost.gpu_seconds,
+        "usd_per_1000": cost.usd,
+        "kilojoules_per_1000": cost.kilojoules,
+    }
+
+
+def _mean_request_columns(row: ScenarioRow | WorkloadRow) -> dict[str, object]:
+    """The model and the mean request it was measured on (a scenario's or a workload's)."""
+    return {
+        "model": row.model,
+        "mean_prompt_tokens": row.prompt_tokens,
+        "mean_output_tokens": row.output_tokens,
+    }
+
+
 def _model_record(row: ModelRow) -> dict[str, object]:
     return {
         "model": row.model,
@@ -45,9 +63,7 @@ def _model_record(row: ModelRow) -> dict[str, object]:
         "raw_runtime_s": row.raw_runtime_s,
         "accuracy": row.accuracy,
         "num_scenarios": row.num_scenarios,
-        "gpu_seconds_per_1000": row.cost.gpu_seconds,
-        "usd_per_1000": row.cost.usd,
-        "kilojoules_per_1000": row.cost.kilojoules,
+        **_cost_columns(row.cost),
         "frontier_count_idealized": row.frontier_count["idealized"],
         "frontier_count_raw": row.frontier_count["raw"],
         "stack": row.stack or "",
@@ -59,9 +75,7 @@ def _scenario_record(row: ScenarioRow) -> dict[str, object]:
     return {
         "scenario": row.scenario,
         "group": row.group,
-        "model": row.model,
-        "mean_prompt_tokens": row.prompt_tokens,
-        "mean_output_tokens": row.output_tokens,
+        **_mean_request_columns(row),
         "idealized_runtime_s": row.idealized_runtime_s,
         "idealized_source": row.idealized_source or "",
         "denoised_runtime_s": row.denoised_runtime_s,
@@ -76,15 +90,11 @@ def _scenario_record(row: ScenarioRow) -> dict[str, object]:
 def _workload_record(row: WorkloadRow) -> dict[str, object]:
     return {
         "workload": row.workload,
-        "model": row.model,
-        "mean_prompt_tokens": row.prompt_tokens,
-        "mean_output_tokens": row.output_tokens,
+        **_mean_request_columns(row),
         "idealized_runtime_s": row.idealized_runtime_s,
         "denoised_runtime_s": row.denoised_runtime_s,
         "num_gpus": row.num_gpus,
-        "gpu_seconds_per_1000": row.cost.gpu_seconds,
-        "usd_per_1000": row.cost.usd,
-        "kilojoules_per_1000": row.cost.kilojoules,
+        **_cost_columns(row.cost),
         "stack": row.stack or "",
     }
 

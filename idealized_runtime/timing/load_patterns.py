@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.files import read_text_file
 from idealized_runtime.core.types import MAX_TOKENS
 
 Job = TypeVar("Job")
@@ -134,11 +135,7 @@ def read_records(path: str | Path, what: str = "workload") -> list[dict[str, Any
     """The records of a workload file: CSV with a header, or JSON objects one a line (a
     ``.jsonl``, ``.json`` or ``.ndjson`` file). InputError naming the file (and line)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as error:
-        reason = getattr(error, "strerror", None) or error
-        raise InputError(f"cannot read the {what}: {reason}", path=str(path)) from None
+    text = read_text_file(path, what)
     records: list[dict[str, Any]] = []
     if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
         for number, line in enumerate(text.splitlines(), 1):

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.servers import cli_command, free_port, running_server
+from tests.servers import cli_command, create_api_key, serving_api
 
 POSTGRES_URL = os.environ.get("DATABASE_URL_TEST", "")
 BACKENDS = [
@@ -87,22 +87,9 @@ def service(
             cli_command("db", "seed"), env={**os.environ, **env}, capture_output=True, text=True
         )
         assert seed.returncode == 0, seed.stderr
-        made = subprocess.run(
-            cli_command("apikey", "create", "--name", "tests"),
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-        )
-        assert made.returncode == 0, made.stderr
-        port = free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        with running_server(
-            cli_command("serve", "--port", str(port)),
-            f"{base_url}/v1/health",
-            env=env,
-            log_path=Path(home) / "server.log",
-        ):
-            yield Service(request.param, base_url, made.stdout.strip(), env)
+        key = create_api_key("tests", env)
+        with serving_api(env, log_path=Path(home) / "server.log") as (base_url, _):
+            yield Service(request.param, base_url, key, env)
     finally:
         if schema is not None:
             _psql(f"DROP SCHEMA {schema} CASCADE")

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -16,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.servers import cli_command, free_port, running_server
+from tests.servers import create_api_key, serving_api
 
 MIB = 1 << 20
 
@@ -43,22 +42,9 @@ def live_server(home: Path, **settings: str) -> Iterator[LiveServer]:
     tmp = home / "tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     env = {"IDEALIZED_RUNTIME_HOME": str(home), "DATABASE_URL": "", "TMPDIR": str(tmp), **settings}
-    made = subprocess.run(
-        cli_command("apikey", "create", "--name", "memory"),
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with running_server(
-        cli_command("serve", "--port", str(port)),
-        f"{url}/v1/health",
-        env=env,
-        log_path=home / "server.log",
-    ) as process:
-        yield LiveServer(url, made.stdout.strip(), process.pid, home, tmp)
+    key = create_api_key("memory", env)
+    with serving_api(env, log_path=home / "server.log") as (url, process):
+        yield LiveServer(url, key, process.pid, home, tmp)
 
 
 def _status_kib(pid: int, field: str) -> int:

@@ -8,24 +8,20 @@ import zipfile
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 from tests.api.conftest import Service
-from tests.importers.test_helm_import import MODEL, instance, write_run
+from tests.importers.test_helm_import import (
+    MODEL,
+    instance,
+    write_run,
+    write_synthetic_efficiency_run,
+)
 
 
 def helm_runs(root: Path) -> Path:
     suite = root / "benchmark_output" / "runs" / "v1"
-    rng = np.random.default_rng(5)
-    timed = []
-    for k in range(60):
-        p, o = int(rng.choice([64, 256, 1024])), int(rng.choice([0, 1, 8, 32, 64]))
-        runtime = 0.05 + 0.0004 * p + 0.02 * max(o - 1, 0) + float(rng.exponential(0.01))
-        timed.append(instance(f"s{k}", p, o, runtime))
-    write_run(suite, "synthetic_efficiency:model=x",
-              "helm.benchmark.scenarios.synthetic_efficiency_scenario.SyntheticEfficiencyScenario",
-              timed)  # fmt: skip
+    write_synthetic_efficiency_run(suite, "x", seed=5)
     write_run(suite, "wikitext_103:model=x", "helm.benchmark.scenarios.wikitext_103.Wiki",
               [instance("w1", 900, 0, 0.45)])  # fmt: skip
     return root / "benchmark_output"

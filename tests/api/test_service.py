@@ -15,7 +15,7 @@ import pytest
 from idealized_runtime.core.types import FittedCostModel
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from tests.api.conftest import Service
-from tests.servers import cli_command, free_port, running_server
+from tests.servers import cli_command, create_api_key, serving_api
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 MAX_BATCH_ROWS = 100_000
@@ -572,18 +572,9 @@ def test_reads_can_require_a_key(tmp_path: Path) -> None:
         "DATABASE_URL": "",
         "IDEALIZED_RUNTIME_READS_REQUIRE_KEY": "1",
     }
-    made = subprocess.run(
-        cli_command("apikey", "create", "--name", "reader"),
-        env={**os.environ, **env},
-        capture_output=True,
-        text=True,
-    )
-    assert made.returncode == 0, made.stderr
-    key = made.stdout.strip()
+    key = create_api_key("reader", env)
     assert key.startswith("ir_") and len(key) > 40
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    with running_server(cli_command("serve", "--port", str(port)), f"{url}/v1/health", env=env):
+    with serving_api(env) as (url, _):
         assert httpx.get(f"{url}/v1/models").status_code == 401
         assert (
             httpx.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code

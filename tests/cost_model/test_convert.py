@@ -12,8 +12,8 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.cost_model.fitting.convert import convert_requests, write_conversion
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
-from idealized_runtime.cost_model.fitting.measurements_io import RequestTable, read_requests
 from idealized_runtime.cost_model.fitting.methods import fit_measurements
+from idealized_runtime.cost_model.fitting.request_logs import RequestTable, read_requests
 
 
 @pytest.fixture(scope="module")

@@ -22,11 +22,8 @@ from idealized_runtime.cost_model.fitting.convert import (
 )
 from idealized_runtime.cost_model.fitting.evaluate import predict_alpha, predict_runtime
 from idealized_runtime.cost_model.fitting.helm_format import import_helm_table
-from idealized_runtime.cost_model.fitting.measurements_io import (
-    iter_requests,
-    read_measurements,
-    read_requests,
-)
+from idealized_runtime.cost_model.fitting.measurements_io import read_measurements
+from idealized_runtime.cost_model.fitting.request_logs import iter_requests, read_requests
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s,note\n"
 

@@ -20,8 +20,8 @@ from idealized_runtime.cost_model.fitting.convert import convert_requests
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
 from idealized_runtime.cost_model.fitting.helm_format import export_helm_table, import_helm_table
-from idealized_runtime.cost_model.fitting.measurements_io import RequestTable
 from idealized_runtime.cost_model.fitting.methods import HELM_TABLE_DECIMALS, fit_measurements
+from idealized_runtime.cost_model.fitting.request_logs import RequestTable
 
 NEW_KEY, OLD_KEY = "runtime_for_prompt_tokens", "runtime_for_input_tokens"
 BETA_KEY = "runtime_per_output_token"

@@ -10,11 +10,10 @@ import pytest
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.cost_model.fitting.measurements_io import (
-    RequestTable,
     parse_measurements,
     read_measurements,
-    read_requests,
 )
+from idealized_runtime.cost_model.fitting.request_logs import RequestTable, read_requests
 
 HEADER = "model,num_prompt_tokens,num_output_tokens,runtime_s,notes\n"
 

@@ -6,20 +6,18 @@ import json
 
 import pytest
 
-from idealized_runtime.core.types import FittedCostModel, Provenance
+from idealized_runtime.core.types import Provenance
 from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
+from tests.fits import two_point_fit
 from tests.servers import run_cli
 
 
 @pytest.fixture(scope="module")
 def fit_file(tmp_path_factory) -> str:
-    fit = FittedCostModel(
-        model="my-model",
-        method="default",
-        alpha_rule="interpolate",
-        prompt_sizes=[1, 1000],
-        prompt_runtimes_s=[0.05, 0.25],
-        beta_s=0.02,
+    fit = two_point_fit(
+        "my-model",
+        (0.05, 0.25),
+        0.02,
         stack=Provenance(hardware="a100-80gb", num_devices=2, tensor_parallel_size=2),
     )
     path = tmp_path_factory.mktemp("fits") / "fits.json"

@@ -77,18 +77,22 @@ def helm_output(tmp_path: Path) -> Path:
               [instance("id7", 300, 1, 0.3), instance("id7", 300, 1, 0.35, trial=1),
                instance("id7", 310, 1, 0.31, perturbation=typos),
                instance("id8", 200, 30, 1.2), instance("id9", 150, 12, 0.7)])  # fmt: skip
-    # A run with enough requests for a denoised fit: 0.05 s overhead, alpha(p) = 0.0004 p,
-    # 0.02 s per further token, plus contention noise that only ever adds time.
-    rng = np.random.default_rng(3)
+    write_synthetic_efficiency_run(suite, "openai_davinci", seed=3)
+    return tmp_path / "benchmark_output"
+
+
+def write_synthetic_efficiency_run(suite: Path, model: str, *, seed: int) -> None:
+    """A run with enough requests for a denoised fit: 0.05 s overhead, alpha(p) = 0.0004 p,
+    0.02 s per further token, plus contention noise that only ever adds time."""
+    rng = np.random.default_rng(seed)
     timed = []
     for k in range(60):
         p, o = int(rng.choice([64, 256, 1024])), int(rng.choice([0, 1, 8, 32, 64]))
         runtime = 0.05 + 0.0004 * p + 0.02 * max(o - 1, 0) + float(rng.exponential(0.01))
         timed.append(instance(f"s{k}", p, o, runtime))
-    write_run(suite, "synthetic_efficiency:model=openai_davinci",
+    write_run(suite, f"synthetic_efficiency:model={model}",
               "helm.benchmark.scenarios.synthetic_efficiency_scenario.SyntheticEfficiencyScenario",
               timed)  # fmt: skip
-    return tmp_path / "benchmark_output"
 
 
 def helm_rule(entry: dict, p: int, o: int) -> float:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from benchmarks.client_vs_guidellm import make_tokenizer
 from tests.servers import cli_command, free_port, running_server
 
 pytestmark = pytest.mark.peers
@@ -37,42 +38,12 @@ def tool(variable: str) -> str:
     return executable
 
 
-def make_tokenizer(folder: Path) -> Path:
-    """A byte-level BPE trained on generated text, saved with save_pretrained (no hub)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    words = [f"{a}{b}" for a in "bcdfghjklmnpr" for b in ("an", "el", "it", "or", "us", "ed")]
-    text = [" ".join(words[(i * 7 + j) % len(words)] for j in range(40)) for i in range(400)]
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(
-        text,
-        trainers.BpeTrainer(
-            vocab_size=400,
-            special_tokens=["<unk>", "<s>", "</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>"
-    )
-    # Both tools send chat messages whose content may be a list of parts.
-    fast.chat_template = (
-        "{% for m in messages %}{{ m['content'] if m['content'] is string else "
-        "m['content'][0]['text'] }}{% endfor %}"
-    )
-    fast.save_pretrained(folder)
-    return folder
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     if not (os.environ.get("IR_GUIDELLM") or os.environ.get("IR_AIPERF")):
         pytest.skip("neither IR_GUIDELLM nor IR_AIPERF is set (see .ci/run)")
     root = tmp_path_factory.mktemp("peers")
-    tokenizer = make_tokenizer(root / "tokenizer")
+    tokenizer = make_tokenizer(root / "tokenizer", vocab_size=400)
     port = free_port()
     command = cli_command(
         "serve-model", "--arch", "tiny-llama", "--port", str(port),

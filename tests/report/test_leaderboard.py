@@ -16,6 +16,7 @@ from idealized_runtime.leaderboard.metrics import cost_per_1000, pareto_front
 from idealized_runtime.leaderboard.rows import CostRates, LeaderboardInputs, ModelInput
 from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
 from idealized_runtime.report.markdown import render_markdown
+from tests.fits import two_point_fit
 
 
 def brute_force_front(points: dict[str, tuple[float, float]]) -> set[str]:
@@ -95,14 +96,7 @@ def test_scenario_rows_prefer_helm_reported_idealized_runtime(helm_board) -> Non
 
 
 def _fit(model: str, alpha: float, beta: float) -> FittedCostModel:
-    return FittedCostModel(
-        model=model,
-        method="default",
-        alpha_rule="interpolate",
-        prompt_sizes=[1, 1000],
-        prompt_runtimes_s=[alpha, alpha],
-        beta_s=beta,
-    )
+    return two_point_fit(model, (alpha, alpha), beta)
 
 
 def test_workload_rows_evaluate_fits_and_costs() -> None:

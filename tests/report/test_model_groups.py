@@ -25,6 +25,7 @@ from idealized_runtime.report.inputs import bundled_helm_inputs, helm_workloads
 from idealized_runtime.report.markdown import render_markdown
 from idealized_runtime.report.render import render_html
 from idealized_runtime.report.stack_tables import stack_model_pivot, workload_entries
+from tests.fits import two_point_fit
 from tests.servers import cli_command
 
 SHAPE = "megatron-gptj-6b"
@@ -32,14 +33,8 @@ HELM_FIT_STACK = Provenance(runner="megatron-lm-2022", hardware="a100-80gb")
 
 
 def _fit(beta_s: float) -> FittedCostModel:
-    return FittedCostModel(
-        model=SHAPE,
-        method="helm",
-        alpha_rule="interpolate",
-        prompt_sizes=[1, 2048],
-        prompt_runtimes_s=[0.05, 0.5],
-        beta_s=beta_s,
-        stack=HELM_FIT_STACK,
+    return two_point_fit(
+        SHAPE, (0.05, 0.5), beta_s, largest_prompt=2048, method="helm", stack=HELM_FIT_STACK
     )
 
 

@@ -23,7 +23,7 @@ from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import MEGATRON_A100_STACK, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import Workload
-from idealized_runtime.core.types import FittedCostModel, Provenance
+from idealized_runtime.core.types import Provenance
 from idealized_runtime.cost_model.hardware.calibration import megatron_tensor_parallel_sizes
 from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
 from idealized_runtime.cost_model.hardware.stacks.catalog import (
@@ -44,6 +44,7 @@ from idealized_runtime.report.inputs import bundled_helm_inputs
 from idealized_runtime.report.markdown import render_markdown
 from idealized_runtime.report.render import render_html
 from idealized_runtime.report.stack_tables import reference_stack_rows
+from tests.fits import two_point_fit
 from tests.servers import run_cli
 
 PAIR = (HELM_STACK, DEFAULT_STACK)
@@ -92,13 +93,10 @@ def test_every_idealized_runtime_names_its_stack(pair_board: Leaderboard) -> Non
 
 
 def test_a_local_profile_is_named_by_runner_and_hardware() -> None:
-    fit = FittedCostModel(
-        model="tiny",
-        method="default",
-        alpha_rule="interpolate",
-        prompt_sizes=[1, 1000],
-        prompt_runtimes_s=[0.01, 0.02],
-        beta_s=0.001,
+    fit = two_point_fit(
+        "tiny",
+        (0.01, 0.02),
+        0.001,
         stack=Provenance(runner="idealized-runtime", hardware="cpu", dtype="float32"),
     )
     workload = Workload("w", 10.0, 5.0, 1)
@@ -214,14 +212,8 @@ def test_models_without_architecture_are_na_with_the_reason(pair_board: Leaderbo
 def test_workloads_beyond_the_context_are_na_and_left_out_of_the_means() -> None:
     arch = load_architecture("megatron-gptj-6b")  # 2048-token context
     workloads = (Workload("fits", 100.0, 10.0, 1), Workload("too-long", 2100.0, 10.0, 1))
-    fit = FittedCostModel(
-        model="gptj",
-        method="helm",
-        alpha_rule="interpolate",
-        prompt_sizes=[1, 4096],
-        prompt_runtimes_s=[0.02, 0.5],
-        beta_s=0.02,
-        stack=MEGATRON_A100_STACK,
+    fit = two_point_fit(
+        "gptj", (0.02, 0.5), 0.02, largest_prompt=4096, method="helm", stack=MEGATRON_A100_STACK
     )
     model = ModelInput("gptj", architecture=arch, idealized_fit=fit, hardware="a100-80gb")
     comparison = compare_stacks(LeaderboardInputs(models=(model,), workloads=workloads), PAIR)

@@ -24,7 +24,7 @@ from idealized_runtime.timing.load_patterns import (
 )
 from idealized_runtime.timing.summary import summarize
 from tests.timing_client.conftest import measure_args, read_rows, run_cli
-from tests.timing_client.test_measure_fake_server import _popen, _wait_for_rows, write_grid
+from tests.timing_client.test_measure_fake_server import signal_after_rows, write_grid
 
 
 def level_keys(rows: list[dict]) -> list[tuple]:
@@ -63,9 +63,7 @@ def test_sweep_killed_and_resumed_has_every_level_once(start_fake, tmp_path: Pat
     out = tmp_path / "raw.jsonl"
     args = measure_args(url, out, "--grid", grid, "--repeats", "4", "--tokenizer", "bytes",
                         "--sweep", "2")  # fmt: skip
-    process = _popen(args)
-    _wait_for_rows(out, 5, process)
-    process.send_signal(signal.SIGKILL)
+    process = signal_after_rows(args, out, 5, signal.SIGKILL)
     process.communicate(timeout=20)
     killed = read_rows(out)
     assert 5 <= len(killed) < 48

@@ -136,13 +136,22 @@ def _popen(args: list[str]) -> subprocess.Popen:
     )
 
 
+def signal_after_rows(
+    args: list[str], out: Path, rows: int, signal_number: signal.Signals
+) -> subprocess.Popen:
+    """Start ``measure`` with ``args``, send it ``signal_number`` once ``out`` holds ``rows``
+    rows (a run interrupted mid-way); the process, to wait for."""
+    process = _popen(args)
+    _wait_for_rows(out, rows, process)
+    process.send_signal(signal_number)
+    return process
+
+
 def test_sigkill_then_resume_gives_every_key_exactly_once(start_fake, tmp_path: Path) -> None:
     url = start_fake("--token-delay", "0.02")
     out = tmp_path / "raw.jsonl"
     args = measure_args(url, out, "--grid", "quick", "--repeats", "3", "--concurrency", "2")
-    process = _popen(args)
-    _wait_for_rows(out, 5, process)
-    process.send_signal(signal.SIGKILL)
+    process = signal_after_rows(args, out, 5, signal.SIGKILL)
     process.wait(timeout=10)
     written = read_rows(out)
     assert 5 <= len(written) < 27
@@ -167,9 +176,7 @@ def test_sigint_stops_cleanly_with_exit_130(start_fake, tmp_path: Path) -> None:
     url = start_fake("--token-delay", "0.02")
     out = tmp_path / "raw.jsonl"
     args = measure_args(url, out, "--grid", "quick", "--repeats", "3", "--concurrency", "3")
-    process = _popen(args)
-    _wait_for_rows(out, 3, process)
-    process.send_signal(signal.SIGINT)
+    process = signal_after_rows(args, out, 3, signal.SIGINT)
     _, stderr = process.communicate(timeout=20)
     assert process.returncode == 130, stderr
     assert "interrupted" in stderr and "again to resume" in stderr

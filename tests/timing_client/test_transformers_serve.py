@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.client_vs_guidellm import train_byte_level_bpe
 from idealized_runtime.timing.prompts import WORDS
 from tests.servers import free_port, running_server
 from tests.timing_client.conftest import ENV, read_rows, run_cli
@@ -44,22 +45,12 @@ pytestmark = pytest.mark.skipif(
 def build_tiny_llama(folder: Path) -> None:
     """A random 2-layer Llama and a BPE tokenizer trained on generated text, saved with
     save_pretrained: no hub access."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
     rng = random.Random(0)
     corpus = ["".join(rng.choice(WORDS[:30]) for _ in range(30)) for _ in range(300)]
-    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
-    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(
-        corpus,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<unk>", "<s>", "</s>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
+    tokenizer = train_byte_level_bpe(corpus, vocab_size=300)
     bos, eos = tokenizer.token_to_id("<s>"), tokenizer.token_to_id("</s>")
     tokenizer.post_processor = processors.TemplateProcessing(
         single="<s> $A", special_tokens=[("<s>", bos)]

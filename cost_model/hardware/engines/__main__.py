@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from idealized_runtime.core.catalog import get_hardware
 from idealized_runtime.cost_model.hardware.engines.catalog import (
@@ -33,6 +34,20 @@ from idealized_runtime.cost_model.hardware.engines.step import SchedulerDefaults
 # (median of published minus simulated TTFT; no vLLM points there: 0).
 DECODE_OVERHEAD_S = 0.5e-3  # a decode step replayed from a CUDA graph: schedule, sample, launch
 STEP_OVERHEAD_S = 2.0e-3  # a step with prompt chunks runs outside the graphs
+
+
+def _scheduler(**own: Any) -> SchedulerDefaults:
+    """An engine's defaults: its own settings, and what the three engines share here (a token
+    budget of 8192 per step, CUDA graphs every 8 batch sizes, the host times per step)."""
+    return SchedulerDefaults(
+        token_budget=8192,
+        cuda_graph_step=8,
+        decode_overhead_s=DECODE_OVERHEAD_S,
+        step_overhead_s=STEP_OVERHEAD_S,
+        **own,
+    )
+
+
 NOTES = (
     "Kernel parameters fitted on the engine's measured kernels (held-out shapes: errors per "
     "operation); scheduler defaults and admission rule from the engine's documented defaults "
@@ -48,11 +63,9 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "gpu_memory_utilization 0.9, CUDA graphs up to batch 512; a request is admitted when "
         "the KV cache holds the prompt tokens it reads now, and the newest is preempted "
         "(recomputed later) when decoding fills the cache",
-        SchedulerDefaults(
-            token_budget=8192, max_running=1024, chunked_prefill=True, prefill_first=False,
-            memory_fraction=0.9, cuda_graph_max_batch=512, cuda_graph_step=8,
-            decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
-            admission="allocated", request_overhead_s=0.0,
+        _scheduler(
+            max_running=1024, chunked_prefill=True, prefill_first=False, memory_fraction=0.9,
+            cuda_graph_max_batch=512, admission="allocated", request_overhead_s=0.0,
         ),
     ),
     "sglang": (
@@ -60,11 +73,9 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "prefill of 8192 tokens, mem_fraction_static 0.88, CUDA graphs up to batch 256; "
         "admission against a decaying estimate of the running requests' future tokens "
         "(new_token_ratio), retraction when decoding fills the cache",
-        SchedulerDefaults(
-            token_budget=8192, max_running=4096, chunked_prefill=True, prefill_first=True,
-            memory_fraction=0.88, cuda_graph_max_batch=256, cuda_graph_step=8,
-            decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
-            admission="ratio", request_overhead_s=0.024,
+        _scheduler(
+            max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
+            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.024,
         ),
     ),
     "tensorrt-llm": (
@@ -73,11 +84,9 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "max_batch_size 2048, KV cache 0.9 of the memory the weights leave, CUDA graphs up "
         "to batch 128; GUARANTEED_NO_EVICT: a request is admitted when the cache holds its "
         "whole sequence beside the running ones'",
-        SchedulerDefaults(
-            token_budget=8192, max_running=2048, chunked_prefill=False, prefill_first=False,
-            memory_fraction=0.9, of_free=True, cuda_graph_max_batch=128, cuda_graph_step=8,
-            decode_overhead_s=DECODE_OVERHEAD_S, step_overhead_s=STEP_OVERHEAD_S,
-            admission="reserve", request_overhead_s=0.078,
+        _scheduler(
+            max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
+            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.078,
         ),
     ),
 }  # fmt: skip

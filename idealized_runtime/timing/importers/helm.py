@@ -272,20 +272,19 @@ class _Budget:
     def member(self, count: int = 1) -> None:
         self.members += count
         if self.members > self.limits.max_members:
-            raise InputError(
-                f"more than {self.limits.max_members} entries in the archive (this server's "
-                "limit): pack only the HELM runs' run_spec.json and per_instance_stats.json",
-                path=self.name,
-            )
+            raise self._over(f"{self.limits.max_members} entries in the archive")
 
     def spend(self, count: int) -> None:
         self.bytes += count
         if self.bytes > self.limits.max_bytes:
-            raise InputError(
-                f"more than {self.limits.max_bytes} bytes uncompressed (this server's limit): "
-                "pack only the HELM runs' run_spec.json and per_instance_stats.json",
-                path=self.name,
-            )
+            raise self._over(f"{self.limits.max_bytes} bytes uncompressed")
+
+    def _over(self, limit: str) -> InputError:
+        return InputError(
+            f"more than {limit} (this server's limit): pack only the HELM runs' run_spec.json "
+            "and per_instance_stats.json",
+            path=self.name,
+        )
 
 
 class _CountedStream(io.RawIOBase):
