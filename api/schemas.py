@@ -3,6 +3,11 @@
 They compose the domain types of ``idealized_runtime.core.types``: a stored architecture is an
 ``Architecture`` plus its id, an uploaded measurement is a ``Measurement``, a fit is a
 ``FittedCostModel`` plus where it came from. Only API-specific envelopes are defined here.
+
+One concern, one module on purpose: the service's wire format. Every router and the OpenAPI
+document read these bodies, and several bodies share field types (token counts, table seconds,
+an architecture or an HF config), so they stay in one place to look them up. The monitoring
+bodies are in ``api.monitor_schemas``.
 """
 
 from __future__ import annotations
