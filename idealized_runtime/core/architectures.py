@@ -87,13 +87,14 @@ class _Config:
             nested = nested[layer_type]
         return nested.get(key, self.raw.get(key, default))
 
-    def sizes(self) -> dict[str, Any]:
-        """The model's sizes under transformers' usual keys, which most families share."""
+    def sizes(self, ffn_key: str = "intermediate_size") -> dict[str, Any]:
+        """The model's sizes under transformers' usual keys, which most families share (OPT
+        names its MLP width ``ffn_dim``)."""
         return dict(
             num_layers=self.get("num_hidden_layers"),
             hidden_size=self.get("hidden_size"),
             num_heads=self.get("num_attention_heads"),
-            ffn_hidden_size=self.get("intermediate_size"),
+            ffn_hidden_size=self.get(ffn_key),
             vocab_size=self.get("vocab_size"),
             max_context=self.get("max_position_embeddings"),
         )
@@ -369,18 +370,14 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
 
 
 def _opt(c: _Config) -> dict[str, Any]:
-    hidden = c.get("hidden_size")
+    sizes = c.sizes(ffn_key="ffn_dim")
+    hidden = sizes["hidden_size"]
     if not c.get("do_layer_norm_before", default=True):
         raise c.unsupported("do_layer_norm_before", "post-LN OPT (opt-350m) is not built")
     if c.get("word_embed_proj_dim", default=hidden) != hidden:
         raise c.unsupported("word_embed_proj_dim", "must equal hidden_size")
     return dict(
-        num_layers=c.get("num_hidden_layers"),
-        hidden_size=hidden,
-        num_heads=c.get("num_attention_heads"),
-        ffn_hidden_size=c.get("ffn_dim"),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("max_position_embeddings"),
+        **sizes,
         activation=c.activation("activation_function"),
         position="learned",
         bias=c.get("enable_bias", default=True),
