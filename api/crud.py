@@ -243,17 +243,8 @@ def delete_measurement_set(session: Session, set_id: int) -> bool:
 
 
 def measurement_out(row: MeasurementRow) -> MeasurementOut:
-    return MeasurementOut(
-        id=row.id,
-        set_id=row.set_id,
-        model=row.model,
-        num_prompt_tokens=row.num_prompt_tokens,
-        num_output_tokens=row.num_output_tokens,
-        batch_size=row.batch_size,
-        runtime_s=row.runtime_s,
-        ttft_s=row.ttft_s,
-        std_s=row.std_s,
-    )
+    # The row's columns carry the schema's fields under the same names.
+    return MeasurementOut.model_validate(row, from_attributes=True)
 
 
 def list_measurements(

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from idealized_runtime.api import crud
 from idealized_runtime.api.models import MonitorRoundRow
 from idealized_runtime.api.monitor_schemas import MonitorRoundOut
-from idealized_runtime.core.rounds import ROUND_STATISTICS, MonitorRound, RoundPoint
+from idealized_runtime.core.rounds import MonitorRound, RoundPoint
 from idealized_runtime.core.types import LoadSummary
 
 SET_PREFIX = "monitor:"
@@ -92,20 +92,8 @@ def store_round(
 
 
 def round_point(row: MonitorRoundRow) -> RoundPoint:
-    return RoundPoint(
-        round_id=row.round_id,
-        provider=row.provider,
-        model=row.model,
-        round_index=row.round_index,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-        status=row.status,  # type: ignore[arg-type]
-        error=row.error,
-        requests=row.requests,
-        failed_requests=row.failed_requests,
-        reference=row.reference,
-        **{name: getattr(row, name) for name in ROUND_STATISTICS},
-    )
+    # The row's columns carry the point's fields under the same names (validated as they are read).
+    return RoundPoint.model_validate(row, from_attributes=True)
 
 
 def round_out(row: MonitorRoundRow) -> MonitorRoundOut:

@@ -381,14 +381,52 @@ def estimate_batch(
         payload.model, payload.metric, payload.fit_id, payload.hardware, payload.num_gpus
     )
     runtime = runtimes(target.fit.fit, p, o)
-    costs = _costs(target, runtime)
+    return _batch_response(
+        payload,
+        runtime,
+        _costs(target, runtime),
+        start,
+        fit_id=target.fit.id,
+        method=target.fit.fit.method,
+    )
+
+
+def _stack_batch(payload: BatchEstimateIn, p: np.ndarray, o: np.ndarray, start: float) -> Response:
+    context = int((p + o).max())
+    target = _stack_target(
+        payload.model,
+        payload.stack,
+        payload.hardware,
+        payload.num_gpus,
+        context,  # type: ignore[arg-type]
+    )
+    runtime = _stack_runtimes(target, p, o)
+    costs = cost_columns(runtime, target.num_gpus, target.hardware)
+    return _batch_response(
+        payload, runtime, costs, start, fit_id=None, method="calibrated", stack=target.stack
+    )
+
+
+def _batch_response(
+    payload: BatchEstimateIn,
+    runtime: np.ndarray,
+    costs: CostColumns | None,
+    start: float,
+    *,
+    fit_id: int | None,
+    method: str,
+    stack: str | None = None,
+) -> Response:
+    """A batch's runtimes and costs (per row only with ``include_rows``), timed from ``start``;
+    the same for a fit and for a stack."""
     rows = payload.include_rows
-    total = _total(runtime, target.fit.fit.model)
+    total = _total(runtime, payload.model)
     out = BatchEstimateOut.model_construct(
         model=payload.model,
         metric=payload.metric,
-        fit_id=target.fit.id,
-        method=target.fit.fit.method,
+        fit_id=fit_id,
+        method=method,
+        stack=stack,
         count=int(runtime.size),
         total_runtime_s=total,
         mean_runtime_s=total / runtime.size,
@@ -409,44 +447,6 @@ def estimate_batch(
     )
     out.server_time_ms = round((time.perf_counter() - start) * 1e3, 3)
     # Serialised by pydantic-core directly: no per-row Python objects on the way out.
-    return Response(content=out.model_dump_json(), media_type="application/json")
-
-
-def _stack_batch(payload: BatchEstimateIn, p: np.ndarray, o: np.ndarray, start: float) -> Response:
-    context = int((p + o).max())
-    target = _stack_target(
-        payload.model,
-        payload.stack,
-        payload.hardware,
-        payload.num_gpus,
-        context,  # type: ignore[arg-type]
-    )
-    runtime = _stack_runtimes(target, p, o)
-    costs = cost_columns(runtime, target.num_gpus, target.hardware)
-    rows = payload.include_rows
-    total = _total(runtime, payload.model)
-    out = BatchEstimateOut.model_construct(
-        model=payload.model,
-        metric=payload.metric,
-        fit_id=None,
-        method="calibrated",
-        stack=target.stack,
-        count=int(runtime.size),
-        total_runtime_s=total,
-        mean_runtime_s=total / runtime.size,
-        runtime_s=runtime.tolist() if rows else None,
-        cost=CostColumnsOut.model_construct(
-            hardware=costs.hardware,
-            num_gpus=costs.num_gpus,
-            gpu_seconds=costs.gpu_seconds.tolist() if rows else None,
-            joules=costs.joules.tolist() if rows and costs.joules is not None else None,
-            dollars=costs.dollars.tolist() if rows and costs.dollars is not None else None,
-            total_gpu_seconds=float(costs.gpu_seconds.sum()),
-            total_joules=_sum(costs.joules),
-            total_dollars=_sum(costs.dollars),
-        ),
-        server_time_ms=round((time.perf_counter() - start) * 1e3, 3),
-    )
     return Response(content=out.model_dump_json(), media_type="application/json")
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.core.catalog import UnknownNameError, get_hardware, hardware_catalog
-from idealized_runtime.core.config_files import load_yaml_config
+from idealized_runtime.core.config_files import BaseUrl, load_yaml_config
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
     MAX_TOKENS,
@@ -74,7 +74,7 @@ class ApiModelSpec(_Spec):
     """An OpenAI-compatible endpoint timed as a black box."""
 
     kind: Literal["api"] = "api"
-    base_url: str = Field(min_length=1)
+    base_url: BaseUrl
     model: str = Field(min_length=1, description="model name the server expects")
     name: str | None = Field(default=None, description="label (default: model)")
     api_key_env: str | None = None
@@ -84,13 +84,6 @@ class ApiModelSpec(_Spec):
     concurrency: int = Field(default=1, ge=1, le=1024)
     tokenizer: str | None = None
     timeout_s: float = Field(default=120.0, gt=0)
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"must be an http(s):// URL, got {value!r}")
-        return value
 
     @property
     def label(self) -> str:

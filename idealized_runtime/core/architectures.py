@@ -87,6 +87,18 @@ class _Config:
             nested = nested[layer_type]
         return nested.get(key, self.raw.get(key, default))
 
+    def sizes(self, ffn_key: str = "intermediate_size") -> dict[str, Any]:
+        """The model's sizes under transformers' usual keys, which most families share (OPT
+        names its MLP width ``ffn_dim``)."""
+        return dict(
+            num_layers=self.get("num_hidden_layers"),
+            hidden_size=self.get("hidden_size"),
+            num_heads=self.get("num_attention_heads"),
+            ffn_hidden_size=self.get(ffn_key),
+            vocab_size=self.get("vocab_size"),
+            max_context=self.get("max_position_embeddings"),
+        )
+
     def unsupported(self, key: str, why: str) -> InputError:
         return InputError(f"unsupported {key}={self.raw.get(key)!r}: {why}", path=self.path)
 
@@ -156,16 +168,12 @@ def _gptj(c: _Config) -> dict[str, Any]:
 
 
 def _gpt_neox(c: _Config) -> dict[str, Any]:
-    hidden, heads = c.get("hidden_size"), c.get("num_attention_heads")
+    sizes = c.sizes()
+    hidden, heads = sizes["hidden_size"], sizes["num_heads"]
     fraction = c.rope("partial_rotary_factor", c.get("rotary_pct", default=1.0))
     parallel = c.get("use_parallel_residual", default=True)
     return dict(
-        num_layers=c.get("num_hidden_layers"),
-        hidden_size=hidden,
-        num_heads=heads,
-        ffn_hidden_size=c.get("intermediate_size"),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("max_position_embeddings"),
+        **sizes,
         activation=c.activation("hidden_act"),
         norm_eps=c.get("layer_norm_eps", default=1e-5),
         position="rotary",
@@ -182,18 +190,13 @@ def _llama_like(c: _Config, family: str) -> dict[str, Any]:
     if c.get("hidden_act") != "silu":
         raise c.unsupported("hidden_act", "llama-like models are built with SwiGLU (silu)")
     bias = bool(c.get("mlp_bias", default=False) or c.get("attention_bias", default=False))
-    num_layers, hidden = c.get("num_hidden_layers"), c.get("hidden_size")
-    heads = c.get("num_attention_heads")
+    sizes = c.sizes()
+    hidden, heads = sizes["hidden_size"], sizes["num_heads"]
     head_dim = c.get("head_dim", required=False)
     fields: dict[str, Any] = dict(
-        num_layers=num_layers,
-        hidden_size=hidden,
-        num_heads=heads,
+        **sizes,
         num_kv_heads=c.get("num_key_value_heads", "num_attention_heads"),
         head_dim=head_dim,
-        ffn_hidden_size=c.get("intermediate_size"),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("max_position_embeddings"),
         activation="swiglu",
         norm="rmsnorm",
         norm_eps=c.get("rms_norm_eps", default=1e-6),
@@ -231,7 +234,8 @@ def _gemma(c: _Config, family: str) -> dict[str, Any]:
     activation = c.get("hidden_activation", "hidden_act")
     if activation not in ("gelu_pytorch_tanh", "gelu"):
         raise c.unsupported("hidden_activation", "Gemma is built with gated GELU")
-    num_layers = c.get("num_hidden_layers")
+    sizes = c.sizes()
+    num_layers = sizes["num_layers"]
     if family == "gemma2":  # older configs: even layers slide, odd layers are global
         fallback: tuple[str, ...] = ("sliding", "full")
         rope_theta = c.rope("rope_theta", 10000.0)
@@ -246,14 +250,9 @@ def _gemma(c: _Config, family: str) -> dict[str, Any]:
         else:
             sliding_theta = c.get("rope_local_base_freq")
     return dict(
-        num_layers=num_layers,
-        hidden_size=c.get("hidden_size"),
-        num_heads=c.get("num_attention_heads"),
+        **sizes,
         num_kv_heads=c.get("num_key_value_heads", "num_attention_heads"),
         head_dim=c.get("head_dim"),
-        ffn_hidden_size=c.get("intermediate_size"),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("max_position_embeddings"),
         activation="geglu_tanh" if activation == "gelu_pytorch_tanh" else "geglu",
         norm="rmsnorm",
         norm_eps=c.get("rms_norm_eps", default=1e-6),
@@ -317,12 +316,7 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
     if c.get("topk_method", default="noaux_tc") != "noaux_tc":
         raise c.unsupported("topk_method", "only noaux_tc (group-limited) routing is built")
     return dict(
-        num_layers=c.get("num_hidden_layers"),
-        hidden_size=c.get("hidden_size"),
-        num_heads=c.get("num_attention_heads"),
-        ffn_hidden_size=c.get("intermediate_size"),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("max_position_embeddings"),
+        **c.sizes(),
         activation="swiglu",
         norm="rmsnorm",
         norm_eps=c.get("rms_norm_eps", default=1e-6),
@@ -350,16 +344,12 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
 
 
 def _gpt_oss(c: _Config) -> dict[str, Any]:
-    num_layers = c.get("num_hidden_layers")
+    sizes = c.sizes()
+    num_layers = sizes["num_layers"]
     return dict(
-        num_layers=num_layers,
-        hidden_size=c.get("hidden_size"),
-        num_heads=c.get("num_attention_heads"),
+        **sizes,
         num_kv_heads=c.get("num_key_value_heads"),
         head_dim=c.get("head_dim"),
-        ffn_hidden_size=c.get("intermediate_size"),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("max_position_embeddings"),
         activation="swiglu",
         norm="rmsnorm",
         norm_eps=c.get("rms_norm_eps", default=1e-5),
@@ -380,18 +370,14 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
 
 
 def _opt(c: _Config) -> dict[str, Any]:
-    hidden = c.get("hidden_size")
+    sizes = c.sizes(ffn_key="ffn_dim")
+    hidden = sizes["hidden_size"]
     if not c.get("do_layer_norm_before", default=True):
         raise c.unsupported("do_layer_norm_before", "post-LN OPT (opt-350m) is not built")
     if c.get("word_embed_proj_dim", default=hidden) != hidden:
         raise c.unsupported("word_embed_proj_dim", "must equal hidden_size")
     return dict(
-        num_layers=c.get("num_hidden_layers"),
-        hidden_size=hidden,
-        num_heads=c.get("num_attention_heads"),
-        ffn_hidden_size=c.get("ffn_dim"),
-        vocab_size=c.get("vocab_size"),
-        max_context=c.get("max_position_embeddings"),
+        **sizes,
         activation=c.activation("activation_function"),
         position="learned",
         bias=c.get("enable_bias", default=True),

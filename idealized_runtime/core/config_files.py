@@ -4,15 +4,27 @@ is (``endpoints.0.base_url: ...``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from pathlib import Path
-from typing import TypeVar
+from typing import Annotated, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import AfterValidator, BaseModel, Field, ValidationError
 
 from idealized_runtime.core.errors import InputError
 
 Config = TypeVar("Config", bound=BaseModel)
+
+
+def _http_url(value: str) -> str:
+    if not re.match(r"^https?://[^/\s]+", value):
+        raise ValueError(f"must be an http(s):// URL, got {value!r}")
+    return value
+
+
+# An API's base URL in a configuration file: checked when the file is read, so a typo is one
+# error line naming the entry instead of a failed request in the middle of a run.
+BaseUrl = Annotated[str, Field(min_length=1), AfterValidator(_http_url)]
 
 
 def validation_line(error: ValidationError, skip: Collection[str] = ()) -> str:

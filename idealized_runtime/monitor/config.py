@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from idealized_runtime.core.config_files import load_yaml_config
+from idealized_runtime.core.config_files import BaseUrl, load_yaml_config
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.prices import MAX_PRICE_USD, ProviderPrice
 from idealized_runtime.core.rounds import PROVIDER_PATTERN, ProbeShape
@@ -54,7 +54,7 @@ class EndpointSpec(_Spec):
     """One provider's model, probed each round."""
 
     provider: Annotated[str, Field(min_length=1, max_length=100, pattern=PROVIDER_PATTERN)]
-    base_url: str = Field(min_length=1)
+    base_url: BaseUrl
     model: str = Field(min_length=1, max_length=200, description="model name the API expects")
     label: str | None = Field(
         default=None, max_length=200, description="the model's name in the series (default: model)"
@@ -67,13 +67,6 @@ class EndpointSpec(_Spec):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     prices: PriceSpec | None = None
     reference: ReferenceSpec | None = None
-
-    @field_validator("base_url")
-    @classmethod
-    def _url(cls, value: str) -> str:
-        if not re.match(r"^https?://[^/\s]+", value):
-            raise ValueError(f"must be an http(s):// URL, got {value!r}")
-        return value
 
     @property
     def name(self) -> str:

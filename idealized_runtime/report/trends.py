@@ -18,7 +18,7 @@ from pathlib import Path
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.files import atomic_writer
-from idealized_runtime.core.rounds import RoundPoint, round_time
+from idealized_runtime.core.rounds import ROUND_STATISTICS, RoundPoint, round_time
 from idealized_runtime.report.svg import PALETTE, Axes, _svg
 from idealized_runtime.trends.series import STATISTICS, Change, ProviderSeries, Spread
 
@@ -178,15 +178,8 @@ def _spread_text(statistic: str, spread: Spread) -> str:
     )
 
 
-SUMMARY_STATISTICS = (
-    "ttft_s",
-    "itl_s",
-    "output_tokens_per_s",
-    "denoised_runtime_s",
-    "idealized_runtime_s",
-    "discrepancy",
-    "usd",
-)
+# The round statistics in their table order; the error rate has its own column (failed requests).
+SUMMARY_STATISTICS = tuple(name for name in ROUND_STATISTICS if name != "error_rate")
 
 
 def _summary_rows(series: Sequence[ProviderSeries], bounds: tuple[datetime, datetime]) -> str:

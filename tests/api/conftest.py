@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -42,6 +43,16 @@ class Service:
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.key}"}
 
+    def refused(
+        self, client: httpx.Client, path: str, content: str | bytes, content_type: str
+    ) -> Any:
+        """POST ``content`` that the service must refuse as unprocessable (422): its detail."""
+        response = client.post(
+            path, content=content, headers={**self.auth, "content-type": content_type}
+        )
+        assert response.status_code == 422, response.text
+        return response.json()["detail"]
+
     def client(self, **kwargs: object) -> httpx.Client:
         return httpx.Client(base_url=self.base_url, timeout=60.0, **kwargs)  # type: ignore[arg-type]
 
@@ -54,6 +65,11 @@ class Service:
             timeout=120,
             check=False,
         )
+
+
+def set_count(client: httpx.Client) -> int:
+    """How many measurement sets are stored: a refused write must leave it as it was."""
+    return client.get("/v1/measurement-sets", params={"limit": 1}).json()["total"]
 
 
 def _postgres_schema_url(schema: str) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.api.conftest import Service
+from tests.api.conftest import Service, set_count
 from tests.importers.test_helm_import import (
     MODEL,
     instance,
@@ -115,18 +115,12 @@ def test_a_bad_value_in_an_archive_names_its_run_and_instance(
     client: httpx.Client, service: Service, tmp_path: Path, bad: dict, column: str, pack
 ) -> None:
     body = pack(_with_instances(tmp_path, instance("id-1", 100, 4, 0.5), bad))
-    before = client.get("/v1/measurement-sets", params={"limit": 1}).json()["total"]
-    response = client.post(
-        "/v1/measurement-sets/helm",
-        content=body,
-        headers={**service.auth, "content-type": "application/gzip"},
-    )
-    assert response.status_code == 422, response.text
-    detail = response.json()["detail"]
+    before = set_count(client)
+    detail = service.refused(client, "/v1/measurement-sets/helm", body, "application/gzip")
     assert detail.startswith("upload, run 'bad_run:model=x', instance 'id-2'"), detail
     assert f"column '{column}'" in detail
     assert str(tmp_path) not in detail and "/tmp" not in detail
-    assert client.get("/v1/measurement-sets", params={"limit": 1}).json()["total"] == before
+    assert set_count(client) == before
 
 
 @pytest.mark.parametrize("pack", [tar_gz, zipped])
@@ -136,24 +130,12 @@ def test_archive_errors_name_members_never_server_paths(
     root = _with_instances(tmp_path, instance("id-1", 100, 4, 0.5))
     run = root / "runs" / "v1" / "bad_run:model=x"
     (run / "per_instance_stats.json").write_text("[{not json")
-    response = client.post(
-        "/v1/measurement-sets/helm",
-        content=pack(root),
-        headers={**service.auth, "content-type": "application/gzip"},
-    )
-    assert response.status_code == 422, response.text
-    detail = response.json()["detail"]
+    detail = service.refused(client, "/v1/measurement-sets/helm", pack(root), "application/gzip")
     assert detail.startswith(
         "upload: benchmark_output/runs/v1/bad_run:model=x/per_instance_stats.json: not valid JSON"
     ), detail
     (run / "per_instance_stats.json").unlink()
-    response = client.post(
-        "/v1/measurement-sets/helm",
-        content=pack(root),
-        headers={**service.auth, "content-type": "application/gzip"},
-    )
-    assert response.status_code == 422
-    assert response.json()["detail"] == (
+    assert service.refused(client, "/v1/measurement-sets/helm", pack(root), "application/gzip") == (
         "upload: benchmark_output/runs/v1/bad_run:model=x/run_spec.json: no "
         "per_instance_stats.json beside run_spec.json (was the run summarized?)"
     )

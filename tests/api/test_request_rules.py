@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 from idealized_runtime.api.db import make_engine
 from idealized_runtime.api.models import FitRow
 from idealized_runtime.api.settings import normalize_database_url
-from tests.api.conftest import Service
+from tests.api.conftest import Service, set_count
 from tests.api.live import live_server
 
 
@@ -32,10 +32,6 @@ def measurement(**change: object) -> dict[str, object]:
         "runtime_s": 0.5,
         **change,
     }
-
-
-def set_count(client: httpx.Client) -> int:
-    return client.get("/v1/measurement-sets", params={"limit": 1}).json()["total"]
 
 
 def write_operations(client: httpx.Client) -> list[tuple[str, str]]:
@@ -116,13 +112,7 @@ def test_measurements_are_read_strictly(
     fields = [f"{json.dumps(k)}: {json.dumps(v)}" for k, v in measurement().items()]
     bad = "{" + ", ".join([f for f in fields if not f.startswith(body.split(":")[0])] + [body])
     text = '{"measurements": [' + json.dumps(measurement()) + ", " + bad + "}]}"
-    response = client.post(
-        "/v1/measurement-sets",
-        content=text,
-        headers={**service.auth, "content-type": "application/json"},
-    )
-    assert response.status_code == 422, response.text
-    (error,) = response.json()["detail"]
+    (error,) = service.refused(client, "/v1/measurement-sets", text, "application/json")
     assert error["loc"] == ["body", "measurements", 1, *where]
     assert message in error["msg"]
     assert set_count(client) == before
@@ -155,11 +145,7 @@ def test_every_write_reads_json_strictly(
 ) -> None:
     text = text.replace("M", json.dumps(measurement()))
     before = set_count(client)
-    response = client.post(
-        path, content=text, headers={**service.auth, "content-type": "application/json"}
-    )
-    assert response.status_code == 422, response.text
-    assert message in json.dumps(response.json()["detail"])
+    assert message in json.dumps(service.refused(client, path, text, "application/json"))
     assert set_count(client) == before
 
 
@@ -324,13 +310,7 @@ def test_csv_quirks_are_refused_naming_row_and_column(
     client: httpx.Client, service: Service, text: str | bytes, message: str
 ) -> None:
     before = set_count(client)
-    response = client.post(
-        "/v1/measurement-sets/csv",
-        content=text,
-        headers={**service.auth, "content-type": "text/csv"},
-    )
-    assert response.status_code == 422, response.text
-    detail = response.json()["detail"]
+    detail = service.refused(client, "/v1/measurement-sets/csv", text, "text/csv")
     assert isinstance(detail, str) and message in detail
     assert set_count(client) == before
 

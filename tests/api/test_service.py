@@ -14,7 +14,7 @@ import pytest
 
 from idealized_runtime.core.types import FittedCostModel
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
-from tests.api.conftest import Service
+from tests.api.conftest import Service, set_count
 from tests.servers import cli_command, create_api_key, serving_api
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
@@ -67,10 +67,6 @@ def to_csv(rows: list[dict[str, object]]) -> str:
         f"{r['model']},{r['num_prompt_tokens']},{r['num_output_tokens']},{r['runtime_s']}\n"
         for r in rows
     )
-
-
-def set_count(client: httpx.Client) -> int:
-    return client.get("/v1/measurement-sets", params={"limit": 1}).json()["total"]
 
 
 # --- service, auth -----------------------------------------------------------------------------

@@ -181,9 +181,21 @@ def _fit(
         )
         return to_fit(result.x)
 
+    return _held_out(solve, predict, rows, seconds, len(parameters))
+
+
+def _held_out(
+    solve: Callable[[np.ndarray], OpFit],
+    predict: Callable[[OpFit, np.ndarray], np.ndarray],
+    rows: np.ndarray,
+    seconds: np.ndarray,
+    n_parameters: int,
+) -> tuple[OpFit, dict[str, float]]:
+    """The errors on every fifth row of a fit on the others, then the fit on all rows; no
+    errors where too few rows are held out (or left) to say anything."""
     order = np.arange(len(seconds))
     held = order % HOLD_OUT_EVERY == 0
-    if held.sum() >= 3 and (~held).sum() >= len(parameters) + 2:
+    if held.sum() >= 3 and (~held).sum() >= n_parameters + 2:
         trial = solve(order[~held])
         errors = np.abs(predict(trial, rows[held]) / seconds[held] - 1.0)
         summary = {
@@ -196,14 +208,24 @@ def _fit(
     return solve(order), summary
 
 
+def _blank_kernels(hardware: Hardware) -> GpuKernels:
+    """Kernels with every fit at its default: a fit on trial replaces one operation's."""
+    return GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+
+
+def _latency_s(shapes: pandas.DataFrame) -> np.ndarray:
+    """The database's latencies (milliseconds) in seconds."""
+    return shapes["latency"].to_numpy() * MS
+
+
 # --- per operation ------------------------------------------------------------------------------
 
 
 def _gemm_fit(frame: pandas.DataFrame, hardware: Hardware, fmt: str) -> tuple[OpFit, dict]:
     shapes = _sample(_fastest(frame, ["m", "n", "k"]))
     rows = shapes[["m", "n", "k"]].to_numpy(dtype=np.float64)
-    seconds = shapes["latency"].to_numpy() * MS
-    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+    seconds = _latency_s(shapes)
+    dummy = _blank_kernels(hardware)
 
     def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
         kernels = replace(dummy, gemm={fmt: fit})
@@ -235,8 +257,8 @@ def _moe_fit(frame: pandas.DataFrame, hardware: Hardware, fmt: str) -> tuple[OpF
     ]
     shapes = _sample(_fastest(frame, keys))
     rows = shapes[keys].to_numpy(dtype=np.float64)
-    seconds = shapes["latency"].to_numpy() * MS
-    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+    seconds = _latency_s(shapes)
+    dummy = _blank_kernels(hardware)
 
     def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
         kernels = replace(dummy, moe={fmt: fit})
@@ -270,8 +292,8 @@ def _context_attention_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple
 
 def _prompt_fit(rows: np.ndarray, shapes: Any, hardware: Hardware, mla: bool) -> tuple[OpFit, dict]:
     """Prompt attention: FLOPs at a rate growing with the chunk's positions."""
-    seconds = shapes["latency"].to_numpy() * MS
-    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+    seconds = _latency_s(shapes)
+    dummy = _blank_kernels(hardware)
 
     def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
         kernels = replace(dummy, context_attention=fit, mla_context=fit)
@@ -301,8 +323,8 @@ def _decode_attention_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[
 
 
 def _decode_fit(rows: np.ndarray, shapes: Any, hardware: Hardware, mla: bool) -> tuple[OpFit, dict]:
-    seconds = shapes["latency"].to_numpy() * MS
-    dummy = GpuKernels(hardware.name, "", {}, {}, OpFit(), OpFit(), OpFit(), OpFit())
+    seconds = _latency_s(shapes)
+    dummy = _blank_kernels(hardware)
 
     def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
         kernels = replace(dummy, decode_attention=fit, mla_decode=fit)
@@ -354,7 +376,7 @@ def _collective_fit(
     gpus = sorted(int(n) for n in shapes["num_gpus"].unique())
     link_rate = hardware.interconnect_gbps * 1e9
     rows = shapes[["num_gpus", "message_size"]].to_numpy(dtype=np.float64)
-    seconds = shapes["latency"].to_numpy() * MS
+    seconds = _latency_s(shapes)
     parameters = [_Parameter("link", 0.6, 0.05, 1.5)] + [
         _Parameter(f"latency_{n}", 1e-5, 5e-7, 1e-3) for n in gpus
     ]
@@ -380,16 +402,7 @@ def _collective_fit(
         )
         return unpack(result.x)
 
-    order = np.arange(len(seconds))
-    held = order % HOLD_OUT_EVERY == 0
-    trial = solve(order[~held])
-    errors = np.abs(predict(trial, rows[held]) / seconds[held] - 1.0)
-    summary = {
-        "n": int(held.sum()),
-        "median": round(float(np.median(errors)), 4),
-        "p90": round(float(np.percentile(errors, 90)), 4),
-    }
-    return solve(order), summary
+    return _held_out(solve, predict, rows, seconds, len(parameters))
 
 
 # --- one engine on one GPU ----------------------------------------------------------------------
