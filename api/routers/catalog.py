@@ -8,10 +8,10 @@ from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
 from idealized_runtime.api.bodies import json_body, request_body
-from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.estimation import not_found
-from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
-from idealized_runtime.api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, page_params
+from idealized_runtime.api.idempotency import run_write
+from idealized_runtime.api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS
+from idealized_runtime.api.routers.deps import Paging, Reader, ReadSession, Writer, WriteSession
 from idealized_runtime.api.schemas import (
     HardwareIn,
     HardwareOut,
@@ -20,7 +20,6 @@ from idealized_runtime.api.schemas import (
     ModelOut,
     Page,
 )
-from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.architectures import architecture_from_hf_config
 from idealized_runtime.core.types import Architecture, Hardware
@@ -93,9 +92,10 @@ HARDWARE_EXAMPLE = {
     ),
 )
 def create_model(
-    context: WriteContext = Depends(write_context),
+    *,
+    context: Writer,
     body: Architecture | HfModelIn = Depends(json_body(ModelIn, "ModelIn")),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> JSONResponse:
     # One loader for every entry point: the CLI's --arch config.json maps the same way.
     architecture = (
@@ -114,17 +114,17 @@ def create_model(
 
 @router.get("/models", response_model=Page[ModelOut], responses=READ_ERRORS)
 def list_models(
+    *,
     family: str | None = Query(default=None, max_length=200),
     name_prefix: str | None = Query(default=None, max_length=200),
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[ModelOut]:
-    limit, offset = page
     rows, total = crud.list_architectures(
-        session, family=family, name_prefix=name_prefix, limit=limit, offset=offset
+        session, family=family, name_prefix=name_prefix, limit=page.limit, offset=page.offset
     )
-    return Page(items=[crud.model_out(r) for r in rows], total=total, limit=limit, offset=offset)
+    return page.of([crud.model_out(r) for r in rows], total)
 
 
 @router.get(
@@ -133,9 +133,7 @@ def list_models(
     responses={**READ_ERRORS, 404: ERRORS[404]},
     summary="Get an architecture (names may contain '/')",
 )
-def get_model(
-    name: str, _: Principal = Depends(reader), session: Session = Depends(read_session)
-) -> ModelOut:
+def get_model(name: str, _: Reader, session: ReadSession) -> ModelOut:
     row = crud.get_architecture(session, name)
     if row is None:
         raise not_found(f"unknown model {name!r}")
@@ -151,9 +149,10 @@ def get_model(
     openapi_extra=request_body("HardwareIn", examples={"accelerator": HARDWARE_EXAMPLE}),
 )
 def create_hardware(
-    context: WriteContext = Depends(write_context),
+    *,
+    context: Writer,
     hardware: Hardware = Depends(json_body(HardwareIn, "HardwareIn")),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> JSONResponse:
     def work(s: Session) -> HardwareOut:
         return crud.hardware_out(crud.add_hardware(s, hardware))
@@ -165,25 +164,23 @@ def create_hardware(
 
 @router.get("/hardware", response_model=Page[HardwareOut], responses=READ_ERRORS)
 def list_hardware(
+    *,
     vendor: str | None = Query(default=None, max_length=200),
     name_prefix: str | None = Query(default=None, max_length=200),
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[HardwareOut]:
-    limit, offset = page
     rows, total = crud.list_hardware(
-        session, vendor=vendor, name_prefix=name_prefix, limit=limit, offset=offset
+        session, vendor=vendor, name_prefix=name_prefix, limit=page.limit, offset=page.offset
     )
-    return Page(items=[crud.hardware_out(r) for r in rows], total=total, limit=limit, offset=offset)
+    return page.of([crud.hardware_out(r) for r in rows], total)
 
 
 @router.get(
     "/hardware/{name}", response_model=HardwareOut, responses={**READ_ERRORS, 404: ERRORS[404]}
 )
-def get_hardware(
-    name: str, _: Principal = Depends(reader), session: Session = Depends(read_session)
-) -> HardwareOut:
+def get_hardware(name: str, _: Reader, session: ReadSession) -> HardwareOut:
     row = crud.get_hardware(session, name)
     if row is None:
         raise not_found(f"unknown hardware {name!r}")

@@ -1,12 +1,13 @@
-"""Shared router pieces: pagination and the documented error responses."""
+"""Shared router pieces: path ids and the documented error responses (the dependencies every
+endpoint declares are in ``api.routers.deps``)."""
 
 from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Path, Query
+from fastapi import Path
 
-from idealized_runtime.api.schemas import MAX_ID, MAX_PAGE, ErrorOut
+from idealized_runtime.api.schemas import MAX_ID, ErrorOut
 
 # A path id: out-of-range values are a 422, not a database overflow.
 RowId = Annotated[int, Path(ge=1, le=MAX_ID)]
@@ -29,10 +30,3 @@ READ_ERRORS = {code: ERRORS[code] for code in (401, 422)}
 # Reads with a body (batch estimate, compare) can also be too large, or name unknown objects.
 READ_BODY_ERRORS = {code: ERRORS[code] for code in (400, 401, 404, 413, 415, 422)}
 WRITE_ERRORS = {code: ERRORS[code] for code in (400, 401, 409, 413, 415, 422, 503)}
-
-
-def page_params(
-    limit: int = Query(default=50, ge=1, le=MAX_PAGE, description="Rows per page"),
-    offset: int = Query(default=0, ge=0, le=10_000_000, description="Rows to skip"),
-) -> tuple[int, int]:
-    return limit, offset

@@ -29,6 +29,7 @@ from idealized_runtime.api.estimation import (
     runtimes,
 )
 from idealized_runtime.api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
+from idealized_runtime.api.routers.deps import Reader
 from idealized_runtime.api.schemas import (
     BatchEstimateIn,
     BatchEstimateOut,
@@ -45,7 +46,7 @@ from idealized_runtime.api.schemas import (
     RequestShape,
     WorkloadOut,
 )
-from idealized_runtime.api.security import Principal, checks_reader, reader
+from idealized_runtime.api.security import checks_reader, reader
 from idealized_runtime.api.settings import get_settings
 from idealized_runtime.api.state import estimate_cache
 from idealized_runtime.core.errors import InputError
@@ -370,7 +371,7 @@ def _token_arrays(requests: list[RequestShape]) -> tuple[np.ndarray, np.ndarray]
     ),
 )
 def estimate_batch(
-    _: Principal = Depends(reader),
+    _: Reader,
     payload: BatchEstimateIn = Depends(json_body(BatchEstimateIn, "BatchEstimateIn")),
 ) -> Response:
     start = time.perf_counter()
@@ -492,7 +493,7 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
     ),
 )
 def compare(
-    _: Principal = Depends(reader),
+    _: Reader,
     payload: CompareIn = Depends(json_body(CompareIn, "CompareIn")),
 ) -> CompareOut:
     name, p, o = _workload_shapes(payload)
@@ -550,7 +551,7 @@ def compare(
     response_model=list[WorkloadOut],
     summary="Named workloads for /v1/compare: the bundled HELM scenario groups",
 )
-def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
+def list_workloads(_: Reader) -> list[WorkloadOut]:
     return [
         WorkloadOut(
             name=w.name,
@@ -580,7 +581,7 @@ def list_workloads(_: Principal = Depends(reader)) -> list[WorkloadOut]:
     ),
 )
 def estimate_hardware_model(
-    _: Principal = Depends(reader),
+    _: Reader,
     payload: HardwareModelEstimateIn = Depends(
         json_body(HardwareModelEstimateIn, "HardwareModelEstimateIn")
     ),

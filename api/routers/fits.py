@@ -11,16 +11,10 @@ from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
 from idealized_runtime.api.bodies import json_body, request_body
-from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.estimation import not_found
-from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
-from idealized_runtime.api.routers.common import (
-    ERRORS,
-    READ_ERRORS,
-    WRITE_ERRORS,
-    RowId,
-    page_params,
-)
+from idealized_runtime.api.idempotency import run_write
+from idealized_runtime.api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, RowId
+from idealized_runtime.api.routers.deps import Paging, Reader, ReadSession, Writer, WriteSession
 from idealized_runtime.api.schemas import (
     MAX_ID,
     FitCreate,
@@ -30,7 +24,6 @@ from idealized_runtime.api.schemas import (
     Metric,
     Page,
 )
-from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.state import invalidate_caches
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import FitMethod, Provenance
@@ -71,9 +64,10 @@ class FitsOut(BaseModel):
     ),
 )
 def create_fits(
-    context: WriteContext = Depends(write_context),
+    *,
+    context: Writer,
     request: FitCreate = Depends(json_body(FitCreate, "FitCreate")),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> JSONResponse:
     set_row = crud.get_measurement_set(session, request.measurement_set_id)
     if set_row is None:
@@ -121,10 +115,11 @@ def create_fits(
     ),
 )
 def import_helm(
+    *,
     metric: Metric = Query(default="idealized", description="Which kind of table it is"),
-    context: WriteContext = Depends(write_context),
+    context: Writer,
     table: dict[str, HelmTableEntry] = Depends(json_body(HelmTable, "HelmTable")),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> JSONResponse:
     method: FitMethod = "helm" if metric == "idealized" else "denoised"
     fits = import_helm_table(
@@ -144,23 +139,23 @@ def import_helm(
 
 @router.get("", response_model=Page[FitOut], responses=READ_ERRORS)
 def list_fits(
+    *,
     model: str | None = Query(default=None, max_length=200),
     method: FitMethod | None = Query(default=None),
     measurement_set_id: int | None = Query(default=None, ge=1, le=MAX_ID),
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[FitOut]:
-    limit, offset = page
     rows, total = crud.list_fits(
         session,
         model=model,
         method=method,
         measurement_set_id=measurement_set_id,
-        limit=limit,
-        offset=offset,
+        limit=page.limit,
+        offset=page.offset,
     )
-    return Page(items=[crud.fit_out(r) for r in rows], total=total, limit=limit, offset=offset)
+    return page.of([crud.fit_out(r) for r in rows], total)
 
 
 @router.get(
@@ -174,13 +169,14 @@ def list_fits(
     ),
 )
 def export_helm(
+    *,
     metric: Metric = Query(default="idealized"),
     model: list[str] | None = Query(default=None, max_length=1000),
     fit_id: list[Annotated[int, Field(ge=1, le=MAX_ID)]] | None = Query(
         default=None, max_length=1000
     ),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    _: Reader,
+    session: ReadSession,
 ) -> dict[str, Any]:
     if fit_id:
         rows = []
@@ -199,9 +195,7 @@ def export_helm(
 
 
 @router.get("/{fit_id}", response_model=FitOut, responses={**READ_ERRORS, 404: ERRORS[404]})
-def get_fit(
-    fit_id: RowId, _: Principal = Depends(reader), session: Session = Depends(read_session)
-) -> FitOut:
+def get_fit(fit_id: RowId, _: Reader, session: ReadSession) -> FitOut:
     row = crud.get_fit(session, fit_id)
     if row is None:
         raise not_found(f"no fit {fit_id}")

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Query
 from fastapi.responses import HTMLResponse
-from sqlalchemy.orm import Session
 
-from idealized_runtime.api.db import read_session
 from idealized_runtime.api.leaderboard_inputs import database_inputs
 from idealized_runtime.api.routers.common import READ_ERRORS
+from idealized_runtime.api.routers.deps import Reader, ReadSession
 from idealized_runtime.api.schemas import LeaderboardOut, StackName
-from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.leaderboard.build import build_leaderboard, leaderboard_payload
 
 router = APIRouter(prefix="/v1", tags=["leaderboard"])
@@ -37,10 +35,11 @@ def stacks_param(
     summary="Models ranked by idealized/denoised runtime, cost and accuracy",
 )
 def leaderboard(
+    *,
     include_scenarios: bool = Query(default=False, description="Add per-scenario rows"),
     stacks: tuple[str, ...] = Depends(stacks_param),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    _: Reader,
+    session: ReadSession,
 ) -> LeaderboardOut:
     board = build_leaderboard(database_inputs(session), stacks=stacks)
     return LeaderboardOut.model_validate(
@@ -55,9 +54,10 @@ def leaderboard(
     summary="The leaderboard as the self-contained HTML report",
 )
 def leaderboard_html(
+    *,
     stacks: tuple[str, ...] = Depends(stacks_param),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    _: Reader,
+    session: ReadSession,
 ) -> HTMLResponse:
     from idealized_runtime.report.render import render_html
 

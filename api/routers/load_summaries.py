@@ -17,10 +17,10 @@ from idealized_runtime.api.bodies import (
     upload_chunks,
     validate_json,
 )
-from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.idempotency import WriteContext, run_write, upload_write_context
 from idealized_runtime.api.openapi import register_request_schema
-from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
+from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS
+from idealized_runtime.api.routers.deps import Paging, Reader, ReadSession, WriteSession
 from idealized_runtime.api.schemas import (
     LOAD_SOURCE_PATTERN,
     SLO_PATTERN,
@@ -29,7 +29,6 @@ from idealized_runtime.api.schemas import (
     LoadSummaryOut,
     Page,
 )
-from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.settings import get_settings
 from idealized_runtime.api.uploads import UPLOAD_NAME, raw_load_rows
 from idealized_runtime.core.errors import InputError
@@ -103,6 +102,7 @@ def _summaries(request: Request, slo: str | None) -> list[LoadSummary]:
     },
 )
 def post_load_summaries(
+    *,
     request: Request,
     source: Annotated[
         str,
@@ -123,7 +123,7 @@ def post_load_summaries(
         ),
     ] = None,
     context: WriteContext = Depends(upload_write_context),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> Response:
     summaries = _summaries(request, slo)
     # The fingerprint covers the summaries as parsed (the body is not kept whole).
@@ -140,14 +140,14 @@ def post_load_summaries(
 
 @router.get("", response_model=Page[LoadSummaryOut], responses=READ_ERRORS)
 def list_load_summaries(
+    *,
     model: str | None = Query(default=None, max_length=200),
     source: str | None = Query(default=None, max_length=200),
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[LoadSummaryOut]:
-    limit, offset = page
     items, total = crud.list_load_summaries(
-        session, model=model, source=source, limit=limit, offset=offset
+        session, model=model, source=source, limit=page.limit, offset=page.offset
     )
-    return Page(items=items, total=total, limit=limit, offset=offset)
+    return page.of(items, total)

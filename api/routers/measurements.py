@@ -15,22 +15,15 @@ from idealized_runtime.api.bodies import (
     text_lines,
     upload_chunks,
 )
-from idealized_runtime.api.db import read_session, write_session
 from idealized_runtime.api.estimation import not_found
 from idealized_runtime.api.idempotency import (
     WriteContext,
     run_write,
     upload_write_context,
-    write_context,
 )
 from idealized_runtime.api.openapi import register_request_schema
-from idealized_runtime.api.routers.common import (
-    ERRORS,
-    READ_ERRORS,
-    WRITE_ERRORS,
-    RowId,
-    page_params,
-)
+from idealized_runtime.api.routers.common import ERRORS, READ_ERRORS, WRITE_ERRORS, RowId
+from idealized_runtime.api.routers.deps import Paging, Reader, ReadSession, Writer, WriteSession
 from idealized_runtime.api.schemas import (
     MeasurementOut,
     MeasurementSetCreate,
@@ -38,7 +31,6 @@ from idealized_runtime.api.schemas import (
     MeasurementSource,
     Page,
 )
-from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.settings import get_settings
 from idealized_runtime.api.uploads import (
     UPLOAD_NAME,
@@ -97,9 +89,10 @@ def _store(
     ),
 )
 def upload_json(
+    *,
     request: Request,
     context: WriteContext = Depends(upload_write_context),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> Response:
     # Read measurement by measurement as the body arrives: memory holds the rows stored so far.
     payload, measurements = json_measurement_set(
@@ -155,6 +148,7 @@ MULTIPART_FILE = {
     },
 )
 def upload_csv(
+    *,
     request: Request,
     name: str | None = Query(default=None, min_length=1, max_length=200),
     source: MeasurementSource = Query(default="import"),
@@ -163,7 +157,7 @@ def upload_csv(
     num_devices: int | None = Query(default=None, ge=1, le=100_000),
     dtype: Dtype | None = Query(default=None),
     context: WriteContext = Depends(upload_write_context),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> Response:
     chunks = upload_chunks(
         request,
@@ -240,10 +234,11 @@ MIN_ARCHIVE_BYTES = 20
     ),
 )
 def upload_helm(
+    *,
     request: Request,
     name: str | None = Query(default=None, min_length=1, max_length=200),
     context: WriteContext = Depends(upload_write_context),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> Response:
     settings = get_settings()
     chunks = upload_chunks(
@@ -274,19 +269,17 @@ def upload_helm(
 
 @router.get("", response_model=Page[MeasurementSetOut], responses=READ_ERRORS)
 def list_sets(
+    *,
     source: MeasurementSource | None = Query(default=None),
     model: str | None = Query(default=None, max_length=200, description="Sets with this model"),
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[MeasurementSetOut]:
-    limit, offset = page
     rows, total = crud.list_measurement_sets(
-        session, source=source, model=model, limit=limit, offset=offset
+        session, source=source, model=model, limit=page.limit, offset=page.offset
     )
-    return Page(
-        items=[crud.measurement_set_out(r) for r in rows], total=total, limit=limit, offset=offset
-    )
+    return page.of([crud.measurement_set_out(r) for r in rows], total)
 
 
 @router.get(
@@ -294,9 +287,7 @@ def list_sets(
     response_model=MeasurementSetOut,
     responses={**READ_ERRORS, 404: ERRORS[404]},
 )
-def get_set(
-    set_id: RowId, _: Principal = Depends(reader), session: Session = Depends(read_session)
-) -> MeasurementSetOut:
+def get_set(set_id: RowId, _: Reader, session: ReadSession) -> MeasurementSetOut:
     row = crud.get_measurement_set(session, set_id)
     if row is None:
         raise not_found(f"no measurement set {set_id}")
@@ -309,19 +300,19 @@ def get_set(
     responses={**READ_ERRORS, 404: ERRORS[404]},
 )
 def list_set_measurements(
+    *,
     set_id: RowId,
     model: str | None = Query(default=None, max_length=200),
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[MeasurementOut]:
     if crud.get_measurement_set(session, set_id) is None:
         raise not_found(f"no measurement set {set_id}")
-    limit, offset = page
-    rows, total = crud.list_measurements(session, set_id, model=model, limit=limit, offset=offset)
-    return Page(
-        items=[crud.measurement_out(r) for r in rows], total=total, limit=limit, offset=offset
+    rows, total = crud.list_measurements(
+        session, set_id, model=model, limit=page.limit, offset=page.offset
     )
+    return page.of([crud.measurement_out(r) for r in rows], total)
 
 
 @router.delete(
@@ -332,8 +323,8 @@ def list_set_measurements(
 )
 def delete_set(
     set_id: RowId,
-    context: WriteContext = Depends(write_context),
-    session: Session = Depends(write_session),
+    context: Writer,
+    session: WriteSession,
 ) -> Response:
     def work(s: Session) -> None:
         if not crud.delete_measurement_set(s, set_id):

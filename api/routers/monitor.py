@@ -15,17 +15,16 @@ from sqlalchemy.orm import Session
 
 from idealized_runtime.api import monitor_crud
 from idealized_runtime.api.bodies import json_body, request_body
-from idealized_runtime.api.db import read_session, write_session
-from idealized_runtime.api.idempotency import REPLAY_HEADER, WriteContext, run_write, write_context
+from idealized_runtime.api.idempotency import REPLAY_HEADER, run_write
 from idealized_runtime.api.monitor_schemas import (
     MonitorRoundIn,
     MonitorRoundOut,
     MonitorSeriesList,
     MonitorSeriesOut,
 )
-from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
+from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS
+from idealized_runtime.api.routers.deps import Paging, Reader, ReadSession, Writer, WriteSession
 from idealized_runtime.api.schemas import Page
-from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.rounds import PROVIDER_PATTERN
 from idealized_runtime.trends.series import build_series
@@ -124,9 +123,10 @@ def _stored_before(session: Session, payload: MonitorRoundIn) -> Response | None
     ),
 )
 def post_round(
-    context: WriteContext = Depends(write_context),
+    *,
+    context: Writer,
     payload: MonitorRoundIn = Depends(ROUND_BODY),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> Response:
     stored = _stored_before(session, payload)
     if stored is not None:
@@ -156,6 +156,7 @@ def post_round(
     "in. Refused: `from` or `to` without its time zone, `from` after `to` (422).",
 )
 def list_rounds(
+    *,
     provider: Provider = None,
     model: Model = None,
     start: From = None,
@@ -163,17 +164,16 @@ def list_rounds(
     round_status: Annotated[
         str | None, Query(alias="status", pattern="^(ok|failed)$", description="ok or failed")
     ] = None,
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[MonitorRoundOut]:
     _aware(start, end)
-    limit, offset = page
     items, total = monitor_crud.list_rounds(
         session, provider=provider, model=model, start=start, end=end, status=round_status,
-        limit=limit, offset=offset,
+        limit=page.limit, offset=page.offset,
     )  # fmt: skip
-    return Page(items=items, total=total, limit=limit, offset=offset)
+    return page.of(items, total)
 
 
 @router.get(
@@ -191,12 +191,13 @@ def list_rounds(
     ),
 )
 def get_series(
+    *,
     provider: Provider = None,
     model: Model = None,
     start: From = None,
     end: To = None,
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    _: Reader,
+    session: ReadSession,
 ) -> MonitorSeriesList:
     _aware(start, end)
     items = []

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import not_found
 from idealized_runtime.api.routers.common import READ_BODY_ERRORS
+from idealized_runtime.api.routers.deps import Reader
 from idealized_runtime.api.schemas import PlanIn
-from idealized_runtime.api.security import Principal, reader
 from idealized_runtime.api.state import estimate_cache
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture
@@ -37,7 +37,7 @@ router = APIRouter(prefix="/v1", tags=["plan"])
         "shared prefix tokens and a hit rate together is refused with its reason (422)."
     ),
 )
-def create_plan(payload: PlanIn, _: Principal = Depends(reader)) -> PlanResult:
+def create_plan(payload: PlanIn, _: Reader) -> PlanResult:
     from idealized_runtime.cost_model.planning.search import plan
 
     cache = estimate_cache()

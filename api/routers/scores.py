@@ -10,11 +10,10 @@ from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
 from idealized_runtime.api.bodies import json_body, request_body
-from idealized_runtime.api.db import read_session, write_session
-from idealized_runtime.api.idempotency import WriteContext, run_write, write_context
-from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS, page_params
+from idealized_runtime.api.idempotency import run_write
+from idealized_runtime.api.routers.common import READ_ERRORS, WRITE_ERRORS
+from idealized_runtime.api.routers.deps import Paging, Reader, ReadSession, Writer, WriteSession
 from idealized_runtime.api.schemas import CapabilityScoreOut, CapabilityScoresIn, Page
-from idealized_runtime.api.security import Principal, reader
 
 router = APIRouter(prefix="/v1/capability-scores", tags=["capability scores"])
 
@@ -36,9 +35,10 @@ class ScoresWritten(BaseModel):
     ),
 )
 def put_scores(
-    context: WriteContext = Depends(write_context),
+    *,
+    context: Writer,
     payload: CapabilityScoresIn = Depends(json_body(CapabilityScoresIn, "CapabilityScoresIn")),
-    session: Session = Depends(write_session),
+    session: WriteSession,
 ) -> JSONResponse:
     def work(s: Session) -> ScoresWritten:
         return ScoresWritten(written=crud.upsert_capability_scores(s, payload.scores))
@@ -48,15 +48,15 @@ def put_scores(
 
 @router.get("", response_model=Page[CapabilityScoreOut], responses=READ_ERRORS)
 def list_scores(
+    *,
     model: str | None = Query(default=None, max_length=200),
     scenario: str | None = Query(default=None, max_length=200),
     metric: str | None = Query(default=None, max_length=200),
-    page: tuple[int, int] = Depends(page_params),
-    _: Principal = Depends(reader),
-    session: Session = Depends(read_session),
+    page: Paging,
+    _: Reader,
+    session: ReadSession,
 ) -> Page[CapabilityScoreOut]:
-    limit, offset = page
     items, total = crud.list_capability_scores(
-        session, model=model, scenario=scenario, metric=metric, limit=limit, offset=offset
+        session, model=model, scenario=scenario, metric=metric, limit=page.limit, offset=page.offset
     )
-    return Page(items=items, total=total, limit=limit, offset=offset)
+    return page.of(items, total)

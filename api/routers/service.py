@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from sqlalchemy import text
-from sqlalchemy.orm import Session
 
-from idealized_runtime.api.db import get_database, read_session
+from idealized_runtime.api.db import get_database
 from idealized_runtime.api.migrate import current_revision
+from idealized_runtime.api.routers.deps import ReadSession
 from idealized_runtime.api.schemas import HealthOut, VersionOut
 
 router = APIRouter(prefix="/v1", tags=["service"])
 
 
 @router.get("/health", response_model=HealthOut, summary="Liveness and database reachability")
-def health(session: Session = Depends(read_session)) -> HealthOut:
+def health(session: ReadSession) -> HealthOut:
     session.execute(text("SELECT 1"))
     return HealthOut(status="ok", database="ok")
 
