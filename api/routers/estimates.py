@@ -1,5 +1,9 @@
 """/v1/estimate (one request, the hot path), /v1/estimate/batch (columnar, 10^5+ rows),
-/v1/compare (models over a workload) and /v1/workloads."""
+/v1/estimate/hardware-model, /v1/compare (models over a workload) and /v1/workloads.
+
+One concern, one module on purpose: answering runtimes. Every endpoint here resolves the same
+targets (a model's fit or a reference stack, cached per fit) and evaluates them on token arrays
+with the same cost columns; a comparison is a batch per model over a workload's requests."""
 
 from __future__ import annotations
 
