@@ -120,9 +120,11 @@ def points_of(rows: list[PublishedRow]) -> dict[Point, dict[str, float]]:
 
 
 # InferenceX's launch scripts (SemiAnalysisAI/InferenceX, benchmarks/dsr1_fp8_b200.sh,
-# dsr1_fp4_b200.sh, dsr1_fp8_h200.sh at 1fc5d73c, dsr1_fp8_b200_mtp.sh at 574bcd35,
-# dsr1_fp8_h200_trt.sh at 1fc5d73c, dsr1_fp4_b200_trt.sh and dsr1_fp8_b200_trt_mtp.sh at
-# 111f0312; B300 runs as B200's). Runs of other dates may have used other versions.
+# dsr1_fp4_b200.sh, dsr1_fp8_h200.sh at 1fc5d73c, dsr1_fp8_h200_trt.sh at 1fc5d73c,
+# dsr1_fp4_b200_trt.sh and dsr1_fp8_b200_trt_mtp.sh at 111f0312; SGLang's MTP runs on
+# Blackwell: benchmarks/single_node/dsr1_fp8_b200_mtp.sh at ed5867f9 and dsr1_fp4_b200_mtp.sh
+# at 292726bb, the versions of 2026-02 onwards, which every such run in the table postdates;
+# B300 runs as B200's). Runs of other dates may have used other versions.
 INFERENCEX_SCRIPTS = "SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh"
 
 
@@ -145,15 +147,19 @@ def launch_settings(point: Point) -> Launch:
         return Launch(settings, kv, 3 if mtp else 0)
     fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
     if point.engine == "sglang":
-        if point.tp == 4 and not fp4:  # dsr1_fp8_b200.sh's TP=4 branch
+        tp4_fp8 = point.tp == 4 and not fp4 and blackwell
+        if tp4_fp8:  # dsr1_fp8_b200.sh's TP=4 branch
             running, fraction, budget = 32, 0.95, 8192
         elif not blackwell:
             running = 512 if point.output_tokens == point.prompt_tokens == 1024 else 256
             fraction, budget = 0.82, 32768
+        elif mtp:  # single_node/dsr1_fp{8,4}_b200_mtp.sh: 512 running and graphs, 16k chunks
+            running, fraction, budget = 512, 0.82, 16384
         else:
-            running = 256 if fp4 or mtp else 128
+            running = 256 if fp4 else 128
             fraction, budget = (0.85, 16384) if fp4 else (0.82, 32768)
-        interval = 1 if not blackwell else (30 if point.concurrency >= 16 else 10)
+        # The TP=4 branch polls every 10 decode steps whatever the concurrency.
+        interval = 1 if not blackwell else (30 if point.concurrency >= 16 and not tp4_fp8 else 10)
         settings = {
             "admission": "forecast",  # --disable-radix-cache and a client that ignores EOS
             "recv_interval": interval, "max_running": running, "cuda_graph_max_batch": running,
@@ -174,8 +180,19 @@ def launch_settings(point: Point) -> Launch:
                     "memory_fraction": 0.8 if fp4 else 0.75}  # fmt: skip
     settings["token_budget"] = -(-tokens // 64) * 64 * ranks
     if point.attention_dp:
-        settings |= {"gather_prompts": ranks, "gather_timeout_steps": 60}
+        settings |= {"gather_prompts": ranks_covered(ranks), "gather_timeout_steps": 60}
     return Launch(settings, "fp8", drafts)
+
+
+def ranks_covered(ranks: int) -> int:
+    """Requests that must arrive before every attention-DP rank holds a prompt, on average.
+
+    TensorRT-LLM's balance (``enable_balance``) schedules prompts only in a step where every
+    rank has one (or after ``timeout_iters``), and its router gives each new request to the
+    rank with the fewest active requests: under closed-loop clients, the rank whose request
+    just ended. Ends fall on the ranks alike, so covering all of them takes the coupon
+    collector's ranks x (1 + 1/2 + ... + 1/ranks) arrivals, not ``ranks``."""
+    return round(ranks * sum(1.0 / i for i in range(1, ranks + 1)))
 
 
 def deployment_of(point: Point, launch: Launch) -> Deployment:

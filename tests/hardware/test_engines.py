@@ -263,3 +263,20 @@ def test_estimate_cli_on_an_engine_stack_and_its_refusals() -> None:
                   ("--hardware", "h200", "--stack", "vllm", "--ideal")):  # fmt: skip
         refused = run(*extra)
         assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+
+
+def test_collective_message_sizes_count_elements_of_their_dtype() -> None:
+    """The kernel databases' ``message_size`` counts elements: a half all-reduce of N moves
+    2N bytes, an int8 one N, and a table without a dtype is taken as bf16."""
+    import pandas
+
+    from idealized_runtime.cost_model.hardware.engines.kernel_fit import _message_bytes
+
+    frame = pandas.DataFrame(
+        {"nccl_dtype": ["half", "int8", "bfloat16"], "message_size": [1024, 1024, 8]}
+    )
+    assert _message_bytes(frame)["message_bytes"].tolist() == [2048.0, 1024.0, 16.0]
+    plain = pandas.DataFrame({"message_size": [512]})
+    assert _message_bytes(plain)["message_bytes"].tolist() == [1024.0]
+    with pytest.raises(InputError, match="collective dtype"):
+        _message_bytes(pandas.DataFrame({"allreduce_dtype": ["fp4"], "message_size": [1]}))

@@ -1,0 +1,57 @@
+"""The launch flags ``benchmarks/serving_vs_published.py`` gives InferenceX's runs: the
+scripts' values per engine, GPU and era, and TensorRT-LLM's attention-DP balance."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+from typing import Any
+
+BENCHMARK: dict[str, Any] = runpy.run_path(
+    str(Path(__file__).parents[2] / "benchmarks" / "serving_vs_published.py")
+)
+Point = BENCHMARK["Point"]
+
+
+def _point(engine: str, gpu: str, weights: str, **kw: Any) -> Any:
+    fields = dict(
+        engine=engine, gpu=gpu, model="deepseek-r1", weights=weights, tp=8, ep=1,
+        attention_dp=False, speculative="", prompt_tokens=1024, output_tokens=1024,
+        concurrency=64, source_id="inferencex-run-1",
+    )  # fmt: skip
+    return Point(**(fields | kw))
+
+
+def test_ranks_covered_is_the_coupon_collectors_count() -> None:
+    covered = BENCHMARK["ranks_covered"]
+    assert covered(1) == 1
+    assert covered(2) == 3  # 2 x (1 + 1/2)
+    assert covered(4) == 8  # 4 x 2.083
+    assert covered(8) == 22  # 8 x 2.718
+
+
+def test_sglang_mtp_on_blackwell_runs_512_requests_in_16k_chunks() -> None:
+    launch = BENCHMARK["launch_settings"]
+    for weights in ("fp8-block", "nvfp4"):
+        settings = launch(_point("sglang", "b200", weights, speculative="mtp")).settings
+        assert settings["max_running"] == settings["cuda_graph_max_batch"] == 512
+        assert (settings["token_budget"], settings["memory_fraction"]) == (16384, 0.82)
+    # Without MTP the scripts keep their own figures; H200's MTP script its 256/512.
+    assert launch(_point("sglang", "b200", "fp8-block")).settings["max_running"] == 128
+    h200 = _point("sglang", "h200", "fp8-block", speculative="mtp", prompt_tokens=8192)
+    assert launch(h200).settings["max_running"] == 256
+
+
+def test_sglang_fp8_tp4_polls_every_ten_steps() -> None:
+    launch = BENCHMARK["launch_settings"]
+    tp4 = _point("sglang", "b200", "fp8-block", tp=4, prompt_tokens=8192, concurrency=32)
+    assert launch(tp4).settings["recv_interval"] == 10
+    assert launch(_point("sglang", "b200", "fp8-block")).settings["recv_interval"] == 30
+
+
+def test_tensorrt_llm_attention_dp_gathers_until_every_rank_has_a_prompt() -> None:
+    launch = BENCHMARK["launch_settings"]
+    point = _point("tensorrt-llm", "b200", "nvfp4", ep=8, attention_dp=True, concurrency=128)
+    settings = launch(point).settings
+    assert (settings["gather_prompts"], settings["gather_timeout_steps"]) == (22, 60)
+    assert "gather_prompts" not in launch(_point("tensorrt-llm", "b200", "nvfp4")).settings
