@@ -1,8 +1,8 @@
 """Nothing lost, nothing twice: the monitor sends its rounds to the real service
 (``idealized-runtime serve`` on a loopback port, a SQLite file); the service is killed with
 SIGKILL while the monitor runs on, then the monitor itself in the middle of a round's probe;
-both are started again and every round arrives exactly once, each with exactly its own
-requests."""
+both are started again and every round of the 50 arrives exactly once, each with exactly its
+own requests, and the provider's slowdown from round 25 on is flagged by the service."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ from idealized_runtime.processes import stop_process, wait_until_healthy
 from tests.monitor.conftest import fake_provider, monitoring_file
 from tests.servers import cli_command, free_port
 
-ROUNDS = 30
+ROUNDS = 50
+SHIFT_ROUND = 25  # the provider's first slower round
 REQUESTS_PER_ROUND = 4
 KEY_ENV = "IR_MONITOR_TEST_KEY"
 # Long enough that a round's probe is caught half done.
@@ -105,7 +106,8 @@ def test_rounds_survive_kill_9_of_the_monitor_and_of_the_service(
                 return True
         return False
 
-    with fake_provider(tmp_path, "provider", *LATENCY, "--seed", "5") as provider:
+    shift = ("--shift-after", str(SHIFT_ROUND * REQUESTS_PER_ROUND), "--shift-factor", "2")
+    with fake_provider(tmp_path, "provider", *LATENCY, "--seed", "5", *shift) as provider:
         config = monitoring_file(
             tmp_path / "monitor.yaml",
             [{"provider": "prov", "base_url": provider, "model": "m"}],
@@ -151,6 +153,13 @@ def test_rounds_survive_kill_9_of_the_monitor_and_of_the_service(
     # The provider saw each probe once, but for the one the kill cut off (sent again).
     probes = ROUNDS * REQUESTS_PER_ROUND
     assert probes <= sent["streamed"] <= probes + 1, sent
+    # The slowdown is found in the series the service keeps across the kills (one request
+    # sent again after the monitor's kill may move it by a request).
+    series = httpx.get(f"{url}/v1/monitor/series", timeout=30).json()["items"]
+    (changes,) = [item["changes"] for item in series]
+    ttft = [c for c in changes if c["statistic"] == "ttft_s"]
+    assert len(ttft) == 1 and ttft[0]["direction"] == "up", changes
+    assert abs(ttft[0]["start_round_index"] - SHIFT_ROUND) <= 2, changes
     # And the state folder holds each round's requests once.
     rows = sorted(state.glob("rounds/*/*.jsonl"))
     assert len(rows) == ROUNDS
