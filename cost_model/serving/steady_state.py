@@ -37,9 +37,9 @@ sequences; X follows from C = X (TTFT + D t_decode).
 What the estimate leaves out: the ramp-up and drain of a finite run (every client's first
 request arrives at t = 0), the spread of the lengths (it takes their means) and FCFS waits
 for the KV cache beyond the mean, and the way a request overhead spreads resubmissions over
-the steps under load (prompts then queue behind one another: the simulator's median TTFT at
-32 clients is up to 1.5x the estimate's with TensorRT-LLM's 78 ms overhead). Medians from
-``simulate`` are the figures to compare it to.
+the steps under load (prompts then queue behind one another: with a 78 ms overhead, the
+simulator's median TTFT at 32 clients was 1.5x the estimate's). Medians from ``simulate`` are
+the figures to compare it to.
 """
 
 from __future__ import annotations
