@@ -579,9 +579,10 @@ def list_workloads(_: Reader) -> list[WorkloadOut]:
         "(`weights`, `kv_cache`, `activations`), as `idealized-runtime estimate --arch` gives "
         "them.\n\nRefused although schema-valid: an architecture or hardware not stored (404); "
         "rules on the content of `config` (the keys its model_type needs, a consistent shape); "
-        "a precision and hardware pair the hardware cannot run (fp8 compute without fp8 "
-        "tensor cores), a request that does not fit the GPUs' memory, stored hardware figures "
-        "that give an estimate beyond floating-point range (422)."
+        "an unknown stack (the engine and reference stacks are named); a precision and "
+        "hardware pair the hardware cannot run (fp8 compute without fp8 tensor cores), a "
+        "request that does not fit the GPUs' memory, stored hardware figures that give an "
+        "estimate beyond floating-point range (422)."
     ),
 )
 def estimate_hardware_model(

@@ -46,7 +46,11 @@ from idealized_runtime.cost_model.hardware.roofline import (
     hardware_model_beta,
     hardware_model_runtime,
 )
-from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, get_stack
+from idealized_runtime.cost_model.hardware.stacks.catalog import (
+    DEFAULT_STACK,
+    get_stack,
+    shipped_stacks,
+)
 
 if TYPE_CHECKING:
     from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack
@@ -409,6 +413,27 @@ class HardwareModelRequest(Protocol):
     def tp(self) -> int | None: ...
 
 
+def split_stack(name: str | None) -> tuple[str | None, str | None]:
+    """(reference stack, engine stack) that ``name`` names: an engine stack (its measured
+    kernels: vllm, sglang, tensorrt-llm) where it is one, else a reference stack. A name that is
+    neither is one ``InputError`` line listing both kinds."""
+    from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
+
+    if name is None:
+        return None, None
+    engines = engine_names()
+    if name in engines:
+        return None, name
+    try:
+        get_stack(name)
+    except InputError:
+        raise InputError(
+            f"unknown stack {name!r}; known: {', '.join(sorted(engines))} (engine stacks), "
+            f"{', '.join(sorted(shipped_stacks()))} (reference stacks)"
+        ) from None
+    return name, None
+
+
 def estimate_request(
     request: HardwareModelRequest, arch: Architecture, hardware: Hardware
 ) -> tuple[Estimate, Precision, str]:
@@ -416,12 +441,10 @@ def estimate_request(
     stack when ``request.stack`` names one): the precision parsed from the
     request's labels (unset parts: the checkpoint's own), the estimate, and the stack's name
     ("" for the ideal roofline). InputError for refused input."""
-    from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
-
+    stack, engine = split_stack(request.stack)
     precision = parse_precision(
         request.weights, request.kv_cache, request.activations, default=arch.precision
     )
-    engine = request.stack if request.stack in engine_names() else None
     estimate, calibration = hardware_model_estimate(
         arch,
         hardware,
@@ -431,7 +454,7 @@ def estimate_request(
         tp=request.tp,
         precision=precision,
         ideal=request.ideal,
-        stack=None if engine else request.stack,
+        stack=stack,
         engine=engine,
     )
     return estimate, precision, calibration

@@ -149,6 +149,7 @@ def _estimate(
         Estimate,
         estimate_from_fit,
         hardware_model_estimate,
+        split_stack,
     )
 
     if not 1 <= prompt_tokens <= MAX_TOKENS:
@@ -158,14 +159,9 @@ def _estimate(
         raise InputError(f"--output-tokens must be from 0 to {MAX_TOKENS}, got {output_tokens}")
     if dtype not in DTYPE_BYTES:
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
-    from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
-
-    engine = stack_name if stack_name in engine_names() else None
+    # An unknown stack fails first, whatever else is wrong.
+    reference_stack, engine = split_stack(stack_name)
     if stack_name is not None:
-        from idealized_runtime.cost_model.hardware.stacks.catalog import get_stack
-
-        if engine is None:
-            get_stack(stack_name)  # an unknown name fails first, whatever else is wrong
         if arch_name is None:
             raise InputError("--stack applies to the hardware model (--arch) only")
         if ideal:
@@ -212,7 +208,7 @@ def _estimate(
         tp=tp,
         precision=precision,
         ideal=ideal,
-        stack=None if engine else stack_name,
+        stack=reference_stack,
         engine=engine,
     )
     if notes:

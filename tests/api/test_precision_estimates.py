@@ -14,7 +14,7 @@ from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import parse_precision
 from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
 from tests.api.conftest import Service
-from tests.servers import run_cli
+from tests.servers import assert_refused_in_one_line, run_cli
 
 CONFIGS = Path(__file__).parents[1] / "hardware" / "hf_configs"
 DEEP = json.loads((CONFIGS / "llama-3.3-70b.json").read_text())
@@ -227,3 +227,12 @@ def test_an_engine_stack_estimate_through_cli_and_api(
     )  # fmt: skip
     assert refused.status_code == 422
     assert "no kernel measurements on a100-80gb" in json.dumps(refused.json()["detail"])
+    # A stack that is neither kind: one line from the CLI and the service alike, naming both.
+    unknown = client.post(
+        "/v1/estimate/hardware-model", json={**body, "stack": "nope"}, headers=service.auth
+    )
+    assert unknown.status_code == 422
+    by_cli = run_cli("estimate", "--arch", "llama-3.1-8b", "--hardware", "h100-sxm", "-p", "5",
+                     "-o", "5", "--stack", "nope")  # fmt: skip
+    assert_refused_in_one_line(by_cli, unknown.json()["detail"])
+    assert "vllm" in by_cli.stderr and "lmdeploy" in by_cli.stderr

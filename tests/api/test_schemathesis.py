@@ -51,7 +51,7 @@ RULES: list[tuple[re.Pattern[str], str]] = [
         (r"tensor-parallel|does not fit|cannot be split|GPUs", "does not fit"),
         (r"beyond floating-point range", "beyond floating-point range"),
         (r"no deployment of .* could be evaluated", "no deployment could be evaluated"),
-        (r"^unknown stack .*; plan knows", "an unknown stack"),
+        (r"^unknown stack '", "an unknown stack"),
         (r"prefix tokens or a prefix-cache hit rate, not both", "hit rate together"),
         # a file's content: CSV, JSONL, archives, HF config.json objects
         (r"^upload(:|,| )", "file's content"),
