@@ -101,6 +101,43 @@ def test_expert_and_attention_parallel_layouts_by_hand() -> None:
     assert eight / one == pytest.approx(8 * free_spread / free_plain, rel=0.01)
 
 
+
+def test_expert_parallel_moves_tokens_only_between_attention_dp_ranks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Tensor-parallel attention leaves every token on every GPU: expert parallelism then
+    differs from tensor-parallel experts only in the experts' kernel (same all-reduce, no
+    all-to-all); attention DP puts different tokens on the GPUs, which the all-to-all moves."""
+    from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
+
+    moved: list[int] = []
+    alltoall = GpuKernels.alltoall_time
+
+    def counted(self: GpuKernels, hardware, message, gpus):  # type: ignore[no-untyped-def]
+        moved.append(gpus)
+        return alltoall(self, hardware, message, gpus)
+
+    monkeypatch.setattr(GpuKernels, "alltoall_time", counted)
+    deepseek = get_architecture("deepseek-r1")
+    plain = Deployment(architecture=deepseek, hardware=B200, tp=8, precision=deepseek.precision)
+    experts = plain.model_copy(update={"ep": 8})
+    engine = get_engine("sglang")
+    tokens, attended = 32.0, 32.0 * 2000
+    step_tp = engine.step_model(plain).seconds(tokens, attended, 0, 0, 0)
+    step_ep = engine.step_model(experts).seconds(tokens, attended, 0, 0, 0)
+    assert moved == []
+    kernels = engine.step_model(plain).kernels
+    shape = dict(hidden=deepseek.hidden_size, inter=deepseek.expert_ffn_hidden_size,
+                 experts=deepseek.num_experts, topk=deepseek.experts_per_token, fmt="fp8_block")  # fmt: skip
+    moe_layers = deepseek.num_layers - deepseek.first_k_dense_layers
+    by_hand = moe_layers * (
+        kernels.moe_time(B200, tokens, ep=8, moe_tp=1, **shape)
+        - kernels.moe_time(B200, tokens, ep=1, moe_tp=8, **shape)
+    )
+    assert step_ep - step_tp == pytest.approx(by_hand, rel=1e-9, abs=1e-12)
+    spread = experts.model_copy(update={"attention_dp": 8})
+    engine.step_model(spread).seconds(tokens, attended, 0, 0, 0)
+    assert moved and set(moved) == {8}
 def test_refusals_are_one_line() -> None:
     llama = get_architecture("llama-3.1-8b")
     with pytest.raises(ValueError, match="dense"):

@@ -10,8 +10,11 @@ Per layer and GPU (``Deployment``: tp GPUs, ``attention_dp`` attention groups of
   reads of their cached K/V (or MLA latent), in the KV-cache format;
 - an all-reduce of the hidden states over attention_tp;
 - dense MLP GEMMs, or the router, the routed experts' grouped GEMM for all the step's tokens on
-  the rank's experts, the shared experts; an all-to-all dispatch and combine when the experts
-  are spread over ranks that hold other tokens (ep > 1 or attention_dp > 1), else an all-reduce;
+  the rank's experts, the shared experts; an all-to-all dispatch and combine when the ranks hold
+  different tokens (attention_dp > 1), else an all-reduce: with tensor-parallel attention every
+  rank holds every token, so expert parallelism computes each rank's experts on all of them and
+  sums the partial outputs as tensor parallelism does (SGLang's and TensorRT-LLM's expert
+  parallelism without attention DP; no tokens travel);
 - the LM head for the sampled positions.
 
 Multi-token prediction (``Deployment.speculative``) verifies draft + 1 tokens per decoding
@@ -282,7 +285,7 @@ class EngineStepModel:
                 + k.gemm_time(hw, local, 2 * width, h, fmt)
                 + k.gemm_time(hw, local, h, width, fmt)
             )
-        if dep.ep > 1 or dep.attention_dp > 1:
+        if dep.attention_dp > 1:
             # Dispatch (fp8 or bf16 activations) and combine (bf16) of the group's tokens.
             sent = local * arch.experts_per_token * h
             time = (
