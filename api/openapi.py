@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from typing import Any
 
 from fastapi import FastAPI
@@ -47,24 +48,34 @@ def _add_request_schemas(components: dict[str, Any]) -> None:
     components.update(json.loads(text))
 
 
+def _operations(paths: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """Every operation of the document's ``paths``, to be completed in place."""
+    for item in paths.values():
+        yield from item.values()
+
+
+def _add_note(operation: dict[str, Any], note: str) -> None:
+    """Append ``note`` to the operation's description as a paragraph of its own."""
+    text = operation.get("description", "").rstrip()
+    operation["description"] = f"{text}\n\n{note}".lstrip()
+
+
 def _mark_optional_auth(paths: dict[str, Any]) -> None:
     # Reads take the key from the header themselves (``api.security.reader``), for speed.
-    for item in paths.values():
-        for operation in item.values():
-            if "security" not in operation:
-                operation["security"] = [{"ApiKey": []}, {}]
+    for operation in _operations(paths):
+        if "security" not in operation:
+            operation["security"] = [{"ApiKey": []}, {}]
 
 
 def _errors_are_json(paths: dict[str, Any]) -> None:
     # FastAPI gives documented error responses the route's media type (text/html for the HTML
     # leaderboard); the errors themselves are JSON.
-    for item in paths.values():
-        for operation in item.values():
-            for code, response in operation.get("responses", {}).items():
-                content = response.get("content", {})
-                if code[:1] in "45" and "application/json" not in content and content:
-                    schema = next(iter(content.values())).get("schema", {})
-                    response["content"] = {"application/json": {"schema": schema}}
+    for operation in _operations(paths):
+        for code, response in operation.get("responses", {}).items():
+            content = response.get("content", {})
+            if code[:1] in "45" and "application/json" not in content and content:
+                schema = next(iter(content.values())).get("schema", {})
+                response["content"] = {"application/json": {"schema": schema}}
 
 
 # JSON Schema's integers are numbers without a fractional part, 3.0 and 3e0 included; the
@@ -76,12 +87,9 @@ INTEGER_FORM = (
 
 
 def _note_integer_form(paths: dict[str, Any]) -> None:
-    for item in paths.values():
-        for operation in item.values():
-            content = operation.get("requestBody", {}).get("content", {})
-            if "application/json" in content:
-                text = operation.get("description", "").rstrip()
-                operation["description"] = f"{text}\n\n{INTEGER_FORM}".lstrip()
+    for operation in _operations(paths):
+        if "application/json" in operation.get("requestBody", {}).get("content", {}):
+            _add_note(operation, INTEGER_FORM)
 
 
 NUL_TEXT = (
@@ -91,11 +99,9 @@ NUL_TEXT = (
 
 
 def _note_nul_text(paths: dict[str, Any]) -> None:
-    for item in paths.values():
-        for operation in item.values():
-            if operation.get("parameters") or operation.get("requestBody"):
-                text = operation.get("description", "").rstrip()
-                operation["description"] = f"{text}\n\n{NUL_TEXT}".lstrip()
+    for operation in _operations(paths):
+        if operation.get("parameters") or operation.get("requestBody"):
+            _add_note(operation, NUL_TEXT)
 
 
 def install(app: FastAPI, *, refuses_nul_text: bool = False) -> None:

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from sqlalchemy import inspect, select
 from sqlalchemy.engine import make_url
@@ -32,25 +33,10 @@ from idealized_runtime.leaderboard.rows import LeaderboardInputs, ProfileInput
 from idealized_runtime.report.load import LoadCurve, curves_from
 from idealized_runtime.trends.series import ProviderSeries
 
-# Metric names of the HELM scenario results stored as capability scores; they are the names
-# ``idealized_runtime.report.inputs.scenario_results_from_scores`` reads back.
-SCORE_FIELDS = {
-    "exact_match": "accuracy",
-    "raw_runtime_s": "raw_runtime_s",
-    "idealized_runtime_s": "idealized_runtime_s",
-    "mean_prompt_tokens": "mean_prompt_tokens",
-    "mean_output_tokens": "mean_output_tokens",
-}
+if TYPE_CHECKING:
+    from idealized_runtime.api.seed import SeedReport
+
 PAGE = 1_000_000
-
-
-@dataclass
-class StoreCounts:
-    measurement_sets: int = 0
-    fits: int = 0
-    scores: int = 0
-    architectures: int = 0
-    hardware: int = 0
 
 
 def _database(url: str):
@@ -125,20 +111,11 @@ def redact(url: str) -> str:
 
 def store_catalog(
     session: Session, architectures: list[Architecture], hardware: list[Hardware]
-) -> StoreCounts:
-    from idealized_runtime.api import crud
+) -> SeedReport:
+    """The architectures and hardware not stored yet, added (``api.seed.store_catalog``)."""
+    from idealized_runtime.api import seed
 
-    counts = StoreCounts()
-    known_archs, known_hw = crud.all_architectures(session), crud.all_hardware(session)
-    for arch in architectures:
-        if arch.name not in known_archs:
-            crud.add_architecture(session, arch)
-            counts.architectures += 1
-    for item in hardware:
-        if item.name not in known_hw:
-            crud.add_hardware(session, item)
-            counts.hardware += 1
-    return counts
+    return seed.store_catalog(session, architectures, hardware)
 
 
 def store_measurement_set(
@@ -193,18 +170,11 @@ def store_imported_fits(session: Session, fits: list[FittedCostModel]) -> int:
 
 
 def store_scenario_results(session: Session, results: tuple[ScenarioResult, ...]) -> int:
-    """HELM's per-scenario accuracies, runtimes and token counts as capability scores."""
-    from idealized_runtime.api import crud
-    from idealized_runtime.api.schemas import CapabilityScore
+    """HELM's per-scenario accuracies, runtimes and token counts as capability scores
+    (``api.seed.store_scenario_results``)."""
+    from idealized_runtime.api import seed
 
-    # One result per (model, scenario): the scenario loader keeps one run of each.
-    scores = [
-        CapabilityScore(model=r.model, scenario=r.scenario, metric=metric, value=value)
-        for r in results
-        for metric, attribute in SCORE_FIELDS.items()
-        if (value := getattr(r, attribute)) is not None
-    ]
-    return crud.upsert_capability_scores(session, scores) if scores else 0
+    return seed.store_scenario_results(session, results)
 
 
 # --- reading -----------------------------------------------------------------------------------

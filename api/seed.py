@@ -5,10 +5,13 @@ inserted when missing (never overwriting an edited row).
 ``seed_reference`` (``idealized-runtime db seed``): the bundled HELM reference: the Megatron A100
 profiles as a measurement set, HELM's idealized and denoised tables as imported fits, and the
 per-scenario accuracies / runtimes / token counts as capability scores. Skipped when its
-measurement set exists already."""
+measurement set exists already.
+``store_catalog`` and ``store_scenario_results`` store any architectures, hardware and scenario
+results alike; the report's database (``api.report_database``) stores through them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import select
@@ -24,9 +27,19 @@ from idealized_runtime.core.catalog import (
     helm_table,
     megatron_a100_measurements,
 )
-from idealized_runtime.core.scenarios import helm_scenario_results
+from idealized_runtime.core.scenarios import ScenarioResult, helm_scenario_results
+from idealized_runtime.core.types import Architecture, Hardware
 
 REFERENCE_SET = "helm-megatron-a100-reference"
+# Metric names of the HELM scenario results stored as capability scores; they are the names
+# ``idealized_runtime.report.inputs.scenario_results_from_scores`` reads back.
+SCORE_FIELDS = {
+    "exact_match": "accuracy",
+    "raw_runtime_s": "raw_runtime_s",
+    "idealized_runtime_s": "idealized_runtime_s",
+    "mean_prompt_tokens": "mean_prompt_tokens",
+    "mean_output_tokens": "mean_output_tokens",
+}
 
 
 @dataclass(frozen=True)
@@ -38,17 +51,39 @@ class SeedReport:
     capability_scores: int = 0
 
 
-def seed_catalog(session: Session) -> SeedReport:
+def store_catalog(
+    session: Session, architectures: Iterable[Architecture], hardware: Iterable[Hardware]
+) -> SeedReport:
+    """The architectures and hardware whose names are not stored yet, added (a stored row is
+    never overwritten); how many of each."""
     known_arch = set(session.execute(select(ArchitectureRow.name)).scalars())
     known_hw = set(session.execute(select(HardwareRow.name)).scalars())
-    new_arch = [a for name, a in architectures().items() if name not in known_arch]
-    new_hw = [h for name, h in hardware_catalog().items() if name not in known_hw]
+    new_arch = [a for a in architectures if a.name not in known_arch]
+    new_hw = [h for h in hardware if h.name not in known_hw]
     for architecture in new_arch:
         crud.add_architecture(session, architecture)
-    for hardware in new_hw:
-        crud.add_hardware(session, hardware)
-    session.commit()
+    for accelerator in new_hw:
+        crud.add_hardware(session, accelerator)
     return SeedReport(architectures=len(new_arch), hardware=len(new_hw))
+
+
+def store_scenario_results(session: Session, results: Iterable[ScenarioResult]) -> int:
+    """HELM's per-scenario accuracies, runtimes and token counts as capability scores (upserted);
+    how many were written."""
+    # One result per (model, scenario): the scenario loader keeps one run of each.
+    scores = [
+        CapabilityScore(model=r.model, scenario=r.scenario, metric=metric, value=value)
+        for r in results
+        for metric, attribute in SCORE_FIELDS.items()
+        if (value := getattr(r, attribute)) is not None
+    ]
+    return crud.upsert_capability_scores(session, scores) if scores else 0
+
+
+def seed_catalog(session: Session) -> SeedReport:
+    report = store_catalog(session, architectures().values(), hardware_catalog().values())
+    session.commit()
+    return report
 
 
 def seed_reference(session: Session) -> SeedReport:
@@ -79,22 +114,7 @@ def seed_reference(session: Session) -> SeedReport:
     fits += list(import_helm_table(helm_table("denoised"), "denoised").values())
     for fit in fits:
         crud.add_fit(session, fit, source="import", measurement_set_id=None)
-    scores: list[CapabilityScore] = []
-    for result in helm_scenario_results():
-        for metric, value in (
-            ("exact_match", result.accuracy),
-            ("raw_runtime_s", result.raw_runtime_s),
-            ("idealized_runtime_s", result.idealized_runtime_s),
-            ("mean_prompt_tokens", result.mean_prompt_tokens),
-            ("mean_output_tokens", result.mean_output_tokens),
-        ):
-            if value is not None:
-                scores.append(
-                    CapabilityScore(
-                        model=result.model, scenario=result.scenario, metric=metric, value=value
-                    )
-                )
-    written = crud.upsert_capability_scores(session, scores)
+    written = store_scenario_results(session, helm_scenario_results())
     session.commit()
     return SeedReport(
         architectures=catalog.architectures,

@@ -14,9 +14,10 @@ Usage: python benchmarks/collect_inferencex.py FIXTURE.json --repository OWNER/N
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
+
+from idealized_runtime.core.published import read_published_table, write_published_table
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
 GPUS = {"h100": "h100-sxm", "h200": "h200", "b200": "b200", "b300": "b300"}
@@ -41,14 +42,10 @@ def main() -> None:
     parser.add_argument("--retrieved", default="2026-11-26")
     args = parser.parse_args()
     results = json.loads(Path(args.fixture).read_text())
-    with (DATA / "measurements.csv").open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        columns = list(reader.fieldnames or [])
-        rows = [r for r in reader if not r["source_id"].startswith("inferencex-")]
-    with (DATA / "sources.csv").open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        source_columns = list(reader.fieldnames or [])
-        sources = [s for s in reader if not s["source_id"].startswith("inferencex-")]
+    columns, rows = read_published_table(DATA / "measurements.csv")
+    rows = [r for r in rows if not r["source_id"].startswith("inferencex-")]
+    source_columns, sources = read_published_table(DATA / "sources.csv")
+    sources = [s for s in sources if not s["source_id"].startswith("inferencex-")]
     runs: dict[str, dict[str, str]] = {}
     for point in results:
         if point["disagg"] or point["is_multinode"] or point["hardware"] not in GPUS:
@@ -113,14 +110,9 @@ def main() -> None:
                 "dataset's maxima (prompts and outputs drawn from 80-100% of them); KV-cache "
                 "format not stated" + ("" if version else "; engine image not stated"),
             })  # fmt: skip
-    with (DATA / "measurements.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    with (DATA / "sources.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, source_columns, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows([*sources, *sorted(runs.values(), key=lambda s: s["source_id"])])
+    write_published_table(DATA / "measurements.csv", columns, rows)
+    new_sources = sorted(runs.values(), key=lambda s: s["source_id"])
+    write_published_table(DATA / "sources.csv", source_columns, [*sources, *new_sources])
     print(f"{len(rows)} rows, {len(runs)} InferenceX runs")
 
 

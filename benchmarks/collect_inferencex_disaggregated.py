@@ -17,10 +17,10 @@ Usage: python benchmarks/collect_inferencex_disaggregated.py FIXTURE.json --repo
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 from pathlib import Path
 
+from idealized_runtime.core.published import write_published_table
 from idealized_runtime.core.published_disaggregated import COLUMNS, DISAGGREGATED_FILE
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
@@ -101,10 +101,7 @@ def main() -> None:
             "and transfer fabric not stated",
         })  # fmt: skip
     rows.sort(key=lambda r: r["row_id"])
-    with (DATA / DISAGGREGATED_FILE).open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, COLUMNS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+    write_published_table(DATA / DISAGGREGATED_FILE, COLUMNS, rows)
     print(f"{len(rows)} disaggregated points from {len({r['source_id'] for r in rows})} runs")
 
 

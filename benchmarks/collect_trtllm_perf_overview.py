@@ -14,8 +14,9 @@ Usage: python benchmarks/collect_trtllm_perf_overview.py PAGE.md --version 0.17 
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
+
+from idealized_runtime.core.published import read_published_table, write_published_table
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
 GPUS = {"H200 141GB HBM3": "h200", "H100 80GB HBM3": "h100-sxm"}
@@ -51,10 +52,8 @@ def main() -> None:
     source_id = f"trtllm-perf-overview-v{args.version}"
     header, body = table_rows(Path(args.page).read_text())
     columns = {i: (name, GPUS[name]) for i, name in enumerate(header) if name in GPUS}
-    with (DATA / "measurements.csv").open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        fields = list(reader.fieldnames or [])
-        rows = [r for r in reader if r["source_id"] != source_id]
+    fields, rows = read_published_table(DATA / "measurements.csv")
+    rows = [r for r in rows if r["source_id"] != source_id]
     added, model, tp = 0, "", ""
     version = args.version.replace(".", "")
     for cells in body:
@@ -85,14 +84,9 @@ def main() -> None:
                 f"lengths; total output tokens/s of the system; {label}",
             })  # fmt: skip
             added += 1
-    with (DATA / "measurements.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
-    with (DATA / "sources.csv").open(newline="") as handle:
-        reader = csv.DictReader(handle)
-        source_fields = list(reader.fieldnames or [])
-        sources = [s for s in reader if s["source_id"] != source_id]
+    write_published_table(DATA / "measurements.csv", fields, rows)
+    source_fields, sources = read_published_table(DATA / "sources.csv")
+    sources = [s for s in sources if s["source_id"] != source_id]
     sources.append({
         "source_id": source_id,
         "title": f"TensorRT-LLM {args.version} performance overview (offline throughput table)",
@@ -105,10 +99,7 @@ def main() -> None:
         "carries no date and the date is the month of that release. H200 and H100 columns "
         "(GH200, L40S and A100 left out: the engine stacks have no kernels on them)",
     })  # fmt: skip
-    with (DATA / "sources.csv").open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, source_fields, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(sources)
+    write_published_table(DATA / "sources.csv", source_fields, sources)
     print(f"{added} rows of {source_id}")
 
 

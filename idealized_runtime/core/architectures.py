@@ -186,6 +186,18 @@ def _gpt_neox(c: _Config) -> dict[str, Any]:
     )
 
 
+def _swiglu_rmsnorm_rotary(c: _Config, *, norm_eps: float, rope_theta: float) -> dict[str, Any]:
+    """The block llama's descendants share: a SwiGLU MLP, RMSNorm and rotary positions; the
+    defaults of ``rms_norm_eps`` and ``rope_theta`` differ by family."""
+    return dict(
+        activation="swiglu",
+        norm="rmsnorm",
+        norm_eps=c.get("rms_norm_eps", default=norm_eps),
+        position="rotary",
+        rope_theta=c.rope("rope_theta", rope_theta),
+    )
+
+
 def _llama_like(c: _Config, family: str) -> dict[str, Any]:
     if c.get("hidden_act") != "silu":
         raise c.unsupported("hidden_act", "llama-like models are built with SwiGLU (silu)")
@@ -197,11 +209,7 @@ def _llama_like(c: _Config, family: str) -> dict[str, Any]:
         **sizes,
         num_kv_heads=c.get("num_key_value_heads", "num_attention_heads"),
         head_dim=head_dim,
-        activation="swiglu",
-        norm="rmsnorm",
-        norm_eps=c.get("rms_norm_eps", default=1e-6),
-        position="rotary",
-        rope_theta=c.rope("rope_theta", 10000.0),
+        **_swiglu_rmsnorm_rotary(c, norm_eps=1e-6, rope_theta=10000.0),
         bias=bias,
         qkv_bias=True if family == "qwen2" else None,
         tie_embeddings=c.get("tie_word_embeddings", default=False),
@@ -317,11 +325,7 @@ def _deepseek_v3(c: _Config) -> dict[str, Any]:
         raise c.unsupported("topk_method", "only noaux_tc (group-limited) routing is built")
     return dict(
         **c.sizes(),
-        activation="swiglu",
-        norm="rmsnorm",
-        norm_eps=c.get("rms_norm_eps", default=1e-6),
-        position="rotary",
-        rope_theta=c.rope("rope_theta", 10000.0),
+        **_swiglu_rmsnorm_rotary(c, norm_eps=1e-6, rope_theta=10000.0),
         rope_scaling=_yarn(c),
         bias=False,
         tie_embeddings=c.get("tie_word_embeddings", default=False),
@@ -350,11 +354,7 @@ def _gpt_oss(c: _Config) -> dict[str, Any]:
         **sizes,
         num_kv_heads=c.get("num_key_value_heads"),
         head_dim=c.get("head_dim"),
-        activation="swiglu",
-        norm="rmsnorm",
-        norm_eps=c.get("rms_norm_eps", default=1e-5),
-        position="rotary",
-        rope_theta=c.rope("rope_theta", 150000.0),
+        **_swiglu_rmsnorm_rotary(c, norm_eps=1e-5, rope_theta=150000.0),
         rope_scaling=_yarn(c),
         bias=c.get("attention_bias", default=True),
         tie_embeddings=c.get("tie_word_embeddings", default=False),

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import csv
 import re
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import (
@@ -198,8 +200,25 @@ class PublishedRow(_Row):
 
 
 def _read_csv(name: str) -> list[dict[str, str]]:
-    with data_path(PUBLISHED_DIR, name).open(encoding="utf-8", newline="") as handle:
-        return list(csv.DictReader(handle))
+    return read_published_table(data_path(PUBLISHED_DIR, name))[1]
+
+
+def read_published_table(path: Path) -> tuple[list[str], list[dict[str, str]]]:
+    """A CSV table of ``data/published/``: its columns and its rows, cells as written."""
+    with path.open(encoding="utf-8", newline="") as handle:
+        reader = csv.DictReader(handle)
+        return list(reader.fieldnames or []), list(reader)
+
+
+def write_published_table(
+    path: Path, columns: Sequence[str], rows: Iterable[Mapping[str, object]]
+) -> None:
+    """Write a CSV table of ``data/published/`` as the shipped ones are (a header, "\\n" line
+    ends), for the scripts that collect published figures (``benchmarks/collect_*.py``)."""
+    with path.open("w", encoding="utf-8", newline="") as handle:
+        writer = csv.DictWriter(handle, columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
 
 
 def _validated(model: type[_Row], record: dict[str, str], name: str, line: int) -> _Row:

@@ -9,7 +9,6 @@ these rows live beside it. ``benchmarks/collect_inferencex_disaggregated.py`` wr
 
 from __future__ import annotations
 
-import csv
 from functools import lru_cache
 from typing import Annotated
 
@@ -17,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from idealized_runtime.core.catalog import data_path
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.published import read_published_table
 
 DISAGGREGATED_FILE = "disaggregated.csv"
 Positive = Annotated[int, Field(ge=1)]
@@ -76,8 +76,7 @@ COLUMNS: tuple[str, ...] = tuple(DisaggregatedPoint.model_fields)
 def load_disaggregated() -> tuple[DisaggregatedPoint, ...]:
     """Every row of the file, validated; InputError naming the first bad row."""
     path = data_path("published", DISAGGREGATED_FILE)
-    with path.open(newline="", encoding="utf-8") as handle:
-        rows = list(csv.DictReader(handle))
+    _, rows = read_published_table(path)
     points = []
     for number, row in enumerate(rows, start=2):
         try:

@@ -13,14 +13,22 @@ import tarfile
 import time
 import zipfile
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.api.live import MIB, LiveServer, generated, live_server, peak_disk, peak_memory
+from tests.api.live import (
+    MIB,
+    LiveServer,
+    MemoryUse,
+    generated,
+    live_server,
+    peak_disk,
+    peak_memory,
+)
 
 HEADER = b"model,num_prompt_tokens,num_output_tokens,runtime_s\n"
 
@@ -57,6 +65,20 @@ def open_bodies(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
         yield server
 
 
+def _upload(
+    server: LiveServer, path: str, body: Iterable[bytes], media: str
+) -> tuple[httpx.Response, MemoryUse]:
+    """POST ``body`` (streamed) to ``path`` with the server's key, watching its peak memory."""
+    with peak_memory(server.pid) as memory, server.client() as client:
+        response = client.post(path, content=body, headers={**server.auth, "content-type": media})
+    return response, memory
+
+
+def _assert_refused_past_the_row_limit(response: httpx.Response) -> None:
+    assert response.status_code == 422, response.text
+    assert "more than 500000 measurements" in response.json()["detail"]
+
+
 def test_anonymous_large_posts_cost_no_memory(defaults: LiveServer) -> None:
     """Eight concurrent anonymous 50 MB JSON uploads: 401 from the headers, bodies unread."""
     size = 50 * MIB
@@ -79,26 +101,15 @@ def test_a_huge_csv_stops_at_the_row_limit(open_bodies: LiveServer) -> None:
     """10^7 rows (about 230 MB), streamed: refused at row 500,001 while it arrives; memory
     holds the 500,000 rows read (compact columns), not the body."""
     body = csv_body(10_000_000)
-    with peak_memory(open_bodies.pid) as memory, open_bodies.client() as client:
-        response = client.post(
-            "/v1/measurement-sets/csv",
-            content=body,
-            headers={**open_bodies.auth, "content-type": "text/csv"},
-        )
+    response, memory = _upload(open_bodies, "/v1/measurement-sets/csv", body, "text/csv")
     print(f"10^7-row CSV: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
-    assert response.status_code == 422, response.text
-    assert "more than 500000 measurements" in response.json()["detail"]
+    _assert_refused_past_the_row_limit(response)
     assert memory.growth_mib < 120
 
 
 def test_a_large_csv_is_stored_within_bounded_memory(open_bodies: LiveServer) -> None:
     rows = 100_000
-    with peak_memory(open_bodies.pid) as memory, open_bodies.client() as client:
-        response = client.post(
-            "/v1/measurement-sets/csv",
-            content=csv_body(rows),
-            headers={**open_bodies.auth, "content-type": "text/csv"},
-        )
+    response, memory = _upload(open_bodies, "/v1/measurement-sets/csv", csv_body(rows), "text/csv")
     print(f"{rows}-row CSV stored: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
     assert response.status_code == 201, response.text
     assert response.json()["row_count"] == rows
@@ -117,15 +128,9 @@ def test_a_large_json_upload_is_read_measurement_by_measurement(defaults: LiveSe
             yield (b"," + item) * 10_000
         yield b"]}"
 
-    with peak_memory(defaults.pid) as memory, defaults.client() as client:
-        response = client.post(
-            "/v1/measurement-sets",
-            content=body(),
-            headers={**defaults.auth, "content-type": "application/json"},
-        )
+    response, memory = _upload(defaults, "/v1/measurement-sets", body(), "application/json")
     print(f"600k-row JSON: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
-    assert response.status_code == 422, response.text
-    assert "more than 500000 measurements" in response.json()["detail"]
+    _assert_refused_past_the_row_limit(response)
     assert memory.growth_mib < 80
 
 
@@ -134,12 +139,8 @@ def test_a_body_beyond_the_limit_is_cut_off_while_streaming(defaults: LiveServer
     comes before the row limit: 413 with a JSON detail once 64 MiB have arrived."""
     header = b"model,num_prompt_tokens,num_output_tokens,runtime_s,notes\n"
     row = b"m,1,1,0.5," + b"n" * 4000 + b"\n"
-    with peak_memory(defaults.pid) as memory, defaults.client() as client:
-        response = client.post(
-            "/v1/measurement-sets/csv",
-            content=generated(300 * MIB, header, row),
-            headers={**defaults.auth, "content-type": "text/csv"},
-        )
+    body = generated(300 * MIB, header, row)
+    response, memory = _upload(defaults, "/v1/measurement-sets/csv", body, "text/csv")
     print(f"300 MB over the limit: {memory.before_mib:.0f} -> peak {memory.peak_mib:.0f} MiB")
     assert response.status_code == 413
     assert "larger than 67108864 bytes" in response.json()["detail"]

@@ -16,11 +16,13 @@ from tests.test_architectures import TINY
 BASE: dict[str, Any] = dict(
     num_layers=2, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=256, max_context=128
 )
+# Llama's block: SwiGLU, RMSNorm, rotary positions, no biases, grouped-query attention.
+LLAMA_GQA: dict[str, Any] = dict(
+    activation="swiglu", norm="rmsnorm", position="rotary", bias=False, num_kv_heads=2
+)
 VARIANTS: dict[str, dict[str, Any]] = {
     "gpt2": dict(activation="gelu_new", position="learned", tie_embeddings=True),
-    "llama-gqa": dict(
-        activation="swiglu", norm="rmsnorm", position="rotary", bias=False, num_kv_heads=2
-    ),
+    "llama-gqa": LLAMA_GQA,
     "neox-parallel-two-norms": dict(
         position="rotary", rotary_dim=8, parallel_attn_mlp=True, parallel_mlp_norm=True
     ),
@@ -32,23 +34,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
         qkv_bias=False,
     ),
     "bloom-alibi-embedding-norm": dict(position="alibi", embedding_norm=True, tie_embeddings=True),
-    "mixtral-moe": dict(
-        activation="swiglu",
-        norm="rmsnorm",
-        position="rotary",
-        bias=False,
-        num_kv_heads=2,
-        num_experts=4,
-        experts_per_token=2,
-    ),
-    "qwen-qkv-bias": dict(
-        activation="swiglu",
-        norm="rmsnorm",
-        position="rotary",
-        bias=False,
-        qkv_bias=True,
-        num_kv_heads=2,
-    ),
+    "mixtral-moe": dict(**LLAMA_GQA, num_experts=4, experts_per_token=2),
+    "qwen-qkv-bias": dict(**LLAMA_GQA, qkv_bias=True),
 }
 
 

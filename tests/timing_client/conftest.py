@@ -52,6 +52,30 @@ def batched_serve_model(folder: Path, *options: str) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/v1"
 
 
+@pytest.fixture(scope="module")
+def step_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where ``batched_served`` logs its steps (``--step-log``)."""
+    return tmp_path_factory.mktemp("steps") / "steps.jsonl"
+
+
+@pytest.fixture(scope="module")
+def request_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where ``batched_served`` logs its requests (``--request-log``)."""
+    return tmp_path_factory.mktemp("requests") / "requests.jsonl"
+
+
+@pytest.fixture(scope="module")
+def batched_served(
+    tmp_path_factory: pytest.TempPathFactory, step_log: Path, request_log: Path
+) -> Iterator[str]:
+    """One `batched_serve_model` per test module, logging its steps and its requests; its base
+    URL."""
+    folder = tmp_path_factory.mktemp("serve")
+    logs = ("--step-log", str(step_log), "--request-log", str(request_log))
+    with batched_serve_model(folder, *logs) as base_url:
+        yield base_url
+
+
 @pytest.fixture
 def start_fake(tmp_path: Path) -> Iterator[Callable[..., str]]:
     with contextlib.ExitStack() as stack:

@@ -7,7 +7,6 @@ import itertools
 import json
 import os
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -15,21 +14,9 @@ import pytest
 
 from idealized_runtime.cost_model.serving.step_time import read_step_fit
 from tests.servers import cli_command
-from tests.timing_client.conftest import ENV, batched_serve_model
+from tests.timing_client.conftest import ENV
 
 CLIENTS = 8
-
-
-@pytest.fixture(scope="module")
-def step_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("steps") / "steps.jsonl"
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, step_log: Path) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("serve")
-    with batched_serve_model(folder, "--step-log", str(step_log)) as base_url:
-        yield base_url
 
 
 def _prompt(i: int) -> list[int]:
@@ -68,8 +55,8 @@ def _run_concurrently(base: str, stream: bool) -> list[dict]:
 
 
 @pytest.mark.parametrize("stream", [True, False])
-def test_concurrent_clients_each_get_exactly_max_tokens(served: str, stream: bool) -> None:
-    results = _run_concurrently(served, stream)
+def test_concurrent_clients_each_get_exactly_max_tokens(batched_served: str, stream: bool) -> None:
+    results = _run_concurrently(batched_served, stream)
     for i, result in enumerate(results):
         expected = 3 + 2 * i
         assert result["usage"] == {
@@ -81,19 +68,19 @@ def test_concurrent_clients_each_get_exactly_max_tokens(served: str, stream: boo
             assert result["pieces"] == expected
 
 
-def test_batched_text_equals_one_at_a_time(served: str) -> None:
-    together = _run_concurrently(served, stream=False)
+def test_batched_text_equals_one_at_a_time(batched_served: str) -> None:
+    together = _run_concurrently(batched_served, stream=False)
     with httpx.Client(timeout=60) as client:
         for i, result in enumerate(together):
             body = {"model": "tiny-llama", "prompt": _prompt(i), "max_tokens": 3 + 2 * i}
-            alone = client.post(f"{served}/completions", json=body).json()
+            alone = client.post(f"{batched_served}/completions", json=body).json()
             assert alone["choices"][0]["text"] == result["text"]
 
 
 def test_the_step_log_records_each_batched_step_for_the_simulator(
-    served: str, step_log: Path
+    batched_served: str, step_log: Path
 ) -> None:
-    _run_concurrently(served, stream=True)
+    _run_concurrently(batched_served, stream=True)
     steps = [json.loads(line) for line in step_log.read_text().splitlines()]
     assert steps and all(s["seconds"] > 0 for s in steps)
     for step in steps:  # within the server's limits: 4 sequences, 16 tokens a step

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,27 +16,15 @@ from idealized_runtime.core.architectures import load_architecture
 from idealized_runtime.cost_model.serving.step_time import fit_step_timings, read_step_fit
 from idealized_runtime.local_runner.openai_server import ApiError, ModelService, ProfileRequest
 from tests.servers import cli_command
-from tests.timing_client.conftest import batched_serve_model, run_cli
+from tests.timing_client.conftest import run_cli
 
 SMALL_PROFILE = {"batch_sizes": [1, 2, 4], "prompt_tokens": [4, 12], "output_tokens": 4}
 
 
-@pytest.fixture(scope="module")
-def request_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("requests") / "requests.jsonl"
-
-
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory, request_log: Path) -> Iterator[str]:
-    folder = tmp_path_factory.mktemp("serve")
-    with batched_serve_model(folder, "--request-log", str(request_log)) as base_url:
-        yield base_url
-
-
 def test_the_engine_profile_times_the_served_engine_for_simulate_fit(
-    served: str, tmp_path: Path
+    batched_served: str, tmp_path: Path
 ) -> None:
-    response = httpx.post(f"{served}/engine/profile", json=SMALL_PROFILE, timeout=120)
+    response = httpx.post(f"{batched_served}/engine/profile", json=SMALL_PROFILE, timeout=120)
     assert response.status_code == 200, response.text
     profile = response.json()
     assert profile["object"] == "engine.profile"
@@ -78,17 +65,17 @@ def test_the_engine_profile_times_the_served_engine_for_simulate_fit(
     ],
 )
 def test_bad_profile_settings_are_refused_with_the_field(
-    served: str, body: dict[str, Any], param: str, message: str | None
+    batched_served: str, body: dict[str, Any], param: str, message: str | None
 ) -> None:
-    response = httpx.post(f"{served}/engine/profile", json=body, timeout=60)
+    response = httpx.post(f"{batched_served}/engine/profile", json=body, timeout=60)
     assert response.status_code == 400, response.text
     error = response.json()["error"]
     assert error["param"] == param
     assert error["message"].startswith(message or f"{param}:")
 
 
-def test_a_profile_body_that_is_not_json_is_refused(served: str) -> None:
-    response = httpx.post(f"{served}/engine/profile", content=b"{not json", timeout=60)
+def test_a_profile_body_that_is_not_json_is_refused(batched_served: str) -> None:
+    response = httpx.post(f"{batched_served}/engine/profile", content=b"{not json", timeout=60)
     assert response.status_code == 400
     assert response.json()["error"]["message"] == "request body is not valid JSON"
 
@@ -114,13 +101,13 @@ def _stream_chat(client: httpx.Client, base: str, tokens: int) -> dict[str, floa
 
 
 def test_the_request_log_holds_each_requests_server_side_times(
-    served: str, request_log: Path
+    batched_served: str, request_log: Path
 ) -> None:
     before = len(request_log.read_text().splitlines()) if request_log.exists() else 0
     with httpx.Client(timeout=60) as client:
-        seen = [_stream_chat(client, served, tokens) for tokens in (1, 3, 6)]
+        seen = [_stream_chat(client, batched_served, tokens) for tokens in (1, 3, 6)]
         plain = client.post(
-            f"{served}/completions",
+            f"{batched_served}/completions",
             json={"model": "tiny-llama", "prompt": [5, 6, 7], "max_tokens": 2},
         )
         assert plain.status_code == 200
@@ -142,7 +129,7 @@ def test_the_request_log_holds_each_requests_server_side_times(
 
 
 def test_the_request_log_tells_our_clients_requests_apart(
-    served: str, request_log: Path, tmp_path: Path
+    batched_served: str, request_log: Path, tmp_path: Path
 ) -> None:
     """`measure` names itself in User-Agent, so that a server shared with other clients (a
     load test beside ours) can tell whose request each logged one was."""
@@ -153,7 +140,7 @@ def test_the_request_log_tells_our_clients_requests_apart(
     grid.write_text("num_prompt_tokens,num_output_tokens\n4,2\n")
     out = tmp_path / "rows.jsonl"
     result = run_cli(cli_command(
-        "measure", "--base-url", served, "--model", "tiny-llama", "-o", str(out),
+        "measure", "--base-url", batched_served, "--model", "tiny-llama", "-o", str(out),
         "--grid", str(grid), "--repeats", "2", "--no-progress",
     ))  # fmt: skip
     assert result.returncode == 0, result.stderr
