@@ -127,8 +127,13 @@ def test_expert_parallel_moves_tokens_only_between_attention_dp_ranks(
     step_ep = engine.step_model(experts).seconds(tokens, attended, 0, 0, 0)
     assert moved == []
     kernels = engine.step_model(plain).kernels
-    shape = dict(hidden=deepseek.hidden_size, inter=deepseek.expert_ffn_hidden_size,
-                 experts=deepseek.num_experts, topk=deepseek.experts_per_token, fmt="fp8_block")  # fmt: skip
+    shape = {
+        "hidden": deepseek.hidden_size,
+        "inter": deepseek.expert_ffn_hidden_size,
+        "experts": deepseek.num_experts,
+        "topk": deepseek.experts_per_token,
+        "fmt": "fp8_block",
+    }
     moe_layers = deepseek.num_layers - deepseek.first_k_dense_layers
     by_hand = moe_layers * (
         kernels.moe_time(B200, tokens, ep=8, moe_tp=1, **shape)
