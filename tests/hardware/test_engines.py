@@ -101,7 +101,6 @@ def test_expert_and_attention_parallel_layouts_by_hand() -> None:
     assert eight / one == pytest.approx(8 * free_spread / free_plain, rel=0.01)
 
 
-
 def test_expert_parallel_moves_tokens_only_between_attention_dp_ranks(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -143,6 +142,8 @@ def test_expert_parallel_moves_tokens_only_between_attention_dp_ranks(
     spread = experts.model_copy(update={"attention_dp": 8})
     engine.step_model(spread).seconds(tokens, attended, 0, 0, 0)
     assert moved and set(moved) == {8}
+
+
 def test_refusals_are_one_line() -> None:
     llama = get_architecture("llama-3.1-8b")
     with pytest.raises(ValueError, match="dense"):
