@@ -75,7 +75,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "(new_token_ratio), retraction when decoding fills the cache",
         _scheduler(
             max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
-            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.033,
+            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.056,
         ),
     ),
     "tensorrt-llm": (
@@ -86,7 +86,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "whole sequence beside the running ones'",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
-            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.095,
+            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.117,
         ),
     ),
 }  # fmt: skip
