@@ -323,3 +323,26 @@ def test_collective_message_sizes_count_elements_of_their_dtype() -> None:
     assert _message_bytes(plain)["message_bytes"].tolist() == [1024.0]
     with pytest.raises(InputError, match="collective dtype"):
         _message_bytes(pandas.DataFrame({"allreduce_dtype": ["fp4"], "message_size": [1]}))
+
+
+def test_the_moe_table_is_the_version_that_measured_the_most_formats(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """A later version that remeasured a few formats only does not hide the block-scaled fp8
+    an earlier one measured; among versions measuring as many, the newest."""
+    import pandas
+
+    from idealized_runtime.cost_model.hardware.engines.kernel_fit import _widest_moe_table
+
+    def table(version: str, formats: list[str]) -> None:
+        folder = tmp_path / "h200_sxm" / "moe" / "trtllm" / version
+        folder.mkdir(parents=True)
+        pandas.DataFrame({"moe_dtype": formats, "latency": [1.0] * len(formats)}).to_parquet(
+            folder / "moe_perf.parquet"
+        )
+
+    table("1.3.0rc10", ["bfloat16", "fp8", "fp8_block"])
+    table("1.3.0rc20", ["bfloat16", "fp8", "fp8_block"])
+    table("1.3.0rc23", ["bfloat16", "fp8"])
+    path, frame = _widest_moe_table(tmp_path, "h200_sxm", "trtllm")
+    assert path is not None and path.parent.name == "1.3.0rc20"
+    assert frame is not None and "fp8_block" in set(frame["moe_dtype"])
+    assert _widest_moe_table(tmp_path, "b200_sxm", "trtllm") == (None, None)

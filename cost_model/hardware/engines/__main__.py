@@ -86,7 +86,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "whole sequence beside the running ones'",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
-            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.117,
+            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.104,
         ),
     ),
 }  # fmt: skip
