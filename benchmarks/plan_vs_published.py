@@ -23,7 +23,7 @@ The workload is the client's: lengths drawn from 80-100% of the stated ones, tak
 means; multi-token prediction as 3 draft tokens accepted at 0.7 (the sources state neither).
 Nothing in the engine stacks, the estimator or the plan is fitted on serving measurements but
 the engines' request overhead (a TTFT constant from InferenceX runs at concurrency <= 8, which
-moves these figures by at most 2.2 points), so every source is held out of its own prediction;
+moves these figures by at most 1.9 points), so every source is held out of its own prediction;
 the table per source shows it.
 
 Usage: python benchmarks/plan_vs_published.py [--sources]
