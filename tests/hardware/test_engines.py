@@ -18,6 +18,7 @@ from idealized_runtime.cost_model.hardware.engines.catalog import (
     get_engine,
 )
 from idealized_runtime.cost_model.hardware.engines.step import (
+    kernel_format,
     kv_capacity_tokens,
     weight_bytes_per_gpu,
 )
@@ -120,7 +121,7 @@ def test_expert_parallel_moves_tokens_only_between_attention_dp_ranks(
     deepseek = get_architecture("deepseek-r1")
     plain = Deployment(architecture=deepseek, hardware=B200, tp=8, precision=deepseek.precision)
     experts = plain.model_copy(update={"ep": 8})
-    engine = get_engine("sglang")
+    engine = get_engine("tensorrt-llm")
     tokens, attended = 32.0, 32.0 * 2000
     step_tp = engine.step_model(plain).seconds(tokens, attended, 0, 0, 0)
     step_ep = engine.step_model(experts).seconds(tokens, attended, 0, 0, 0)
@@ -131,7 +132,7 @@ def test_expert_parallel_moves_tokens_only_between_attention_dp_ranks(
         "inter": deepseek.expert_ffn_hidden_size,
         "experts": deepseek.num_experts,
         "topk": deepseek.experts_per_token,
-        "fmt": "fp8_block",
+        "fmt": kernel_format(deepseek.precision, experts=True),
     }
     moe_layers = deepseek.num_layers - deepseek.first_k_dense_layers
     by_hand = moe_layers * (
@@ -346,3 +347,42 @@ def test_the_moe_table_is_the_version_that_measured_the_most_formats(tmp_path) -
     assert path is not None and path.parent.name == "1.3.0rc20"
     assert frame is not None and "fp8_block" in set(frame["moe_dtype"])
     assert _widest_moe_table(tmp_path, "b200_sxm", "trtllm") == (None, None)
+
+
+def test_sglang_fuses_deepseeks_shared_expert_into_the_routed_kernel_by_hand() -> None:
+    """SGLang's shared-experts fusion: with tensor-parallel experts the shared expert is one more
+    expert every token picks (no GEMMs of its own); with expert parallelism or FP4 experts it
+    keeps its GEMMs, as on the engines without the fusion."""
+    from dataclasses import replace
+
+    deepseek = get_architecture("deepseek-r1")
+    plain = Deployment(architecture=deepseek, hardware=B200, tp=8, precision=deepseek.precision)
+    engine = get_engine("sglang")
+    assert engine.scheduler.fuse_shared_experts
+    unfused = replace(engine, scheduler=replace(engine.scheduler, fuse_shared_experts=False))
+    tokens, attended = 16.0, 16.0 * 1500
+    kernels = engine.step_model(plain).kernels
+    width = deepseek.num_shared_experts * deepseek.expert_ffn_hidden_size / 8
+    h = deepseek.hidden_size
+    common = {"hidden": h, "inter": deepseek.expert_ffn_hidden_size, "ep": 1, "moe_tp": 8}
+    experts_fmt, linear = (
+        kernel_format(plain.precision, experts=True),
+        kernel_format(plain.precision),
+    )
+    per_layer = (
+        kernels.moe_time(B200, tokens, experts=257, topk=9, fmt=experts_fmt, **common)
+        - kernels.moe_time(B200, tokens, experts=256, topk=8, fmt=experts_fmt, **common)
+        - kernels.gemm_time(B200, tokens, 2 * width, h, linear)
+        - kernels.gemm_time(B200, tokens, h, width, linear)
+    )
+    moe_layers = deepseek.num_layers - deepseek.first_k_dense_layers
+    fused_s = engine.step_model(plain).seconds(tokens, attended, 0, 0, 0)
+    unfused_s = unfused.step_model(plain).seconds(tokens, attended, 0, 0, 0)
+    assert fused_s - unfused_s == pytest.approx(moe_layers * per_layer, rel=1e-9, abs=1e-12)
+    for layout in (
+        plain.model_copy(update={"ep": 8}),
+        plain.model_copy(update={"precision": parse_precision("nvfp4")}),
+    ):
+        assert engine.step_model(layout).seconds(tokens, attended, 0, 0, 0) == pytest.approx(
+            unfused.step_model(layout).seconds(tokens, attended, 0, 0, 0), rel=1e-12
+        )

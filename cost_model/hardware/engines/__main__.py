@@ -72,10 +72,12 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "SGLang: prefill first (a step with waiting prompts runs prompts only), chunked "
         "prefill of 8192 tokens, mem_fraction_static 0.88, CUDA graphs up to batch 256; "
         "admission against a decaying estimate of the running requests' future tokens "
-        "(new_token_ratio), retraction when decoding fills the cache",
+        "(new_token_ratio), retraction when decoding fills the cache; DeepSeek's shared "
+        "experts fused into the routed experts' kernel (tensor-parallel experts, not FP4)",
         _scheduler(
             max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
-            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.056,
+            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.055,
+            fuse_shared_experts=True,
         ),
     ),
     "tensorrt-llm": (

@@ -67,7 +67,10 @@ class SchedulerDefaults:
     ``gather_timeout_steps`` decode steps have passed (TensorRT-LLM's attention-DP balance,
     ``attention_dp_config: enable_balance, timeout_iters``); ``request_overhead_s``: seconds
     from a request's arrival until the scheduler sees it (HTTP, tokenization, first-token
-    delivery; fitted on serving measurements, see the stack's notes)."""
+    delivery; fitted on serving measurements, see the stack's notes); ``fuse_shared_experts``:
+    a MoE layer's shared experts run as more routed experts that every token picks, inside the
+    grouped MoE kernel (SGLang's shared-experts fusion for DeepSeek-V3/R1, which it turns off
+    with expert parallelism, attention DP and FP4 experts), else as GEMMs of their own."""
 
     token_budget: int
     max_running: int
@@ -84,6 +87,7 @@ class SchedulerDefaults:
     gather_prompts: int = 1
     gather_timeout_steps: int = 0
     request_overhead_s: float = 0.0
+    fuse_shared_experts: bool = False
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
@@ -265,19 +269,20 @@ class EngineStepModel:
         dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
         arch, h = dep.architecture, dep.architecture.hidden_size
         experts_fmt = kernel_format(dep.precision, experts=True)
+        fused = arch.num_shared_experts if self._fuses_shared_experts(experts_fmt) else 0
         time = k.gemm_time(hw, local, arch.num_experts, h, "bf16")  # the router
         time = time + k.moe_time(
             hw,
             tokens,
             hidden=h,
             inter=arch.expert_ffn_hidden_size,
-            experts=arch.num_experts,
-            topk=arch.experts_per_token,
+            experts=arch.num_experts + fused,
+            topk=arch.experts_per_token + fused,
             ep=dep.ep,
             moe_tp=dep.moe_tp,
             fmt=experts_fmt,
         )
-        if arch.num_shared_experts:
+        if arch.num_shared_experts and not fused:
             width = arch.num_shared_experts * arch.expert_ffn_hidden_size / dep.attention_tp
             fmt = kernel_format(dep.precision)
             time = (
@@ -296,6 +301,18 @@ class EngineStepModel:
         elif dep.tp > 1:
             time = time + k.allreduce_time(hw, tokens * h * 2.0, dep.tp)
         return time
+
+    def _fuses_shared_experts(self, experts_fmt: str) -> bool:
+        """Whether the engine runs the shared experts inside the routed experts' kernel here:
+        only where every GPU holds every expert's slice (no expert parallelism, no attention DP)
+        and the experts are not FP4 (SGLang serves those with FlashInfer's kernels, unfused)."""
+        dep = self.deployment
+        return (
+            self.scheduler.fuse_shared_experts
+            and dep.ep == 1
+            and dep.attention_dp == 1
+            and experts_fmt not in ("nvfp4", "mxfp4")
+        )
 
     def _head(self, rows: np.ndarray) -> np.ndarray:
         dep = self.deployment
