@@ -343,10 +343,12 @@ def test_the_moe_table_is_the_version_that_measured_the_most_formats(tmp_path) -
     table("1.3.0rc10", ["bfloat16", "fp8", "fp8_block"])
     table("1.3.0rc20", ["bfloat16", "fp8", "fp8_block"])
     table("1.3.0rc23", ["bfloat16", "fp8"])
-    path, frame = _widest_moe_table(tmp_path, "h200_sxm", "trtllm")
-    assert path is not None and path.parent.name == "1.3.0rc20"
-    assert frame is not None and "fp8_block" in set(frame["moe_dtype"])
-    assert _widest_moe_table(tmp_path, "b200_sxm", "trtllm") == (None, None)
+    widest = _widest_moe_table(tmp_path, "h200_sxm", "trtllm")
+    assert widest is not None
+    path, frame = widest
+    assert path.parent.name == "1.3.0rc20"
+    assert "fp8_block" in set(frame["moe_dtype"])
+    assert _widest_moe_table(tmp_path, "b200_sxm", "trtllm") is None
 
 
 def test_sglang_fuses_deepseeks_shared_expert_into_the_routed_kernel_by_hand() -> None:

@@ -117,9 +117,7 @@ def newest_file(root: Path, gpu: str, op: str, engine: str, name: str) -> Path |
     return found[0] if found else None
 
 
-def _widest_moe_table(
-    root: Path, gpu: str, engine: str
-) -> tuple[Path | None, pandas.DataFrame | None]:
+def _widest_moe_table(root: Path, gpu: str, engine: str) -> tuple[Path, pandas.DataFrame] | None:
     """The MoE table of the version that measured the most of the formats fitted here, the
     newest among equals: a later version may remeasure a few formats only (TensorRT-LLM
     1.3.0rc23 on H100/H200: bf16 and per-tensor fp8, without the block-scaled fp8 of DeepSeek
@@ -130,7 +128,7 @@ def _widest_moe_table(
         measured = len(set(frame["moe_dtype"]) & set(MOE_FORMATS))
         if best is None or measured > best[0]:
             best = (measured, path, frame)
-    return (best[1], best[2]) if best is not None and best[0] > 0 else (None, None)
+    return (best[1], best[2]) if best is not None and best[0] > 0 else None
 
 
 def _read(path: Path) -> pandas.DataFrame:
@@ -478,8 +476,9 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         if len(rows) >= 20:
             gemm[fmt], errors[f"gemm_{fmt}"] = _gemm_fit(rows, hardware, fmt)
     moe: dict[str, OpFit] = {}
-    moe_path, moe_frame = _widest_moe_table(root, database_gpu, engine)
-    if moe_path is not None and moe_frame is not None:
+    widest = _widest_moe_table(root, database_gpu, engine)
+    if widest is not None:
+        moe_path, moe_frame = widest
         files.append(moe_path)
         for distribution in MOE_DISTRIBUTIONS:
             chosen = moe_frame[moe_frame["distribution"] == distribution]
