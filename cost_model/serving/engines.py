@@ -42,6 +42,21 @@ def default_precision(
     return precision
 
 
+def _check_setting_kind(name: str, value: Any, default: Any) -> None:
+    """InputError in one line unless ``value`` is of the kind of the setting's default: a
+    switch takes true or false, a count a whole number, a fraction or time any number."""
+    if isinstance(default, bool):
+        ok, kind = isinstance(value, bool), "true or false"
+    elif isinstance(default, int):
+        ok, kind = isinstance(value, int) and not isinstance(value, bool), "a whole number"
+    elif isinstance(default, float):
+        ok, kind = isinstance(value, int | float) and not isinstance(value, bool), "a number"
+    else:
+        ok, kind = isinstance(value, type(default)), type(default).__name__
+    if not ok:
+        raise InputError(f"bad engine setting {name}={value!r}: {name} takes {kind}")
+
+
 def engine_server(
     engine: EngineStack | str,
     deployment: Deployment,
@@ -63,10 +78,9 @@ def engine_server(
         raise InputError(
             f"unknown engine settings {', '.join(unknown)}; known: {', '.join(sorted(known))}"
         )
-    try:
-        scheduler = replace(scheduler, **dict(settings or {}))
-    except TypeError as error:  # a value of the wrong kind, e.g. memory_fraction=high
-        raise InputError(f"bad engine setting: {error}") from None
+    for name, value in (settings or {}).items():
+        _check_setting_kind(name, value, getattr(scheduler, name))
+    scheduler = replace(scheduler, **dict(settings or {}))
     if token_budget is not None:
         scheduler = replace(scheduler, token_budget=token_budget)
     model = replace(stack.step_model(deployment), scheduler=scheduler)

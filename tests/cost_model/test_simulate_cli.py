@@ -95,7 +95,15 @@ def test_workload_and_profiled_fit(tmp_path: Path) -> None:
         ),
         (
             ["--rate", "2", "--stack", "sglang", "--engine-setting", "memory_fraction=most"],
-            "bad engine setting",
+            "bad engine setting memory_fraction='most': memory_fraction takes a number",
+        ),
+        (
+            ["--rate", "2", "--stack", "sglang", "--engine-setting", "fuse_shared_experts=maybe"],
+            "fuse_shared_experts takes true or false",
+        ),
+        (
+            ["--rate", "2", "--stack", "sglang", "--engine-setting", "recv_interval=2.5"],
+            "recv_interval takes a whole number",
         ),
     ],
 )

@@ -254,6 +254,17 @@ def test_each_engine_admits_as_its_scheduler_does_and_flags_override() -> None:
     assert config.kv_capacity_tokens is not None and config.kv_capacity_tokens < smaller
     with pytest.raises(InputError, match=r"^unknown engine settings chunk_size; known: "):
         engine_server("sglang", deployment, settings={"chunk_size": 1})
+    # A setting of the wrong kind is refused, not taken for a truthy switch or a fraction.
+    for bad, kind in (
+        ({"fuse_shared_experts": "no"}, "true or false"),
+        ({"chunked_prefill": 1}, "true or false"),
+        ({"max_running": 8.0}, "a whole number"),
+        ({"memory_fraction": True}, "a number"),
+    ):
+        with pytest.raises(InputError, match=f"takes {kind}$"):
+            engine_server("sglang", deployment, settings=bad)
+    whole = engine_server("sglang", deployment, settings={"memory_fraction": 1})[1]
+    assert whole.kv_capacity_tokens is not None and whole.kv_capacity_tokens > smaller
 
 
 def test_published_mtp_acceptance_reproduces_its_figures() -> None:
