@@ -317,6 +317,11 @@ class Hardware(_Frozen):
     name: Name
     vendor: str = ""
     memory_gb: float = Field(gt=0)
+    driver_memory_mib: int | None = Field(
+        default=None,
+        gt=0,
+        description="memory the driver reports (nvidia-smi memory.total), MiB; None: memory_gb",
+    )
     memory_bandwidth_gbps: float = Field(gt=0, description="HBM/GDDR bandwidth, GB/s")
     peak_dense_tflops: float = Field(gt=0, description="dense bf16/fp16 tensor-core TFLOP/s")
     unaligned_matmul_tflops: float | None = Field(
@@ -338,6 +343,14 @@ class Hardware(_Frozen):
 
     def __hash__(self) -> int:  # ``sources`` is a dict: hash the GPU's figures by their text
         return hash(self.model_dump_json())
+
+    @property
+    def device_memory_bytes(self) -> float:
+        """Bytes an engine sizes its memory fraction from (what ``torch.cuda.mem_get_info``
+        reports): the driver's total where known; marketed figures are often GiB, not GB."""
+        if self.driver_memory_mib is not None:
+            return float(self.driver_memory_mib) * 2**20
+        return self.memory_gb * 1e9
 
 
 # --- Numeric precision ------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -176,6 +177,25 @@ def test_nvfp4_checkpoints_serve_with_an_fp8_kv_cache_by_default() -> None:
     deepseek = get_architecture("deepseek-r1")
     four = Deployment(architecture=deepseek, hardware=B200, tp=4, precision=deepseek.precision)
     assert kv_capacity_tokens(four, get_engine("sglang").scheduler) > 0
+
+
+def test_engines_size_the_kv_cache_from_the_memory_the_driver_reports() -> None:
+    # An H200 reports 143,771 MiB (150.8 GB), not its marketed 141 GB: SGLang's
+    # --mem-fraction-static is a fraction of the former. By hand for DeepSeek-R1 in fp8 on 8:
+    # cache = 0.82 x reported - weights per GPU, over 61 layers x 576 bf16 latent values.
+    deepseek = get_architecture("deepseek-r1")
+    eight = Deployment(architecture=deepseek, hardware=H200, tp=8, precision=deepseek.precision)
+    scheduler = replace(get_engine("sglang").scheduler, memory_fraction=0.82)
+    assert not scheduler.of_free
+    assert H200.driver_memory_mib == 143771
+    free = 0.82 * 143771 * 2**20 - weight_bytes_per_gpu(eight)
+    assert kv_capacity_tokens(eight, scheduler) == int(free // (61 * 576 * 2))
+    marketed = eight.model_copy(
+        update={"hardware": H200.model_copy(update={"driver_memory_mib": None})}
+    )
+    by_marketed = int((0.82 * 141e9 - weight_bytes_per_gpu(eight)) // (61 * 576 * 2))
+    assert kv_capacity_tokens(marketed, scheduler) == by_marketed
+    assert kv_capacity_tokens(eight, scheduler) > 1.25 * by_marketed
 
 
 class _Recorder:

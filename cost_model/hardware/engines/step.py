@@ -347,7 +347,7 @@ def kv_capacity_tokens(deployment: Deployment, scheduler: SchedulerDefaults) -> 
     engines that size the cache so); InputError in one line when the weights do not fit."""
     arch, hardware = deployment.architecture, deployment.hardware
     weights = weight_bytes_per_gpu(deployment)
-    memory = hardware.memory_gb * GB
+    memory = hardware.device_memory_bytes
     if scheduler.of_free:
         free = (memory - weights) * scheduler.memory_fraction
     else:
