@@ -337,6 +337,12 @@ class Hardware(_Frozen):
         default=None, gt=0, description="dense fp4 (NVFP4) tensor-core TFLOP/s; None: none"
     )
     interconnect_gbps: float = Field(default=0, ge=0, description="per-GPU in-node, GB/s, one way")
+    scale_up_gpus: int | None = Field(
+        default=None,
+        gt=0,
+        description="GPUs one NVLink/xGMI domain joins at interconnect_gbps (8 on HGX boards, "
+        "72 on GB200 NVL72); None: not stated",
+    )
     board_power_w: float = Field(default=0, ge=0)
     hourly_price_usd: float = Field(default=0, ge=0)
     sources: dict[str, str] = Field(default_factory=dict)

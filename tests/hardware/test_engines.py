@@ -179,6 +179,22 @@ def test_nvfp4_checkpoints_serve_with_an_fp8_kv_cache_by_default() -> None:
     assert kv_capacity_tokens(four, get_engine("sglang").scheduler) > 0
 
 
+def test_a_tensor_parallel_group_beyond_one_nvlink_domain_is_refused_in_one_line() -> None:
+    # 16 H100s are two HGX nodes: their collectives cross the network, which no stack models.
+    deepseek = get_architecture("deepseek-r1")
+    h100 = get_hardware("h100-sxm")
+    assert h100.scale_up_gpus == 8 and get_hardware("gb200").scale_up_gpus == 72
+    sixteen = Deployment(architecture=deepseek, hardware=h100, tp=16, precision=deepseek.precision)
+    for name in ENGINES:
+        with pytest.raises(InputError) as error:
+            get_engine(name).step_model(sixteen)
+        message = str(error.value)
+        assert "\n" not in message and "2 NVLink domains of 8 h100-sxm" in message
+    # Within GB200 NVL72's one domain, 16 GPUs are one group.
+    on_gb200 = sixteen.model_copy(update={"hardware": get_hardware("gb200")})
+    assert get_engine("sglang").step_model(on_gb200) is not None
+
+
 def test_engines_size_the_kv_cache_from_the_memory_the_driver_reports() -> None:
     # An H200 reports 143,771 MiB (150.8 GB), not its marketed 141 GB: SGLang's
     # --mem-fraction-static is a fraction of the former. By hand for DeepSeek-R1 in fp8 on 8:

@@ -50,6 +50,14 @@ class EngineStack:
         if deployment.pp > 1:
             raise InputError(f"the {self.name} stack models one pipeline stage (pp = 1)")
         check_precision(deployment.hardware, deployment.precision)  # e.g. nvfp4 off Blackwell
+        domain = deployment.hardware.scale_up_gpus
+        if domain is not None and deployment.tp > domain:
+            raise InputError(
+                f"tensor-parallel size {deployment.tp} spans {-(-deployment.tp // domain)} NVLink "
+                f"domains of {domain} {deployment.hardware.name} GPUs; the {self.name} stack "
+                "models collectives within one domain (use at most "
+                f"{domain} GPUs per instance)"
+            )
         return EngineStepModel(deployment, self.kernels(deployment.hardware.name), self.scheduler)
 
     def to_json(self) -> dict[str, Any]:
