@@ -250,6 +250,17 @@ def simulate(
         if not gathering:
             _admit(waiting, running, cache, config, per_token)
             gathered_for = 0
+            if waiting and not running:
+                # Refused by an idle server: the engine's rule never lets this request in
+                # (e.g. SGLang's estimate wants a spare token per request beyond its length).
+                request = waiting.popleft()
+                finish(
+                    request,
+                    False,
+                    f"never admitted: needs {request.need} tokens of KV cache "
+                    f"with its output, the {config.admission} rule's idle cache holds {capacity}",
+                )
+                continue
         if not running:
             cache.idle()
             since_receive = config.recv_interval

@@ -136,7 +136,7 @@ class _CacheWatcher:
     clients=st.integers(1, 10),
     prompt=st.integers(1, 60),
     output=st.integers(1, 40),
-    spare=st.integers(0, 200),
+    spare=st.integers(2, 200),  # SGLang's rules keep room beyond the sequence
     prefill_first=st.booleans(),
 )
 def test_the_cache_never_overflows_and_every_request_ends_whole(
@@ -206,3 +206,17 @@ def test_attention_dp_balance_gathers_prompts_until_enough_or_timeout() -> None:
     assert [r["ttft_s"] for r in simulate(four, ONE_SECOND_STEPS, gather)[1:]] == [1.5] * 4
     # An idle server does not wait.
     assert simulate([RequestShape(1, 3, 0.0)], ONE_SECOND_STEPS, gather)[0]["ttft_s"] == 1.0
+
+
+@pytest.mark.parametrize("admission", ["forecast", "ratio"])
+def test_a_request_an_idle_engine_never_admits_ends_with_an_error_not_missing(
+    admission: str,
+) -> None:
+    # Its 15 tokens fit a 15-token cache, but SGLang's rules want room beyond the sequence
+    # (a spare token per request): the engine never lets it in, and the run says so.
+    shapes = [RequestShape(4, 3, 0.0), RequestShape(10, 5, 0.0), RequestShape(4, 3, 0.0)]
+    config = ServerConfig(kv_capacity_tokens=15, admission=admission)
+    rows = simulate(shapes, ONE_SECOND_STEPS, config)
+    assert [r["ok"] for r in rows] == [True, False, True]
+    assert "never admitted" in rows[1]["error"] and "\n" not in rows[1]["error"]
+    assert all(r["num_output_tokens"] == 3 for r in (rows[0], rows[2]))
