@@ -51,7 +51,7 @@ def test_each_stacks_kernels_predict_held_out_shapes(name: str) -> None:
         assert errors["gemm_bf16"]["n"] >= 100
         assert errors["context_attention"]["median"] <= 0.25
         assert errors["decode_attention"]["median"] <= 0.30
-        assert errors["allreduce"]["median"] <= 0.20
+        assert errors["allreduce"]["median"] <= 0.08  # the measured curve, interpolated
 
 
 @pytest.mark.parametrize("name", ENGINES)
@@ -79,6 +79,34 @@ def test_speculative_tokens_per_step_by_hand() -> None:
     assert spec.tokens_per_step == pytest.approx(1 + 0.5 + 0.25 + 0.125)
     assert SpeculativeDecoding(draft_tokens=2, acceptance_rate=1.0).tokens_per_step == 3
     assert SpeculativeDecoding(draft_tokens=2, acceptance_rate=0.0).tokens_per_step == 1
+
+
+def test_collectives_follow_the_measured_curve_and_the_line_elsewhere() -> None:
+    from idealized_runtime.cost_model.hardware.engines.kernels import OpFit
+
+    fit = OpFit(
+        link=0.5,
+        latency_by_gpus={2: 1e-5, 8: 2e-5},
+        curve_by_gpus={8: ((1e3, 4e-6), (1e6, 2e-5), (1e8, 1e-3))},
+    )
+    link = 450e9
+    # Measured sizes exactly; between them, log-log; below the smallest, its latency; beyond
+    # the largest, at its bandwidth.
+    assert fit.collective(np.array([1e6]), 8, 1.75, link)[0] == pytest.approx(2e-5)
+    assert fit.collective(np.array([1e7]), 8, 1.75, link)[0] == pytest.approx((2e-5 * 1e-3) ** 0.5)
+    assert fit.collective(np.array([10.0]), 8, 1.75, link)[0] == pytest.approx(4e-6)
+    assert fit.collective(np.array([4e8]), 8, 1.75, link)[0] == pytest.approx(4e-3)
+    # A GPU count without a curve: latency + message x ring / (link x efficiency).
+    assert fit.collective(np.array([1e6]), 2, 1.0, link)[0] == pytest.approx(1e-5 + 1e6 / 225e9)
+    again = OpFit.from_json(json.loads(json.dumps(fit.to_json())))
+    assert again.curve_by_gpus == fit.curve_by_gpus
+    # The shipped H200 all-reduce of SGLang at 8 GPUs is its measured curve: a 117 MB prompt
+    # step's all-reduce (8192 tokens x 7168 x bf16) between the 64 and 128 MiB measurements.
+    shipped = get_engine("sglang").gpus["h200"]
+    sizes = [b for b, _ in shipped.allreduce.curve_by_gpus[8]]
+    assert min(sizes) <= 2048 and max(sizes) >= 2**29
+    step = float(shipped.allreduce_time(H200, 8192 * 7168 * 2.0, 8))
+    assert 0.3e-3 < step < 0.8e-3
 
 
 def test_expert_and_attention_parallel_layouts_by_hand() -> None:

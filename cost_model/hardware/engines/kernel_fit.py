@@ -437,9 +437,21 @@ def _collective_fit(
         result = least_squares(
             lambda x: np.log(predict(unpack(x), rows[index]) / seconds[index]), start, bounds=bounds
         )
-        return unpack(result.x)
+        # The line serves GPU counts not measured; at a measured count, the measured curve.
+        return replace(unpack(result.x), curve_by_gpus=_curves(rows[index], seconds[index]))
 
     return _held_out(solve, predict, rows, seconds, len(parameters))
+
+
+def _curves(rows: np.ndarray, seconds: np.ndarray) -> dict[int, tuple[tuple[float, float], ...]]:
+    """(message bytes, seconds) by GPU count, bytes ascending, from (GPUs, bytes) rows."""
+    curves: dict[int, tuple[tuple[float, float], ...]] = {}
+    for gpus in sorted({int(n) for n in rows[:, 0]}):
+        mine = rows[:, 0] == gpus
+        order = np.argsort(rows[mine, 1])
+        points = zip(rows[mine, 1][order], seconds[mine][order], strict=True)
+        curves[gpus] = tuple((float(b), float(t)) for b, t in points)
+    return curves
 
 
 # --- one engine on one GPU ----------------------------------------------------------------------

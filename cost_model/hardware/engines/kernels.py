@@ -14,7 +14,11 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
 - MLA (DeepSeek) likewise, the decode side reading the 576-value latent per token;
 - MoE grouped GEMM: the GEMM formula over the rank's routed work, with the matmul rate growing
   with the tokens per expert and the bytes of the experts the step touches;
-- all-reduce and all-to-all: ``latency(GPUs) + message x ring factor / (link x efficiency)``.
+- all-reduce and all-to-all: at a GPU count the engine measured, its measured latency curve
+  over message sizes (interpolated in log-log; beyond the largest message, at that message's
+  bandwidth): the curve bends where the algorithm changes (one-shot, two-shot, NVLS rings),
+  which one line cannot follow; elsewhere ``latency(GPUs) + message x ring factor / (link x
+  efficiency)``.
 
 ``OpFit`` holds one fitted formula; ``GpuKernels`` all of an engine's on one GPU, with what
 they were fitted on and their held-out errors; both round-trip through JSON.
@@ -90,6 +94,8 @@ class OpFit:
     per_sequence_s: float = 0.0  # decode attention: per sequence in the batch
     link: float = 1.0  # collectives: fraction of the link bandwidth
     latency_by_gpus: dict[int, float] = field(default_factory=dict)  # collectives
+    # collectives: measured (message bytes, seconds) by GPU count, bytes ascending
+    curve_by_gpus: dict[int, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
     def compute_memory(
         self, flops: Array, rows: Array, nbytes: Array, peak: float, hbm: float
@@ -107,9 +113,16 @@ class OpFit:
     def collective(
         self, message_bytes: Array, gpus: int, ring: float, link_bytes_s: float
     ) -> Array:
-        """latency at ``gpus`` (interpolated in log GPUs) + message x ``ring`` / link rate."""
+        """The measured curve at ``gpus`` where there is one, else latency at ``gpus``
+        (interpolated in log GPUs) + message x ``ring`` / link rate."""
         if gpus <= 1:
             return np.zeros_like(np.asarray(message_bytes, dtype=np.float64))
+        curve = self.curve_by_gpus.get(gpus)
+        if curve:
+            sizes, seconds = (np.array(column) for column in zip(*curve, strict=True))
+            m = np.maximum(np.asarray(message_bytes, dtype=np.float64), 1.0)
+            inside = np.exp(np.interp(np.log(m), np.log(sizes), np.log(seconds)))
+            return np.where(m > sizes[-1], seconds[-1] * m / sizes[-1], inside)
         known = sorted(self.latency_by_gpus)
         latency = float(
             np.interp(math.log2(gpus), np.log2(known), [self.latency_by_gpus[n] for n in known])
@@ -131,13 +144,26 @@ class OpFit:
         }
         if self.latency_by_gpus:
             data["latency_by_gpus"] = {str(n): round(v, 9) for n, v in self.latency_by_gpus.items()}
+        if self.curve_by_gpus:
+            data["curve_by_gpus"] = {
+                str(n): [[float(b), round(t, 9)] for b, t in curve]
+                for n, curve in sorted(self.curve_by_gpus.items())
+            }
         return data
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> OpFit:
         values = dict(data)
         by_gpus = {int(n): float(v) for n, v in dict(values.pop("latency_by_gpus", {})).items()}
-        return cls(**{k: float(v) for k, v in values.items()}, latency_by_gpus=by_gpus)
+        curves = {
+            int(n): tuple((float(b), float(t)) for b, t in curve)
+            for n, curve in dict(values.pop("curve_by_gpus", {})).items()
+        }
+        return cls(
+            **{k: float(v) for k, v in values.items()},
+            latency_by_gpus=by_gpus,
+            curve_by_gpus=curves,
+        )
 
 
 @dataclass(frozen=True)
