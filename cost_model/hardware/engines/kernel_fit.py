@@ -29,6 +29,7 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     MLA_QK_DIM,
     MLA_V_DIM,
     GpuKernels,
+    MeasuredGrid,
     OpFit,
 )
 
@@ -373,6 +374,43 @@ def _mla_context_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit
     return _prompt_fit(np.stack([flops, s], axis=1), shapes, hardware, mla=True)
 
 
+def _mla_decode_grids(frame: pandas.DataFrame) -> tuple[dict[str, MeasuredGrid], dict]:
+    """MLA decode's measured (batch, context) grid per heads count and cache format, keyed
+    "heads/bytes per element"; a cell the database lacks (a few long contexts at large
+    batches) is its row's longest measured cell scaled linearly in positions. Held out: every
+    fifth inner cell predicted from a grid without it."""
+    frame = _mla_frames(frame)
+    cells = _fastest(frame, ["heads", "kv_cache_dtype", "batch_size", "step"])
+    grids: dict[str, MeasuredGrid] = {}
+    errors: list[float] = []
+    for (heads, dtype), group in cells.groupby(["heads", "kv_cache_dtype"]):
+        table = group.pivot(index="batch_size", columns="step", values="latency") * 1e-3
+        positions = table.columns.to_numpy(dtype=np.float64) + 1.0
+        values = table.to_numpy(dtype=np.float64, copy=True)
+        for row in values:
+            known = np.flatnonzero(~np.isnan(row))
+            last = known[-1]
+            row[last + 1 :] = row[last] * positions[last + 1 :] / positions[last]
+        key = f"{int(heads)}/{KV_BYTES[dtype]:g}"
+        batches = tuple(float(b) for b in table.index)
+
+        grids[key] = _grid(batches, positions, values)
+        for j in range(1, len(positions) - 1, HOLD_OUT_EVERY):
+            keep = np.arange(len(positions)) != j
+            trial = _grid(batches, positions[keep], values[:, keep])
+            predicted = trial.at(np.array(batches), np.full(len(batches), positions[j]))
+            errors.extend(np.abs(predicted / values[:, j] - 1.0))
+    held = np.array(errors)
+    report = {"n": int(held.size), "median": round(float(np.median(held)), 4),
+              "p90": round(float(np.percentile(held, 90)), 4)}  # fmt: skip
+    return grids, report
+
+
+def _grid(batches: tuple[float, ...], positions: np.ndarray, values: np.ndarray) -> MeasuredGrid:
+    rows = tuple(tuple(float(t) for t in row) for row in values)
+    return MeasuredGrid(batches, tuple(float(p) for p in positions), rows)
+
+
 def _mla_decode_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit, dict]:
     frame = _mla_frames(frame)
     shapes = _sample(_fastest(frame, ["batch_size", "step", "heads", "kv_cache_dtype"]))
@@ -508,6 +546,7 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         _read(need("attention", "generation_attention_perf.parquet")), hardware
     )
     mla: dict[str, OpFit] = {}
+    grids: dict[str, MeasuredGrid] = {}
     for kind, name, fitter in (
         ("mla_context", "context_mla_perf.parquet", _mla_context_fit),
         ("mla_decode", "generation_mla_perf.parquet", _mla_decode_fit),
@@ -516,6 +555,8 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         if path is not None:
             files.append(path)
             mla[kind], errors[kind] = fitter(_read(path), hardware)
+            if kind == "mla_decode":
+                grids, errors["mla_decode_grid"] = _mla_decode_grids(_read(path))
     allreduce_source = _allreduce_frame(root, database_gpu, engine)
     nccl = newest_file(root, database_gpu, "comm", "nccl", "nccl_perf.parquet")
     if nccl is None:
@@ -544,6 +585,7 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         alltoall=alltoall,
         mla_context=mla.get("mla_context"),
         mla_decode=mla.get("mla_decode"),
+        mla_decode_grids=grids,
         files=tuple(str(p.relative_to(root)) for p in files),
         errors=errors,
     )

@@ -11,7 +11,9 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   compute x S / (S + s_half))``, causal flops over the attended positions;
 - attention of decode tokens: ``latency + KV bytes / (bandwidth x HBM) + per_sequence x
   sequences``;
-- MLA (DeepSeek) likewise, the decode side reading the 576-value latent per token;
+- MLA (DeepSeek) likewise, the decode side reading the 576-value latent per token; MLA decode
+  at a heads count and cache format the engine measured takes its measured (batch, context)
+  grid instead (log-log bilinear; beyond the grid, linear in batch and context);
 - MoE grouped GEMM: the GEMM formula over the rank's routed work, with the matmul rate growing
   with the tokens per expert and the bytes of the experts the step touches;
 - all-reduce and all-to-all: at a GPU count the engine measured, its measured latency curve
@@ -167,6 +169,49 @@ class OpFit:
 
 
 @dataclass(frozen=True)
+class MeasuredGrid:
+    """Measured seconds over a (batch, positions) grid, read log-log bilinearly; beyond its
+    largest batch or positions, linear in each (attention over a cache grows so)."""
+
+    batches: tuple[float, ...]
+    positions: tuple[float, ...]
+    seconds: tuple[tuple[float, ...], ...]  # [batch][positions]
+
+    def at(self, batch: ArrayLike, positions: ArrayLike) -> Array:
+        lb, lp = np.log(self.batches), np.log(self.positions)
+        table = np.log(np.array(self.seconds))
+        b = np.maximum(np.asarray(batch, dtype=np.float64), self.batches[0])
+        p = np.maximum(np.asarray(positions, dtype=np.float64), self.positions[0])
+        x, y = np.minimum(np.log(b), lb[-1]), np.minimum(np.log(p), lp[-1])
+        i = np.clip(np.searchsorted(lb, x, side="right") - 1, 0, len(lb) - 2)
+        j = np.clip(np.searchsorted(lp, y, side="right") - 1, 0, len(lp) - 2)
+        tx, ty = (x - lb[i]) / (lb[i + 1] - lb[i]), (y - lp[j]) / (lp[j + 1] - lp[j])
+        inside = (
+            (1 - tx) * (1 - ty) * table[i, j]
+            + tx * (1 - ty) * table[i + 1, j]
+            + (1 - tx) * ty * table[i, j + 1]
+            + tx * ty * table[i + 1, j + 1]
+        )
+        beyond = np.maximum(b / self.batches[-1], 1.0) * np.maximum(p / self.positions[-1], 1.0)
+        return np.exp(inside) * beyond
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "batches": list(self.batches),
+            "positions": list(self.positions),
+            "seconds": [[round(t, 9) for t in row] for row in self.seconds],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MeasuredGrid:
+        return cls(
+            batches=tuple(float(b) for b in data["batches"]),
+            positions=tuple(float(p) for p in data["positions"]),
+            seconds=tuple(tuple(float(t) for t in row) for row in data["seconds"]),
+        )
+
+
+@dataclass(frozen=True)
 class GpuKernels:
     """An engine's kernel fits on one GPU: GEMMs and MoE per kernel format, attention, MLA,
     collectives; the engine version and files they come from; held-out errors per operation."""
@@ -181,6 +226,8 @@ class GpuKernels:
     alltoall: OpFit
     mla_context: OpFit | None = None
     mla_decode: OpFit | None = None
+    # MLA decode measured: by "heads/cache bytes per element", e.g. "16/2" (bf16 cache)
+    mla_decode_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -255,8 +302,19 @@ class GpuKernels:
         flops: ArrayLike,
         sequences: ArrayLike,
         mla: bool = False,
+        grid: tuple[float, float, ArrayLike] | None = None,
     ) -> Array:
-        """Decode attention reading ``kv_bytes`` of cache for ``sequences`` sequences."""
+        """Decode attention reading ``kv_bytes`` of cache for ``sequences`` sequences;
+        ``grid``: MLA's (heads per GPU, cache bytes per element, query tokens), to read the
+        measured grid where there is one."""
+        if mla and grid is not None:
+            heads, element, queries = grid
+            measured = self.mla_decode_grids.get(f"{heads:g}/{element:g}")
+            if measured is not None:
+                q = np.asarray(queries, dtype=np.float64)
+                per_query = np.asarray(kv_bytes, dtype=np.float64) / (MLA_LATENT * element)
+                positions = per_query / np.maximum(q, 1e-9)
+                return np.where(q > 0, measured.at(q, positions), 0.0)
         fit = self.mla_decode if mla and self.mla_decode is not None else self.decode_attention
         b = np.asarray(kv_bytes, dtype=np.float64)
         seqs = np.asarray(sequences, dtype=np.float64)
@@ -291,6 +349,10 @@ class GpuKernels:
             data["mla_context"] = self.mla_context.to_json()
         if self.mla_decode is not None:
             data["mla_decode"] = self.mla_decode.to_json()
+        if self.mla_decode_grids:
+            data["mla_decode_grids"] = {
+                key: grid.to_json() for key, grid in sorted(self.mla_decode_grids.items())
+            }
         return data
 
     @classmethod
@@ -311,6 +373,10 @@ class GpuKernels:
                 allreduce=OpFit.from_json(data["allreduce"]),
                 alltoall=OpFit.from_json(data["alltoall"]),
                 errors=dict(data.get("errors", {})),
+                mla_decode_grids={
+                    key: MeasuredGrid.from_json(grid)
+                    for key, grid in dict(data.get("mla_decode_grids", {})).items()
+                },
                 **optional,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:

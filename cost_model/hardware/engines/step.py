@@ -191,7 +191,7 @@ class EngineStepModel:
         return total
 
     def _layer(self, layer: int, work: tuple[np.ndarray, ...]) -> np.ndarray:
-        tokens, _, decode_attended, _, prompt_attended, chunk, sequences = work
+        tokens, decode_tokens, decode_attended, _, prompt_attended, chunk, sequences = work
         dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
         arch, precision = dep.architecture, dep.precision
         dp, atp = dep.attention_dp, dep.attention_tp
@@ -224,6 +224,7 @@ class EngineStepModel:
             decode_flops * decode_attended / dp,
             sequences / dp,
             mla=arch.mla,
+            grid=(heads, precision.kv_bytes_per_element, decode_tokens / dp) if arch.mla else None,
         )
         time = time + k.context_attention_time(
             hw, prompt_flops * prompt_attended / dp, chunk, mla=arch.mla
