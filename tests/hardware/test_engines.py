@@ -140,6 +140,34 @@ def test_mla_decode_reads_the_measured_grid_where_the_engine_measured_it() -> No
     )
 
 
+def test_each_draft_pass_pays_the_host_time_of_a_graph_replay() -> None:
+    # SGLang's EAGLE / TensorRT-LLM's MTP run each draft pass as a graph replay of its own: a
+    # decode step with 3 drafts pays the decode host time 4 times, beside the passes' kernels.
+    deepseek = get_architecture("deepseek-r1")
+    plain = Deployment(architecture=deepseek, hardware=H200, tp=8, precision=deepseek.precision)
+    mtp = plain.model_copy(
+        update={"speculative": SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.7)}
+    )
+    engine = get_engine("tensorrt-llm")
+    host = engine.scheduler.decode_overhead_s
+    assert host > 0
+    lazy = replace(engine.scheduler, decode_overhead_s=0.0, step_overhead_s=0.0)
+    for deployment, replays in ((plain, 1), (mtp, 4)):
+        timed = engine.step_model(deployment)
+        free = type(timed)(deployment, timed.kernels, lazy)
+        step = float(np.sum(timed.seconds(16, 16 * 2048, 0, 0, 0)))
+        assert step - float(np.sum(free.seconds(16, 16 * 2048, 0, 0, 0))) == pytest.approx(
+            replays * host
+        )
+    # A step with no decoding sequence runs no draft.
+    prompt_only = engine.step_model(mtp)
+    without = type(prompt_only)(mtp, prompt_only.kernels, lazy)
+    gap = np.sum(prompt_only.seconds(0, 0, 1024, 1024 * 512, 1)) - np.sum(
+        without.seconds(0, 0, 1024, 1024 * 512, 1)
+    )
+    assert float(gap) == pytest.approx(engine.scheduler.step_overhead_s)
+
+
 def test_expert_and_attention_parallel_layouts_by_hand() -> None:
     deepseek = get_architecture("deepseek-r1")
     plain = Deployment(architecture=deepseek, hardware=B200, tp=8, precision=deepseek.precision)

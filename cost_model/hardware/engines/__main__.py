@@ -76,7 +76,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "experts fused into the routed experts' kernel (tensor-parallel experts, not FP4)",
         _scheduler(
             max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
-            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.056,
+            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.053,
             fuse_shared_experts=True,
         ),
     ),

@@ -20,7 +20,8 @@ Per layer and GPU (``Deployment``: tp GPUs, ``attention_dp`` attention groups of
 Multi-token prediction (``Deployment.speculative``) verifies draft + 1 tokens per decoding
 sequence and runs the draft layers once per draft token. A step pays the engine's host time:
 ``decode_overhead_s`` for a decode-only step replayed from a captured CUDA graph (its batch
-padded up to the graph's size), ``step_overhead_s`` for a step with prompt chunks.
+padded up to the graph's size), ``step_overhead_s`` for a step with prompt chunks, and
+``decode_overhead_s`` again for each draft pass (a graph replay of its own).
 
 ``kv_capacity_tokens`` is the KV cache an engine leaves next to the weights.
 """
@@ -160,13 +161,16 @@ class EngineStepModel:
         mean_chunk = np.where(chunks > 0, p / np.maximum(chunks, 1.0), 0.0)
         seconds = self._layers((tokens, d * verify, ld * verify, p, lp, mean_chunk, d))
         seconds = seconds + self._head(padded * verify + chunks)
+        overhead = np.where(
+            graphed, self.scheduler.decode_overhead_s, self.scheduler.step_overhead_s
+        )
         if spec is not None:  # the draft: its layers once per draft token, over the decoders
             zero = 0.0 * p
             one = self._layer(len(self._layer_kinds) - 1, (padded, d, ld, zero, zero, zero, d))
             seconds = seconds + spec.draft_tokens * spec.draft_layers * (one + self._head(padded))
-        overhead = np.where(
-            graphed, self.scheduler.decode_overhead_s, self.scheduler.step_overhead_s
-        )
+            # Each draft pass is a graph replay of its own, with its own host time.
+            drafting = np.where(d > 0, spec.draft_tokens * self.scheduler.decode_overhead_s, 0.0)
+            overhead = overhead + drafting
         return seconds + overhead
 
     # --- the pass ---------------------------------------------------------------------------
