@@ -131,13 +131,15 @@ def test_mla_decode_reads_the_measured_grid_where_the_engine_measured_it() -> No
     b, positions = 32, 4096.0  # a row and a column of the measured grid
     row, column = measured.batches.index(32.0), measured.positions.index(positions)
     kv = b * positions * 576 * 2.0
-    time = kernels.decode_attention_time(H200, kv, 1.0, b, mla=True, grid=(16, 2.0, b))
+    time = kernels.decode_attention_time(
+        H200, kv, 1.0, b, mla=True, grid=(16, 2.0, b, b * positions)
+    )
     assert float(time) == pytest.approx(measured.seconds[row][column])
     # Heads counts or formats not measured fall back to the formula.
     formula = kernels.decode_attention_time(H200, kv, 1.0, b, mla=True)
-    assert float(kernels.decode_attention_time(H200, kv, 1.0, b, mla=True, grid=(3, 2.0, b))) == (
-        pytest.approx(float(formula))
-    )
+    assert float(
+        kernels.decode_attention_time(H200, kv, 1.0, b, mla=True, grid=(3, 2.0, b, b * positions))
+    ) == (pytest.approx(float(formula)))
 
 
 def test_each_draft_pass_pays_the_host_time_of_a_graph_replay() -> None:

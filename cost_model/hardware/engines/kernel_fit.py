@@ -393,7 +393,6 @@ def _mla_decode_grids(frame: pandas.DataFrame) -> tuple[dict[str, MeasuredGrid],
             row[last + 1 :] = row[last] * positions[last + 1 :] / positions[last]
         key = f"{int(heads)}/{KV_BYTES[dtype]:g}"
         batches = tuple(float(b) for b in table.index)
-
         grids[key] = _grid(batches, positions, values)
         for j in range(1, len(positions) - 1, HOLD_OUT_EVERY):
             keep = np.arange(len(positions)) != j
@@ -554,9 +553,10 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         path = newest_file(root, database_gpu, "mla", engine, name)
         if path is not None:
             files.append(path)
-            mla[kind], errors[kind] = fitter(_read(path), hardware)
+            frame = _read(path)
+            mla[kind], errors[kind] = fitter(frame, hardware)
             if kind == "mla_decode":
-                grids, errors["mla_decode_grid"] = _mla_decode_grids(_read(path))
+                grids, errors["mla_decode_grid"] = _mla_decode_grids(frame)
     allreduce_source = _allreduce_frame(root, database_gpu, engine)
     nccl = newest_file(root, database_gpu, "comm", "nccl", "nccl_perf.parquet")
     if nccl is None:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -119,17 +120,28 @@ class OpFit:
         (interpolated in log GPUs) + message x ``ring`` / link rate."""
         if gpus <= 1:
             return np.zeros_like(np.asarray(message_bytes, dtype=np.float64))
-        curve = self.curve_by_gpus.get(gpus)
-        if curve:
-            sizes, seconds = (np.array(column) for column in zip(*curve, strict=True))
+        curve = self._curves.get(gpus)
+        if curve is not None:
+            sizes, seconds, log_sizes, log_seconds = curve
             m = np.maximum(np.asarray(message_bytes, dtype=np.float64), 1.0)
-            inside = np.exp(np.interp(np.log(m), np.log(sizes), np.log(seconds)))
+            inside = np.exp(np.interp(np.log(m), log_sizes, log_seconds))
             return np.where(m > sizes[-1], seconds[-1] * m / sizes[-1], inside)
         known = sorted(self.latency_by_gpus)
         latency = float(
             np.interp(math.log2(gpus), np.log2(known), [self.latency_by_gpus[n] for n in known])
         )
         return latency + np.asarray(message_bytes) * ring / (link_bytes_s * self.link)
+
+    @cached_property
+    def _curves(self) -> dict[int, tuple[Array, Array, Array, Array]]:
+        """The measured curves as arrays: bytes, seconds and their logs (built once: a step
+        time reads them for every layer)."""
+        curves = {}
+        for gpus, curve in self.curve_by_gpus.items():
+            if curve:
+                sizes, seconds = (np.array(column) for column in zip(*curve, strict=True))
+                curves[gpus] = (sizes, seconds, np.log(sizes), np.log(seconds))
+        return curves
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -177,9 +189,14 @@ class MeasuredGrid:
     positions: tuple[float, ...]
     seconds: tuple[tuple[float, ...], ...]  # [batch][positions]
 
+    @cached_property
+    def _logs(self) -> tuple[Array, Array, Array]:
+        """log batches, log positions, log seconds (built once: a step time reads them for
+        every layer)."""
+        return np.log(self.batches), np.log(self.positions), np.log(np.array(self.seconds))
+
     def at(self, batch: ArrayLike, positions: ArrayLike) -> Array:
-        lb, lp = np.log(self.batches), np.log(self.positions)
-        table = np.log(np.array(self.seconds))
+        lb, lp, table = self._logs
         b = np.maximum(np.asarray(batch, dtype=np.float64), self.batches[0])
         p = np.maximum(np.asarray(positions, dtype=np.float64), self.positions[0])
         x, y = np.minimum(np.log(b), lb[-1]), np.minimum(np.log(p), lp[-1])
@@ -302,18 +319,17 @@ class GpuKernels:
         flops: ArrayLike,
         sequences: ArrayLike,
         mla: bool = False,
-        grid: tuple[float, float, ArrayLike] | None = None,
+        grid: tuple[float, float, ArrayLike, ArrayLike] | None = None,
     ) -> Array:
         """Decode attention reading ``kv_bytes`` of cache for ``sequences`` sequences;
-        ``grid``: MLA's (heads per GPU, cache bytes per element, query tokens), to read the
-        measured grid where there is one."""
+        ``grid``: MLA's (heads per GPU, cache bytes per element, query tokens, positions they
+        attend in all), to read the measured grid where there is one."""
         if mla and grid is not None:
-            heads, element, queries = grid
+            heads, element, queries, attended = grid
             measured = self.mla_decode_grids.get(f"{heads:g}/{element:g}")
             if measured is not None:
                 q = np.asarray(queries, dtype=np.float64)
-                per_query = np.asarray(kv_bytes, dtype=np.float64) / (MLA_LATENT * element)
-                positions = per_query / np.maximum(q, 1e-9)
+                positions = np.asarray(attended, dtype=np.float64) / np.maximum(q, 1e-9)
                 return np.where(q > 0, measured.at(q, positions), 0.0)
         fit = self.mla_decode if mla and self.mla_decode is not None else self.decode_attention
         b = np.asarray(kv_bytes, dtype=np.float64)

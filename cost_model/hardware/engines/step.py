@@ -228,7 +228,11 @@ class EngineStepModel:
             decode_flops * decode_attended / dp,
             sequences / dp,
             mla=arch.mla,
-            grid=(heads, precision.kv_bytes_per_element, decode_tokens / dp) if arch.mla else None,
+            grid=(
+                (heads, precision.kv_bytes_per_element, decode_tokens / dp, decode_attended / dp)
+                if arch.mla
+                else None
+            ),
         )
         time = time + k.context_attention_time(
             hw, prompt_flops * prompt_attended / dp, chunk, mla=arch.mla
