@@ -524,3 +524,25 @@ def test_sglang_fuses_deepseeks_shared_expert_into_the_routed_kernel_by_hand() -
         assert engine.step_model(layout).seconds(tokens, attended, 0, 0, 0) == pytest.approx(
             unfused.step_model(layout).seconds(tokens, attended, 0, 0, 0), rel=1e-12
         )
+
+
+def test_sglang_on_hopper_times_prompt_mla_on_the_mha_path_it_serves_with() -> None:
+    """SGLang's Hopper context-MLA tables time the absorbed 576/512 path (about 180 TFLOPS as
+    MHA); it serves prompts on the MHA path, which TensorRT-LLM's Hopper table times. Blackwell
+    keeps SGLang's own table (TensorRT-LLM's MLA kernel, which SGLang runs there)."""
+    from idealized_runtime.cost_model.hardware.engines.kernel_fit import MLA_CONTEXT_OWNERS
+
+    sglang, trtllm = get_engine("sglang"), get_engine("tensorrt-llm")
+    tokens, heads = 8192, 16  # one DeepSeek prompt at TP 8
+    flops = 2.0 * heads * (192 + 128) * tokens * (tokens + 1) / 2
+    for gpu, folder in (("h100-sxm", "h100_sxm"), ("h200", "h200_sxm")):
+        assert MLA_CONTEXT_OWNERS[("sglang", folder)] == "trtllm"
+        kernels = sglang.gpus[gpu]
+        assert f"{folder}/mla/trtllm/1.3.0rc20/context_mla_perf.parquet" in kernels.files
+        assert not any(f.startswith(f"{folder}/mla/sglang/") and "context" in f
+                       for f in kernels.files)  # fmt: skip
+        assert kernels.mla_context == trtllm.gpus[gpu].mla_context
+        seconds = float(kernels.context_attention_time(get_hardware(gpu), flops, tokens, mla=True))
+        assert flops / seconds > 400e12  # the MHA path's throughput, not 180 TFLOPS
+    assert "b200_sxm/mla/sglang/0.5.14/context_mla_perf.parquet" in sglang.gpus["b200"].files
+    assert sglang.gpus["b200"].mla_context != trtllm.gpus["b200"].mla_context

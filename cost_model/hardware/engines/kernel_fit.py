@@ -67,6 +67,18 @@ HOLD_OUT_EVERY = 5
 MAX_ROWS = 3000  # shapes per fit (a deterministic sample of larger tables)
 # Routing of MoE measurements: a mildly skewed power law, as real routers are uneven.
 MOE_DISTRIBUTIONS = ("power_law_1.01", "balanced")
+# Whose context-MLA table stands for an engine's on a GPU, where the engine's own times another
+# path than the one it serves prompts with. SGLang on Hopper serves DeepSeek-style prompts on the
+# MHA path (FlashInfer's or FA3's ragged prefill over the 192/128-wide heads the latent expands
+# to); its Hopper context_mla tables time the absorbed 576/512-wide path instead: about 180 TFLOPS
+# counted as MHA at every length and head count, slower than its own fa3 and flashinfer
+# attention modules with their projections (wideep_context_mla_perf: 1.18 ms at 8k tokens and 16
+# heads on H200, against 1.99 ms for the attention alone). TensorRT-LLM's Hopper table times the
+# MHA-path kernel on the same GPU.
+MLA_CONTEXT_OWNERS: dict[tuple[str, str], str] = {
+    ("sglang", "h100_sxm"): "trtllm",
+    ("sglang", "h200_sxm"): "trtllm",
+}
 
 
 def database_root(path: str | Path | None = None) -> Path:
@@ -550,7 +562,10 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         ("mla_context", "context_mla_perf.parquet", _mla_context_fit),
         ("mla_decode", "generation_mla_perf.parquet", _mla_decode_fit),
     ):
-        path = newest_file(root, database_gpu, "mla", engine, name)
+        owner = engine
+        if kind == "mla_context":
+            owner = MLA_CONTEXT_OWNERS.get((engine, database_gpu), engine)
+        path = newest_file(root, database_gpu, "mla", owner, name)
         if path is not None:
             files.append(path)
             frame = _read(path)
