@@ -179,20 +179,9 @@ def launch_settings(point: Point) -> Launch:
         settings = {"cuda_graph_max_batch": 512 if fp4 else 128,
                     "memory_fraction": 0.8 if fp4 else 0.75}  # fmt: skip
     settings["token_budget"] = -(-tokens // 64) * 64 * ranks
-    if point.attention_dp:
-        settings |= {"gather_prompts": ranks_covered(ranks), "gather_timeout_steps": 60}
+    if point.attention_dp:  # attention_dp_config: enable_balance, timeout_iters 60
+        settings["balance_timeout_steps"] = 60
     return Launch(settings, "fp8", drafts)
-
-
-def ranks_covered(ranks: int) -> int:
-    """Requests that must arrive before every attention-DP rank holds a prompt, on average.
-
-    TensorRT-LLM's balance (``enable_balance``) schedules prompts only in a step where every
-    rank has one (or after ``timeout_iters``), and its router gives each new request to the
-    rank with the fewest active requests: under closed-loop clients, the rank whose request
-    just ended. Ends fall on the ranks alike, so covering all of them takes the coupon
-    collector's ranks x (1 + 1/2 + ... + 1/ranks) arrivals, not ``ranks``."""
-    return round(ranks * sum(1.0 / i for i in range(1, ranks + 1)))
 
 
 def deployment_of(point: Point, launch: Launch) -> Deployment:

@@ -94,8 +94,9 @@ def engine_server(
         tokens_per_step=spec.tokens_per_step if spec is not None else 1.0,
         admission=scheduler.admission,
         recv_interval=scheduler.recv_interval,
-        gather_prompts=scheduler.gather_prompts,
-        gather_timeout_steps=scheduler.gather_timeout_steps,
+        dp_ranks=deployment.attention_dp,
+        decode_tokens=1 + (spec.draft_tokens if spec is not None else 0),
+        balance_timeout_steps=scheduler.balance_timeout_steps,
         request_overhead_s=scheduler.request_overhead_s,
     )
     return EngineStepTime(model), config

@@ -74,6 +74,7 @@ class _Request:
     token_times: list[float] = field(default_factory=list)
     decode_steps: int = 0  # decode steps taken (speculative decoding yields more tokens each)
     recompute: int = 0  # generated tokens read again as prompt after losing the KV cache
+    rank: int = 0  # the attention-DP rank serving it
 
     def __post_init__(self) -> None:
         # Plain ints: admission reads them for every running request at every step.
@@ -131,10 +132,18 @@ class ServerConfig:
     # The scheduler takes in new requests only every this many decode steps (SGLang's
     # --scheduler-recv-interval; at once after a step with prompts, or when idle).
     recv_interval: int = 1
-    # Prompts wait until this many are waiting, or ``gather_timeout_steps`` decode steps have
-    # passed (TensorRT-LLM's attention-DP balance: every rank takes a prompt in the same step).
-    gather_prompts: int = 1
-    gather_timeout_steps: int = 0
+    # Attention-DP ranks (``Deployment.attention_dp``): each schedules its own requests, a new
+    # request going to the rank with the fewest; running sequences and token budget split evenly.
+    dp_ranks: int = 1
+    # Tokens a decoding sequence puts in a step, as the token budget counts them (1 + draft
+    # tokens under speculative decoding).
+    decode_tokens: int = 1
+    # TensorRT-LLM's attention-DP balance (``attention_dp_config: enable_balance,
+    # timeout_iters``; 0: off): prompts join a step only when every rank has one to schedule and
+    # a free slot, or some rank decodes nothing, or on the step a counter reaches this many. The
+    # counter counts every step that holds prompts back or has none to hold, and restarts when
+    # prompts are scheduled or it reaches the timeout.
+    balance_timeout_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.max_batch < 1:
@@ -150,8 +159,25 @@ class ServerConfig:
         check_admission(self.admission)
         if self.recv_interval < 1:
             raise InputError(f"the receive interval must be >= 1 step, got {self.recv_interval}")
-        if self.gather_prompts < 1 or self.gather_timeout_steps < 0:
-            raise InputError("prompts gathered must be >= 1 and their timeout >= 0 steps")
+        if self.dp_ranks < 1 or self.max_batch < self.dp_ranks:
+            raise InputError(
+                f"attention-DP ranks must be >= 1 and hold a sequence each, got {self.dp_ranks} "
+                f"ranks for {self.max_batch} running sequences"
+            )
+        if self.token_budget < self.dp_ranks:
+            raise InputError(f"a token budget of {self.token_budget} leaves a rank no token")
+        if self.decode_tokens < 1 or self.balance_timeout_steps < 0:
+            raise InputError("decode tokens must be >= 1 and the balance timeout >= 0 steps")
+
+    @property
+    def rank_slots(self) -> int:
+        """Running sequences one attention-DP rank holds."""
+        return self.max_batch // self.dp_ranks
+
+    @property
+    def rank_budget(self) -> int:
+        """Tokens one attention-DP rank puts in a step."""
+        return self.token_budget // self.dp_ranks
 
     def emitted(self, steps_done: np.ndarray, steps: int) -> np.ndarray:
         """Tokens each decoding sequence gains in each of its next ``steps`` steps, having taken
@@ -160,11 +186,15 @@ class ServerConfig:
         counts = np.floor((steps_done[:, None] + np.arange(steps + 1)[None, :]) * rate + 1e-9)
         return np.diff(counts, axis=1).astype(np.int64)
 
-    def chunks(self, num_decoding: int, prompt_left: list[int]) -> list[int]:
-        """Prompt tokens each waiting prompt reads in this step (the engine's rule)."""
+    def chunks(self, num_decoding: int, prompt_left: list[int], budget: int = 0) -> list[int]:
+        """Prompt tokens each waiting prompt reads in this step (the engine's rule), beside
+        ``num_decoding`` decoding sequences, within ``budget`` tokens (default: the token
+        budget)."""
+        budget = budget or self.token_budget
+        decode = num_decoding * self.decode_tokens
         if self.chunked_prefill:
-            return prompt_chunks(num_decoding, prompt_left, self.token_budget)
-        budget, sizes = self.token_budget - num_decoding, []
+            return prompt_chunks(decode, prompt_left, budget)
+        budget, sizes = budget - decode, []
         for left in prompt_left:
             if left > budget and (sizes or num_decoding):
                 break
@@ -219,7 +249,7 @@ def simulate(
     cache = KvCache(capacity, config.admission)
     per_token = ceil_tokens(config.tokens_per_step)  # cache slots a decoding sequence takes
     since_receive = config.recv_interval  # decode steps since the scheduler took requests in
-    gathered_for = 0  # decode steps the waiting prompts have been gathered for
+    balance_count = 0  # the attention-DP balance's counter (steps)
     now = 0.0
 
     def finish(request: _Request, ok: bool, error: str | None = None) -> None:
@@ -242,25 +272,18 @@ def simulate(
                     finish(request, False, error)
                     continue
                 waiting.append(request)
-        gathering = (
-            0 < len(waiting) < config.gather_prompts
-            and gathered_for < config.gather_timeout_steps
-            and any(r.decoding for r in running)
-        )
-        if not gathering:
-            _admit(waiting, running, cache, config, per_token)
-            gathered_for = 0
-            if waiting and not running:
-                # Refused by an idle server: the engine's rule never lets this request in
-                # (e.g. SGLang's estimate wants a spare token per request beyond its length).
-                request = waiting.popleft()
-                finish(
-                    request,
-                    False,
-                    f"never admitted: needs {request.need} tokens of KV cache "
-                    f"with its output, the {config.admission} rule's idle cache holds {capacity}",
-                )
-                continue
+        _admit(waiting, running, cache, config, per_token)
+        if waiting and not running:
+            # Refused by an idle server: the engine's rule never lets this request in
+            # (e.g. SGLang's estimate wants a spare token per request beyond its length).
+            request = waiting.popleft()
+            finish(
+                request,
+                False,
+                f"never admitted: needs {request.need} tokens of KV cache "
+                f"with its output, the {config.admission} rule's idle cache holds {capacity}",
+            )
+            continue
         if not running:
             cache.idle()
             since_receive = config.recv_interval
@@ -272,6 +295,13 @@ def simulate(
         decoding, chunks = _step_plan(running, config)
         if cache.evicts:
             decoding, chunks = _make_room(decoding, chunks, running, waiting, cache, config)
+        held_back = 0  # decode-only steps the attention-DP balance holds the prompts back for
+        if config.balance_timeout_steps and chunks:
+            held_back = _balance(decoding, chunks, config, balance_count)
+            if held_back:
+                chunks = []
+            else:
+                balance_count = 0
         contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
         if chunks:
             work = StepWork.of(contexts, [(n, r.prefilled) for r, n in chunks])
@@ -286,8 +316,8 @@ def simulate(
             limit = cache.decode_steps_that_fit(running, len(decoding) * per_token)
             if waiting and cache.admission == "ratio":
                 limit = min(limit, _RATIO_RECHECK_STEPS)  # the decaying ratio may admit one
-            if gathering:
-                limit = min(limit, config.gather_timeout_steps - gathered_for)
+            if held_back:
+                limit = min(limit, held_back)
             now, steps = _decode_until_change(
                 decoding, contexts, config, step_time, now, arrivals, max(limit, 1), since_receive
             )
@@ -295,7 +325,11 @@ def simulate(
             total, interval = since_receive + steps, config.recv_interval
             since_receive = total if total <= interval else (total % interval or interval)
             cache.after_decode_steps(steps)
-            gathered_for += steps if gathering else 0
+            if config.balance_timeout_steps:  # prompts held back wait for the counter to reach
+                # the timeout; with none to hold it runs on, restarting at the timeout
+                balance_count += steps
+                if not held_back:
+                    balance_count %= config.balance_timeout_steps
         for request in [r for r in running if len(r.token_times) == r.shape.num_output_tokens]:
             running.remove(request)
             finish(request, True)
@@ -307,6 +341,26 @@ def simulate(
 _RATIO_RECHECK_STEPS = 8
 
 
+def _balance(
+    decoding: list[_Request],
+    chunks: list[tuple[_Request, int]],
+    config: ServerConfig,
+    count: int,
+) -> int:
+    """TensorRT-LLM's attention-DP balance on a step with prompts planned: 0 when they run
+    (every rank has a prompt and a free slot, some rank decodes nothing, or the counter, at
+    ``count``, reaches the timeout on this step), else the decode-only steps they wait."""
+    ranks = config.dp_ranks
+    busy = [0] * ranks
+    for request in decoding:
+        busy[request.rank] += 1
+    with_prompts = {request.rank for request, _ in chunks}
+    ready = len(with_prompts) == ranks and max(busy) < config.rank_slots
+    if ready or min(busy) == 0 or count + 1 >= config.balance_timeout_steps:
+        return 0
+    return config.balance_timeout_steps - 1 - count
+
+
 def _admit(
     waiting: deque[_Request],
     running: list[_Request],
@@ -315,36 +369,57 @@ def _admit(
     per_token: int,
 ) -> None:
     """Let waiting requests in, first come first served, while a slot is free and the cache's
-    rule admits the head of the queue. Under the engines' rules (all but ``reserve``) a
-    request comes in only in a step that has token budget left for its prompt."""
+    rule admits the head of the queue; under attention DP each to the rank holding the fewest
+    (the lowest of equals; under closed-loop clients, the rank whose request just ended) while
+    one has a free slot. Under the engines' rules (all but ``reserve``) a request comes in only
+    in a step that has token budget left for its prompt."""
     admitted: list[_Request] = []
     decoding = sum(1 for r in running if r.decoding)
     pending = sum(r.to_prefill for r in running if not r.decoding)
     free = cache.free(running)
+    held = [0] * config.dp_ranks
+    for request in running:
+        held[request.rank] += 1
     while waiting and len(running) < config.max_batch:
         head = waiting[0]
-        budget = config.token_budget - pending - (0 if config.prefill_first else decoding)
+        rank = held.index(min(held))
+        if held[rank] >= config.rank_slots:
+            break  # every rank is full
+        decode = 0 if config.prefill_first else decoding * config.decode_tokens
+        budget = config.token_budget - pending - decode
         if cache.admission != "reserve" and budget <= 0:
             break
         step_need = decoding * per_token + min(pending, config.token_budget)
         chunk = min(head.to_prefill, budget)
         if not cache.admits(head, running, admitted, step_need, chunk, free):
             break  # FCFS: the head of the queue waits for memory
+        head.rank = rank
         running.append(waiting.popleft())
         admitted.append(head)
+        held[rank] += 1
         pending += head.to_prefill
 
 
 def _step_plan(
     running: list[_Request], config: ServerConfig
 ) -> tuple[list[_Request], list[tuple[_Request, int]]]:
-    """The next step's decoding requests and prompt chunks (the engine's rule)."""
+    """The next step's decoding requests and prompt chunks (the engine's rule; under attention
+    DP each rank's prompts within the rank's share of the budget)."""
     decoding = [r for r in running if r.decoding]
     prefilling = [r for r in running if not r.decoding]
     if config.prefill_first and prefilling:
         decoding = []  # the engine runs the waiting prompts in a step of their own
-    sizes = config.chunks(len(decoding), [r.to_prefill for r in prefilling])
-    return decoding, list(zip(prefilling, sizes, strict=False))
+    if config.dp_ranks == 1:
+        sizes = config.chunks(len(decoding), [r.to_prefill for r in prefilling])
+        return decoding, list(zip(prefilling, sizes, strict=False))
+    chunks: list[tuple[_Request, int]] = []
+    for rank in range(config.dp_ranks):
+        mine = [r for r in prefilling if r.rank == rank]
+        if mine:
+            busy = sum(1 for r in decoding if r.rank == rank)
+            sizes = config.chunks(busy, [r.to_prefill for r in mine], config.rank_budget)
+            chunks.extend(zip(mine, sizes, strict=False))
+    return decoding, chunks
 
 
 def _make_room(

@@ -5,7 +5,7 @@ overflows, every request ends with its exact tokens)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -194,18 +194,42 @@ def test_bad_admission_settings_are_one_line_errors() -> None:
         ServerConfig(recv_interval=0)
 
 
-def test_attention_dp_balance_gathers_prompts_until_enough_or_timeout() -> None:
-    # A decodes from t = 1. B arrives at 1.5 s and is seen after the step ending at 2 s; the
-    # engine waits for 4 prompts or 5 decode steps: B's prompt runs in the step ending at 8 s.
-    gather = ServerConfig(token_budget=16, gather_prompts=4, gather_timeout_steps=5)
-    alone = [RequestShape(1, 30, 0.0), RequestShape(1, 3, 1.5)]
-    assert simulate(alone, ONE_SECOND_STEPS, ServerConfig(token_budget=16))[1]["ttft_s"] == 1.5
-    assert simulate(alone, ONE_SECOND_STEPS, gather)[1]["ttft_s"] == 8.0 - 1.5
-    # Four prompts at once fill every rank: no wait.
-    four = [RequestShape(1, 30, 0.0)] + [RequestShape(1, 3, 1.5)] * 4
-    assert [r["ttft_s"] for r in simulate(four, ONE_SECOND_STEPS, gather)[1:]] == [1.5] * 4
-    # An idle server does not wait.
-    assert simulate([RequestShape(1, 3, 0.0)], ONE_SECOND_STEPS, gather)[0]["ttft_s"] == 1.0
+def test_attention_dp_ranks_schedule_their_own_prompts_in_their_share_of_the_budget() -> None:
+    # Two ranks of 2 sequences and 4 tokens each. A and B arrive at once: one prompt per rank,
+    # both in the first step. C and D arrive at 1.5 s (seen after the step ending at 2 s): C
+    # on rank 0, D on rank 1 (each rank then decodes one sequence: 3 prompt tokens left).
+    ranks = ServerConfig(max_batch=4, token_budget=8, dp_ranks=2)
+    pooled = ServerConfig(max_batch=4, token_budget=8)
+    shapes = [RequestShape(2, 30, 0.0)] * 2 + [RequestShape(6, 3, 1.5), RequestShape(1, 3, 1.5)]
+    rows = simulate(shapes, ONE_SECOND_STEPS, ranks)
+    assert [r["ttft_s"] for r in rows] == [1.0, 1.0, 4.0 - 1.5, 3.0 - 1.5]  # C: 3 + 3 tokens
+    assert simulate(shapes, ONE_SECOND_STEPS, pooled)[2]["ttft_s"] == 3.0 - 1.5  # 6 of 6 left
+    with pytest.raises(InputError, match="attention-DP ranks"):
+        ServerConfig(max_batch=2, dp_ranks=4)
+
+
+def test_attention_dp_balance_holds_prompts_until_every_rank_has_one_or_the_counter_times_out(
+) -> None:  # fmt: skip
+    # TensorRT-LLM's balance, timeout 5 steps: its counter counts every step without prompts
+    # on all ranks. A and B decode from t = 1 (one per rank; an idle rank never waits). C
+    # arrives at 1.5 s, seen after the step ending at 2 s (the counter at 1), alone on rank 0:
+    # held back for the steps ending at 3, 4 and 5 s, it runs when the counter reaches 5.
+    balance = ServerConfig(max_batch=4, token_budget=8, dp_ranks=2, balance_timeout_steps=5)
+    two = [RequestShape(2, 30, 0.0)] * 2
+    alone = [*two, RequestShape(1, 3, 1.5)]
+    assert simulate(alone, ONE_SECOND_STEPS, balance)[2]["ttft_s"] == 6.0 - 1.5
+    no_balance = replace(balance, balance_timeout_steps=0)
+    assert simulate(alone, ONE_SECOND_STEPS, no_balance)[2]["ttft_s"] == 3.0 - 1.5
+    # A prompt for every rank runs at once.
+    pair = [*two, RequestShape(1, 3, 1.5), RequestShape(1, 3, 1.5)]
+    assert [r["ttft_s"] for r in simulate(pair, ONE_SECOND_STEPS, balance)[2:]] == [1.5, 1.5]
+    # A prompt longer than its rank's share finishes alone on its rank: held back again.
+    long = [*two, RequestShape(6, 3, 1.5), RequestShape(1, 3, 1.5)]
+    rows = simulate(long, ONE_SECOND_STEPS, balance)
+    assert rows[3]["ttft_s"] == 3.0 - 1.5  # D, with C's first 3 tokens
+    assert rows[2]["ttft_s"] == 8.0 - 1.5  # C's last 3: the counter from 0 at 3 s reaches 5
+    with pytest.raises(InputError, match="balance timeout"):
+        ServerConfig(balance_timeout_steps=-1)
 
 
 @pytest.mark.parametrize("admission", ["forecast", "ratio"])

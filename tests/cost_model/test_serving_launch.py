@@ -22,14 +22,6 @@ def _point(engine: str, gpu: str, weights: str, **kw: Any) -> Any:
     return Point(**(fields | kw))
 
 
-def test_ranks_covered_is_the_coupon_collectors_count() -> None:
-    covered = BENCHMARK["ranks_covered"]
-    assert covered(1) == 1
-    assert covered(2) == 3  # 2 x (1 + 1/2)
-    assert covered(4) == 8  # 4 x 2.083
-    assert covered(8) == 22  # 8 x 2.718
-
-
 def test_sglang_mtp_on_blackwell_runs_512_requests_in_16k_chunks() -> None:
     launch = BENCHMARK["launch_settings"]
     for weights in ("fp8-block", "nvfp4"):
@@ -49,9 +41,9 @@ def test_sglang_fp8_tp4_polls_every_ten_steps() -> None:
     assert launch(_point("sglang", "b200", "fp8-block")).settings["recv_interval"] == 30
 
 
-def test_tensorrt_llm_attention_dp_gathers_until_every_rank_has_a_prompt() -> None:
+def test_tensorrt_llm_attention_dp_balances_its_ranks_with_a_60_step_timeout() -> None:
     launch = BENCHMARK["launch_settings"]
     point = _point("tensorrt-llm", "b200", "nvfp4", ep=8, attention_dp=True, concurrency=128)
-    settings = launch(point).settings
-    assert (settings["gather_prompts"], settings["gather_timeout_steps"]) == (22, 60)
-    assert "gather_prompts" not in launch(_point("tensorrt-llm", "b200", "nvfp4")).settings
+    assert launch(point).settings["balance_timeout_steps"] == 60
+    plain = launch(_point("tensorrt-llm", "b200", "nvfp4")).settings
+    assert "balance_timeout_steps" not in plain

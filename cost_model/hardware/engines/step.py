@@ -64,9 +64,9 @@ class SchedulerDefaults:
     to this batch replay a captured graph, padded to ``cuda_graph_step`` sequences;
     ``admission``: how requests come into the KV cache (``ADMISSIONS``); ``recv_interval``: the
     scheduler takes new requests in every this many decode steps (SGLang's
-    --scheduler-recv-interval); ``gather_prompts``: prompts wait until this many are waiting or
-    ``gather_timeout_steps`` decode steps have passed (TensorRT-LLM's attention-DP balance,
-    ``attention_dp_config: enable_balance, timeout_iters``); ``request_overhead_s``: seconds
+    --scheduler-recv-interval); ``balance_timeout_steps``: TensorRT-LLM's attention-DP balance
+    (``attention_dp_config: enable_balance, timeout_iters``; 0: off): prompts join a step when
+    every rank has one, or on the step its counter reaches this many (``ServerConfig``); ``request_overhead_s``: seconds
     from a request's arrival until the scheduler sees it (HTTP, tokenization, first-token
     delivery; fitted on serving measurements, see the stack's notes); ``fuse_shared_experts``:
     a MoE layer's shared experts run as more routed experts that every token picks, inside the
@@ -85,8 +85,7 @@ class SchedulerDefaults:
     step_overhead_s: float = 0.0
     admission: str = "reserve"
     recv_interval: int = 1
-    gather_prompts: int = 1
-    gather_timeout_steps: int = 0
+    balance_timeout_steps: int = 0
     request_overhead_s: float = 0.0
     fuse_shared_experts: bool = False
 
