@@ -66,12 +66,13 @@ class SchedulerDefaults:
     scheduler takes new requests in every this many decode steps (SGLang's
     --scheduler-recv-interval); ``balance_timeout_steps``: TensorRT-LLM's attention-DP balance
     (``attention_dp_config: enable_balance, timeout_iters``; 0: off): prompts join a step when
-    every rank has one, or on the step its counter reaches this many (``ServerConfig``); ``request_overhead_s``: seconds
-    from a request's arrival until the scheduler sees it (HTTP, tokenization, first-token
-    delivery; fitted on serving measurements, see the stack's notes); ``fuse_shared_experts``:
-    a MoE layer's shared experts run as more routed experts that every token picks, inside the
-    grouped MoE kernel (SGLang's shared-experts fusion for DeepSeek-V3/R1, which it turns off
-    with expert parallelism, attention DP and FP4 experts), else as GEMMs of their own."""
+    every rank has one, or on the step its counter reaches this many (``ServerConfig``);
+    ``request_overhead_s``: seconds from a request's arrival until the scheduler sees it (HTTP,
+    tokenization, first-token delivery; fitted on serving measurements, see the stack's
+    notes); ``fuse_shared_experts``: a MoE layer's shared experts run as more routed experts
+    that every token picks, inside the grouped MoE kernel (SGLang's shared-experts fusion for
+    DeepSeek-V3/R1, which it turns off with expert parallelism, attention DP and FP4 experts),
+    else as GEMMs of their own."""
 
     token_budget: int
     max_running: int
