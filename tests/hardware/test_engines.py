@@ -546,3 +546,38 @@ def test_sglang_on_hopper_times_prompt_mla_on_the_mha_path_it_serves_with() -> N
         assert flops / seconds > 400e12  # the MHA path's throughput, not 180 TFLOPS
     assert "b200_sxm/mla/sglang/0.5.14/context_mla_perf.parquet" in sglang.gpus["b200"].files
     assert sglang.gpus["b200"].mla_context != trtllm.gpus["b200"].mla_context
+
+
+def test_prompt_sized_moe_steps_read_the_measured_curve_of_their_layout() -> None:
+    from idealized_runtime.cost_model.hardware.engines.kernels import (
+        MOE_MEASURED_FROM_TOKENS,
+        MeasuredCurve,
+        moe_layout,
+    )
+
+    curve = MeasuredCurve(tokens=(512.0, 2048.0, 8192.0), seconds=(1e-4, 4e-4, 2e-3))
+    assert float(curve.at(2048.0)) == pytest.approx(4e-4)
+    assert float(curve.at(1024.0)) == pytest.approx((1e-4 * 4e-4) ** 0.5)  # log-log
+    assert float(curve.at(16384.0)) == pytest.approx(4e-3)  # beyond: linear in tokens
+    assert float(curve.at(8.0)) == pytest.approx(1e-4)
+    assert MeasuredCurve.from_json(json.loads(json.dumps(curve.to_json()))) == curve
+    with pytest.raises(ValueError, match="two or more"):
+        MeasuredCurve.from_json({"tokens": [1.0], "seconds": [1.0]})
+    # The shipped SGLang H200 kernels: DeepSeek's experts at TP 8 in block-scaled fp8 were
+    # measured; a prompt step reads the curve, a decode step the formula fitted on every layout.
+    kernels = get_engine("sglang").gpus["h200"]
+    assert kernels.errors["moe_curve"]["median"] <= 0.05
+    key = moe_layout("fp8_block", 7168, 2048, 256, 8, 8, 1)
+    measured = kernels.moe_curves[key]
+    shape = dict(hidden=7168, inter=2048, experts=256, topk=8, ep=1, moe_tp=8, fmt="fp8_block")
+    tokens = np.array([64.0, float(MOE_MEASURED_FROM_TOKENS), 8192.0])
+    times = kernels.moe_time(H200, tokens, **shape)
+    formula = replace(kernels, moe_curves={}).moe_time(H200, tokens, **shape)
+    assert times[0] == formula[0]
+    assert list(times[1:]) == pytest.approx(list(measured.at(tokens[1:])))
+    assert 8192.0 in measured.tokens and times[2] < formula[2] / 1.4  # the formula: 1.7x slow
+    # A layout nobody measured (SGLang's shared expert fused in: 257 experts, top-9) keeps it.
+    fused = dict(shape, experts=257, topk=9)
+    assert kernels.moe_time(H200, 8192.0, **fused) == pytest.approx(
+        replace(kernels, moe_curves={}).moe_time(H200, 8192.0, **fused)
+    )

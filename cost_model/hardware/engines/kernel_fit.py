@@ -28,9 +28,12 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     MLA_LATENT,
     MLA_QK_DIM,
     MLA_V_DIM,
+    MOE_MEASURED_FROM_TOKENS,
     GpuKernels,
+    MeasuredCurve,
     MeasuredGrid,
     OpFit,
+    moe_layout,
 )
 
 if TYPE_CHECKING:
@@ -417,6 +420,56 @@ def _mla_decode_grids(frame: pandas.DataFrame) -> tuple[dict[str, MeasuredGrid],
     return grids, report
 
 
+def shipped_moe_layouts() -> set[tuple[int, int, int, int]]:
+    """(hidden, expert width, experts, top-k) of the MoE architectures the package ships."""
+    from idealized_runtime.core.catalog import architectures
+
+    return {
+        (a.hidden_size, a.expert_ffn_hidden_size, a.num_experts, a.experts_per_token)
+        for a in architectures().values()
+        if a.num_experts > 1
+    }
+
+
+def _moe_curves(
+    frame: pandas.DataFrame, layouts: set[tuple[int, int, int, int]]
+) -> tuple[dict[str, MeasuredCurve], dict]:
+    """The measured MoE curve over prompt-sized token counts (from the largest measured below
+    ``MOE_MEASURED_FROM_TOKENS`` up) of every layout of a shipped architecture, per format and
+    MoE TP / EP split, keyed by ``moe_layout``. Held out: every fifth inner point predicted from
+    its curve without it."""
+    columns = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size"]
+    shipped = frame[
+        [tuple(int(v) for v in row) in layouts for row in frame[columns[:4]].to_numpy()]
+    ]
+    curves: dict[str, MeasuredCurve] = {}
+    errors: list[float] = []
+    for name, fmt in MOE_FORMATS.items():
+        rows = shipped[shipped["moe_dtype"] == name]
+        for layout, group in rows.groupby(columns):
+            fastest = group.groupby("num_tokens")["latency"].min()
+            tokens = fastest.index.to_numpy(dtype=np.float64)
+            below = tokens[tokens <= MOE_MEASURED_FROM_TOKENS]
+            if below.size == 0:
+                continue
+            keep = tokens >= below.max()
+            if keep.sum() < 3:
+                continue
+            tokens, seconds = tokens[keep], fastest.to_numpy(dtype=np.float64)[keep] * MS
+            key = moe_layout(fmt, *(float(v) for v in layout))
+            curves[key] = MeasuredCurve(tuple(tokens), tuple(seconds))
+            for j in range(1, len(tokens) - 1, HOLD_OUT_EVERY):
+                others = np.arange(len(tokens)) != j
+                trial = MeasuredCurve(tuple(tokens[others]), tuple(seconds[others]))
+                errors.append(abs(float(trial.at(tokens[j])) / seconds[j] - 1.0))
+    if not errors:
+        return curves, {"n": 0}
+    held = np.array(errors)
+    report = {"n": int(held.size), "median": round(float(np.median(held)), 4),
+              "p90": round(float(np.percentile(held, 90)), 4)}  # fmt: skip
+    return curves, report
+
+
 def _grid(batches: tuple[float, ...], positions: np.ndarray, values: np.ndarray) -> MeasuredGrid:
     rows = tuple(tuple(float(t) for t in row) for row in values)
     return MeasuredGrid(batches, tuple(float(p) for p in positions), rows)
@@ -550,6 +603,7 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
             rows = moe_frame[moe_frame["moe_dtype"] == name]
             if len(rows) >= 20:
                 moe[fmt], errors[f"moe_{fmt}"] = _moe_fit(rows, hardware, fmt)
+        moe_curves, errors["moe_curve"] = _moe_curves(moe_frame, shipped_moe_layouts())
     context, errors["context_attention"] = _context_attention_fit(
         _read(need("attention", "context_attention_perf.parquet")), hardware
     )
@@ -601,6 +655,7 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         mla_context=mla.get("mla_context"),
         mla_decode=mla.get("mla_decode"),
         mla_decode_grids=grids,
+        moe_curves=moe_curves,
         files=tuple(str(p.relative_to(root)) for p in files),
         errors=errors,
     )

@@ -15,7 +15,13 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   at a heads count and cache format the engine measured takes its measured (batch, context)
   grid instead (log-log bilinear; beyond the grid, linear in batch and context);
 - MoE grouped GEMM: the GEMM formula over the rank's routed work, with the matmul rate growing
-  with the tokens per expert and the bytes of the experts the step touches;
+  with the tokens per expert and the bytes of the experts the step touches; a step of at least
+  ``MOE_MEASURED_FROM_TOKENS`` tokens (a prompt step) whose expert layout (format, hidden and
+  expert widths, experts, top-k, MoE TP and EP) the engine measured reads the measured curve
+  over tokens instead (log-log; beyond the largest measured, linear in tokens): compute-bound
+  grouped GEMMs run at an efficiency set by the exact shape (tiles over the expert width and
+  the tokens per expert), which the one formula fitted on every layout misses (DeepSeek's at
+  TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens);
 - all-reduce and all-to-all: at a GPU count the engine measured, its measured latency curve
   over message sizes (interpolated in log-log; beyond the largest message, at that message's
   bandwidth): the curve bends where the algorithm changes (one-shot, two-shot, NVLS rings),
@@ -63,6 +69,18 @@ FP8_FORMATS = ("fp8", "fp8_block")
 FP4_FORMATS = ("nvfp4",)
 MLA_LATENT = 576  # DeepSeek's kv_lora_rank 512 + RoPE key 64, cached per token and layer
 MLA_QK_DIM, MLA_V_DIM = 192, 128  # per head: nope 128 + rope 64 for q.k, 128 for values
+# MoE steps of this many tokens and more read the layout's measured curve where there is one.
+# Below, the formula: there the layer mostly reads its experts' weights, which the bytes fitted
+# over every layout follow; the measured decode-sized curves put the TPOT of TensorRT-LLM's
+# tensor-parallel fp8 DeepSeek runs on B200 27-36% over the published (docs/benchmarks.md).
+MOE_MEASURED_FROM_TOKENS = 1024
+
+
+def moe_layout(
+    fmt: str, hidden: float, inter: float, experts: float, topk: float, moe_tp: float, ep: float
+) -> str:
+    """The key of a measured MoE curve: format/hidden/expert width/experts/top-k/MoE TP/EP."""
+    return "/".join([fmt, *(f"{v:g}" for v in (hidden, inter, experts, topk, moe_tp, ep))])
 
 
 def peak_flops(hardware: Hardware, fmt: str) -> float:
@@ -181,6 +199,36 @@ class OpFit:
 
 
 @dataclass(frozen=True)
+class MeasuredCurve:
+    """Measured seconds over token counts, read log-log; below the smallest, its value; beyond
+    the largest, linear in tokens (compute-bound work grows so)."""
+
+    tokens: tuple[float, ...]
+    seconds: tuple[float, ...]
+
+    @cached_property
+    def _logs(self) -> tuple[Array, Array]:
+        return np.log(self.tokens), np.log(self.seconds)
+
+    def at(self, tokens: ArrayLike) -> Array:
+        log_tokens, log_seconds = self._logs
+        t = np.maximum(np.asarray(tokens, dtype=np.float64), self.tokens[0])
+        inside = np.exp(np.interp(np.log(np.minimum(t, self.tokens[-1])), log_tokens, log_seconds))
+        return inside * np.maximum(t / self.tokens[-1], 1.0)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"tokens": list(self.tokens), "seconds": [round(t, 9) for t in self.seconds]}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> MeasuredCurve:
+        tokens = tuple(float(t) for t in data["tokens"])
+        seconds = tuple(float(t) for t in data["seconds"])
+        if len(tokens) < 2 or len(tokens) != len(seconds):
+            raise ValueError("a measured curve needs two or more (tokens, seconds) points")
+        return cls(tokens, seconds)
+
+
+@dataclass(frozen=True)
 class MeasuredGrid:
     """Measured seconds over a (batch, positions) grid, read log-log bilinearly; beyond its
     largest batch or positions, linear in each (attention over a cache grows so)."""
@@ -245,6 +293,8 @@ class GpuKernels:
     mla_decode: OpFit | None = None
     # MLA decode measured: by "heads/cache bytes per element", e.g. "16/2" (bf16 cache)
     mla_decode_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
+    # MoE measured over tokens, by ``moe_layout`` (prompt-sized steps read them)
+    moe_curves: dict[str, MeasuredCurve] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -300,7 +350,13 @@ class GpuKernels:
         per_expert = np.maximum(t * topk / experts, 1e-3)
         peak = peak_flops(hardware, measured)
         hbm = hardware.memory_bandwidth_gbps * 1e9
-        return np.where(t > 0, fit.compute_memory(flops, per_expert, nbytes, peak, hbm), 0.0)
+        seconds = fit.compute_memory(flops, per_expert, nbytes, peak, hbm)
+        layout = (hidden, inter, experts, topk, moe_tp, ep)
+        if self.moe_curves and all(np.ndim(v) == 0 for v in layout):
+            curve = self.moe_curves.get(moe_layout(measured, *(float(v) for v in layout)))
+            if curve is not None:
+                seconds = np.where(t >= MOE_MEASURED_FROM_TOKENS, curve.at(t), seconds)
+        return np.where(t > 0, seconds, 0.0)
 
     def context_attention_time(
         self, hardware: Hardware, flops: ArrayLike, positions: ArrayLike, mla: bool = False
@@ -369,6 +425,10 @@ class GpuKernels:
             data["mla_decode_grids"] = {
                 key: grid.to_json() for key, grid in sorted(self.mla_decode_grids.items())
             }
+        if self.moe_curves:
+            data["moe_curves"] = {
+                key: curve.to_json() for key, curve in sorted(self.moe_curves.items())
+            }
         return data
 
     @classmethod
@@ -392,6 +452,10 @@ class GpuKernels:
                 mla_decode_grids={
                     key: MeasuredGrid.from_json(grid)
                     for key, grid in dict(data.get("mla_decode_grids", {})).items()
+                },
+                moe_curves={
+                    key: MeasuredCurve.from_json(curve)
+                    for key, curve in dict(data.get("moe_curves", {})).items()
                 },
                 **optional,
             )
