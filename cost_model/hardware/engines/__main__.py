@@ -76,7 +76,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "experts fused into the routed experts' kernel (tensor-parallel experts, not FP4)",
         _scheduler(
             max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
-            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.053,
+            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.058,
             fuse_shared_experts=True,
         ),
     ),
@@ -88,7 +88,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "whole sequence beside the running ones'",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
-            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.102,
+            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.106,
         ),
     ),
 }  # fmt: skip
