@@ -172,13 +172,13 @@ def launch_settings(point: Point) -> Launch:
     drafts = (1 if point.attention_dp else 3) if mtp else 0
     if mtp:
         tokens = (drafts + 1) * (point.concurrency // ranks) + point.prompt_tokens + 64
-        settings = {"max_running": point.concurrency, "cuda_graph_max_batch": 256,
-                    "memory_fraction": 0.8}  # fmt: skip
+        settings = {"max_running": max(point.concurrency // ranks, 1),
+                    "cuda_graph_max_batch": 256, "memory_fraction": 0.8}  # fmt: skip
     else:
         tokens = max(8192, point.concurrency + point.prompt_tokens + 64)
         settings = {"cuda_graph_max_batch": 512 if fp4 else 128,
                     "memory_fraction": 0.8 if fp4 else 0.75}  # fmt: skip
-    settings["token_budget"] = -(-tokens // 64) * 64 * ranks
+    settings["token_budget"] = -(-tokens // 64) * 64  # per rank, as the engine counts it
     if point.attention_dp:  # attention_dp_config: enable_balance, timeout_iters 60
         settings["balance_timeout_steps"] = 60
     return Launch(settings, "fp8", drafts)

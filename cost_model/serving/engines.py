@@ -67,7 +67,8 @@ def engine_server(
     settings: Mapping[str, Any] | None = None,
 ) -> tuple[EngineStepTime, ServerConfig]:
     """The step times and the server of ``deployment`` on ``engine``; the options given
-    override the engine's defaults (as its command-line flags would): ``settings`` any of
+    override the engine's defaults (as its command-line flags would; per attention-DP rank where
+    the engine states them so, ``limits_per_rank``): ``settings`` any of
     ``SchedulerDefaults``' fields (memory_fraction, cuda_graph_max_batch, admission,
     recv_interval, ...)."""
     stack = get_engine(engine) if isinstance(engine, str) else engine
@@ -85,9 +86,11 @@ def engine_server(
         scheduler = replace(scheduler, token_budget=token_budget)
     model = replace(stack.step_model(deployment), scheduler=scheduler)
     spec = deployment.speculative
+    # Limits an engine states per attention-DP rank (TensorRT-LLM) hold on every rank.
+    ranks = deployment.attention_dp if scheduler.limits_per_rank else 1
     config = ServerConfig(
-        max_batch=max_batch or scheduler.max_running,
-        token_budget=scheduler.token_budget,
+        max_batch=(max_batch or scheduler.max_running) * ranks,
+        token_budget=scheduler.token_budget * ranks,
         kv_capacity_tokens=kv_tokens or kv_capacity_tokens(deployment, scheduler),
         prefill_first=scheduler.prefill_first,
         chunked_prefill=scheduler.chunked_prefill,

@@ -60,13 +60,18 @@ def simulate_command(
         None, "--grid", help="request shapes drawn from a grid: quick, helm-synthetic or a file"
     ),
     max_batch: Optional[int] = typer.Option(  # noqa: UP045
-        None, "--max-batch", min=1, help="requests decoded together (default 64, or the engine's)"
+        None,
+        "--max-batch",
+        min=1,
+        help="requests decoded together (default 64, or the engine's; per attention-DP rank "
+        "where the engine counts so: tensorrt-llm)",
     ),
     token_budget: Optional[int] = typer.Option(  # noqa: UP045
         None,
         "--token-budget",
         min=1,
-        help="tokens per step: decode tokens + prompt chunks (default 256, or the engine's)",
+        help="tokens per step: decode tokens + prompt chunks (default 256, or the engine's; per "
+        "attention-DP rank where the engine counts so: tensorrt-llm)",
     ),
     ep: int = typer.Option(1, "--ep", min=1, help="expert-parallel size (engine stacks)"),
     attention_dp: int = typer.Option(

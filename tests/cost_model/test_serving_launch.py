@@ -45,5 +45,11 @@ def test_tensorrt_llm_attention_dp_balances_its_ranks_with_a_60_step_timeout() -
     launch = BENCHMARK["launch_settings"]
     point = _point("tensorrt-llm", "b200", "nvfp4", ep=8, attention_dp=True, concurrency=128)
     assert launch(point).settings["balance_timeout_steps"] == 60
+    # The scripts' max_batch_size (CONC / TP) and max_num_tokens hold per rank, as the engine
+    # counts them: (1 draft + 1) x 32 sequences + the 1024-token prompt + 64, in 64s.
+    mtp = _point("tensorrt-llm", "b200", "nvfp4", ep=8, attention_dp=True, concurrency=256,
+                 speculative="mtp")  # fmt: skip
+    settings = launch(mtp).settings
+    assert (settings["max_running"], settings["token_budget"]) == (32, 1152)
     plain = launch(_point("tensorrt-llm", "b200", "nvfp4")).settings
     assert "balance_timeout_steps" not in plain

@@ -581,3 +581,20 @@ def test_prompt_sized_moe_steps_read_the_measured_curve_of_their_layout() -> Non
     assert kernels.moe_time(H200, 8192.0, **fused) == pytest.approx(
         replace(kernels, moe_curves={}).moe_time(H200, 8192.0, **fused)
     )
+
+
+def test_tensorrt_llm_states_its_batch_and_token_limits_per_attention_dp_rank() -> None:
+    arch = get_architecture("deepseek-r1")
+    precision = parse_precision("nvfp4", "fp8")
+    dp8 = Deployment(architecture=arch, hardware=B200, tp=8, ep=8, attention_dp=8,
+                     precision=precision)  # fmt: skip
+    _, config = engine_server("tensorrt-llm", dp8)
+    assert (config.dp_ranks, config.rank_slots, config.rank_budget) == (8, 2048, 8192)
+    _, config = engine_server("tensorrt-llm", dp8, max_batch=4, token_budget=1152)
+    assert (config.max_batch, config.token_budget) == (32, 9216)
+    # SGLang's flags hold for the instance, shared among its ranks.
+    _, config = engine_server("sglang", dp8, max_batch=64)
+    assert (config.max_batch, config.rank_slots) == (64, 8)
+    plain = dp8.model_copy(update={"ep": 1, "attention_dp": 1})
+    _, config = engine_server("tensorrt-llm", plain)
+    assert (config.dp_ranks, config.max_batch, config.token_budget) == (1, 2048, 8192)

@@ -85,10 +85,12 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "whole prompts (no chunked prefill by default) within max_num_tokens 8192, "
         "max_batch_size 2048, KV cache 0.9 of the memory the weights leave, CUDA graphs up "
         "to batch 128; GUARANTEED_NO_EVICT: a request is admitted when the cache holds its "
-        "whole sequence beside the running ones'",
+        "whole sequence beside the running ones'; under attention DP max_batch_size and "
+        "max_num_tokens hold per rank",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
             of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.106,
+            limits_per_rank=True,
         ),
     ),
 }  # fmt: skip

@@ -67,6 +67,9 @@ class SchedulerDefaults:
     --scheduler-recv-interval); ``balance_timeout_steps``: TensorRT-LLM's attention-DP balance
     (``attention_dp_config: enable_balance, timeout_iters``; 0: off): prompts join a step when
     every rank has one, or on the step its counter reaches this many (``ServerConfig``);
+    ``limits_per_rank``: ``max_running`` and ``token_budget`` hold per attention-DP rank
+    (TensorRT-LLM's ``max_batch_size`` and ``max_num_tokens``), else for the whole instance,
+    shared among its ranks (vLLM; SGLang divides its flags among the ranks);
     ``request_overhead_s``: seconds from a request's arrival until the scheduler sees it (HTTP,
     tokenization, first-token delivery; fitted on serving measurements, see the stack's
     notes); ``fuse_shared_experts``: a MoE layer's shared experts run as more routed experts
@@ -87,6 +90,7 @@ class SchedulerDefaults:
     admission: str = "reserve"
     recv_interval: int = 1
     balance_timeout_steps: int = 0
+    limits_per_rank: bool = False
     request_overhead_s: float = 0.0
     fuse_shared_experts: bool = False
 
