@@ -64,14 +64,14 @@ def simulate_command(
         "--max-batch",
         min=1,
         help="requests decoded together (default 64, or the engine's; per attention-DP rank "
-        "where the engine counts so: tensorrt-llm)",
+        "where the engine counts so: tensorrt-llm, vllm)",
     ),
     token_budget: Optional[int] = typer.Option(  # noqa: UP045
         None,
         "--token-budget",
         min=1,
         help="tokens per step: decode tokens + prompt chunks (default 256, or the engine's; per "
-        "attention-DP rank where the engine counts so: tensorrt-llm)",
+        "attention-DP rank where the engine counts so: tensorrt-llm, vllm)",
     ),
     ep: int = typer.Option(1, "--ep", min=1, help="expert-parallel size (engine stacks)"),
     attention_dp: int = typer.Option(

@@ -592,6 +592,8 @@ def test_tensorrt_llm_states_its_batch_and_token_limits_per_attention_dp_rank() 
     assert (config.dp_ranks, config.rank_slots, config.rank_budget) == (8, 2048, 8192)
     _, config = engine_server("tensorrt-llm", dp8, max_batch=4, token_budget=1152)
     assert (config.max_batch, config.token_budget) == (32, 9216)
+    _, config = engine_server("vllm", dp8)  # each data-parallel engine core takes the flags
+    assert (config.rank_slots, config.rank_budget) == (1024, 8192)
     # SGLang's flags hold for the instance, shared among its ranks.
     _, config = engine_server("sglang", dp8, max_batch=64)
     assert (config.max_batch, config.rank_slots) == (64, 8)

@@ -62,10 +62,12 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "token budget; max_num_batched_tokens 8192, max_num_seqs 1024, "
         "gpu_memory_utilization 0.9, CUDA graphs up to batch 512; a request is admitted when "
         "the KV cache holds the prompt tokens it reads now, and the newest is preempted "
-        "(recomputed later) when decoding fills the cache",
+        "(recomputed later) when decoding fills the cache; under data parallelism each "
+        "engine core (rank) takes max_num_seqs and max_num_batched_tokens",
         _scheduler(
             max_running=1024, chunked_prefill=True, prefill_first=False, memory_fraction=0.9,
             cuda_graph_max_batch=512, admission="allocated", request_overhead_s=0.0,
+            limits_per_rank=True,
         ),
     ),
     "sglang": (

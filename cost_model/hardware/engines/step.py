@@ -68,8 +68,9 @@ class SchedulerDefaults:
     (``attention_dp_config: enable_balance, timeout_iters``; 0: off): prompts join a step when
     every rank has one, or on the step its counter reaches this many (``ServerConfig``);
     ``limits_per_rank``: ``max_running`` and ``token_budget`` hold per attention-DP rank
-    (TensorRT-LLM's ``max_batch_size`` and ``max_num_tokens``), else for the whole instance,
-    shared among its ranks (vLLM; SGLang divides its flags among the ranks);
+    (TensorRT-LLM's ``max_batch_size`` and ``max_num_tokens``; each of vLLM's data-parallel
+    engine cores takes ``max_num_seqs`` and ``max_num_batched_tokens``), else for the whole
+    instance, shared among its ranks (SGLang divides its flags among them);
     ``request_overhead_s``: seconds from a request's arrival until the scheduler sees it (HTTP,
     tokenization, first-token delivery; fitted on serving measurements, see the stack's
     notes); ``fuse_shared_experts``: a MoE layer's shared experts run as more routed experts
