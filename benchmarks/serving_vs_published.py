@@ -20,7 +20,9 @@ Printed per engine, GPU and model family: median and 90th percentile of |predict
 all concurrencies; beside them, with ``--aiconfigurator PYTHON`` (an interpreter with
 ``aiconfigurator==0.12.0``, e.g. a venv under a git-ignored folder), the same figures from
 NVIDIA's AIConfigurator on the points it covers, and both on the points both cover.
-Rows the model cannot express are counted with the one-line reason.
+Rows the model cannot express are counted with the one-line reason; so are the published
+serving figures whose load is a dataset with unstated per-request lengths (MLPerf's OpenOrca
+runs, the engines' README runs over ShareGPT), which no simulation can replay.
 
 With ``--offline`` (or ``--only-offline``) it also simulates the engines' published offline
 max-throughput runs (TensorRT-LLM's perf overview, several versions: every request queued at
@@ -117,6 +119,23 @@ def points_of(rows: list[PublishedRow]) -> dict[Point, dict[str, float]]:
             continue
         found[point][row.metric] = row.value
     return found
+
+
+def unsimulated(rows: list[PublishedRow]) -> dict[str, int]:
+    """Serving figures (no fixed batch) of the served engines and MLPerf that ``points_of``
+    leaves out, counted by source and reason: their load is a dataset (MLPerf's OpenOrca, the
+    ShareGPT conversations of the engines' READMEs) whose per-request lengths they do not
+    state, so no simulation can replay it."""
+    left: dict[str, int] = defaultdict(int)
+    for row in rows:
+        serving = row.metric in METRICS or row.metric in OFFLINE_METRICS
+        ours = row.engine in SERVED or row.source_id.startswith("mlperf")
+        if not serving or not ours or row.batch_size is not None or row.concurrency is not None:
+            continue
+        if row.engine in SERVED and row.prompt_tokens and row.output_tokens:
+            continue  # an offline point
+        left[f"{row.source_id} ({row.gpu}): per-request prompt and output lengths not stated"] += 1
+    return dict(left)
 
 
 # InferenceX's launch scripts (SemiAnalysisAI/InferenceX, benchmarks/dsr1_fp8_b200.sh,
@@ -386,6 +405,8 @@ def main() -> None:
           f"{len(points)} measured serving points, {len(ours)} simulated")  # fmt: skip
     for reason, count in sorted(refused.items()):
         print(f"  not predicted ({count}): {reason}")
+    for reason, count in sorted(unsimulated(load_published()).items()):
+        print(f"  not simulated ({count} figure{'s' if count > 1 else ''}): {reason}")
     served = [p for p in points if p.concurrency != OFFLINE]
     sections = (
         (f"serving, concurrency >= {args.min_concurrency}",

@@ -53,3 +53,13 @@ def test_tensorrt_llm_attention_dp_balances_its_ranks_with_a_60_step_timeout() -
     assert (settings["max_running"], settings["token_budget"]) == (32, 1152)
     plain = launch(_point("tensorrt-llm", "b200", "nvfp4")).settings
     assert "balance_timeout_steps" not in plain
+
+
+def test_dataset_runs_without_per_request_lengths_are_named_not_dropped() -> None:
+    from idealized_runtime.core.published import load_published
+
+    left = BENCHMARK["unsimulated"](load_published())
+    assert left["mlperf-inference-v4.1 (h100-sxm): per-request prompt and output lengths not "
+                "stated"] == 1  # fmt: skip
+    assert sum(n for k, n in left.items() if k.startswith("sglang-vs-vllm060-readme")) == 20
+    assert not any(k.startswith("inferencex-") for k in left)
