@@ -359,9 +359,10 @@ def main() -> None:
         "--only-offline", action="store_true", help="only the offline max-throughput tables"
     )
     args = parser.parse_args()
+    published = load_published()
     measured = {
         point: figures
-        for point, figures in points_of(load_published()).items()
+        for point, figures in points_of(published).items()
         if (point.concurrency == OFFLINE)
         in ((True,) if args.only_offline else (False, args.offline))
     }
@@ -405,7 +406,7 @@ def main() -> None:
           f"{len(points)} measured serving points, {len(ours)} simulated")  # fmt: skip
     for reason, count in sorted(refused.items()):
         print(f"  not predicted ({count}): {reason}")
-    for reason, count in sorted(unsimulated(load_published()).items()):
+    for reason, count in sorted(unsimulated(published).items()):
         print(f"  not simulated ({count} figure{'s' if count > 1 else ''}): {reason}")
     served = [p for p in points if p.concurrency != OFFLINE]
     sections = (

@@ -341,6 +341,14 @@ def simulate(
 _RATIO_RECHECK_STEPS = 8
 
 
+def _per_rank(requests: list[_Request], ranks: int) -> list[int]:
+    """How many of ``requests`` each attention-DP rank holds."""
+    counts = [0] * ranks
+    for request in requests:
+        counts[request.rank] += 1
+    return counts
+
+
 def _balance(
     decoding: list[_Request],
     chunks: list[tuple[_Request, int]],
@@ -351,9 +359,7 @@ def _balance(
     (every rank has a prompt and a free slot, some rank decodes nothing, or the counter, at
     ``count``, reaches the timeout on this step), else the decode-only steps they wait."""
     ranks = config.dp_ranks
-    busy = [0] * ranks
-    for request in decoding:
-        busy[request.rank] += 1
+    busy = _per_rank(decoding, ranks)
     with_prompts = {request.rank for request, _ in chunks}
     ready = len(with_prompts) == ranks and max(busy) < config.rank_slots
     if ready or min(busy) == 0 or count + 1 >= config.balance_timeout_steps:
@@ -377,9 +383,7 @@ def _admit(
     decoding = sum(1 for r in running if r.decoding)
     pending = sum(r.to_prefill for r in running if not r.decoding)
     free = cache.free(running)
-    held = [0] * config.dp_ranks
-    for request in running:
-        held[request.rank] += 1
+    held = _per_rank(running, config.dp_ranks)
     while waiting and len(running) < config.max_batch:
         head = waiting[0]
         rank = held.index(min(held))

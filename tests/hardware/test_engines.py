@@ -555,14 +555,14 @@ def test_prompt_sized_moe_steps_read_the_measured_curve_of_their_layout() -> Non
         moe_layout,
     )
 
-    curve = MeasuredCurve(tokens=(512.0, 2048.0, 8192.0), seconds=(1e-4, 4e-4, 2e-3))
+    curve = MeasuredCurve(sizes=(512.0, 2048.0, 8192.0), seconds=(1e-4, 4e-4, 2e-3))
     assert float(curve.at(2048.0)) == pytest.approx(4e-4)
     assert float(curve.at(1024.0)) == pytest.approx((1e-4 * 4e-4) ** 0.5)  # log-log
     assert float(curve.at(16384.0)) == pytest.approx(4e-3)  # beyond: linear in tokens
     assert float(curve.at(8.0)) == pytest.approx(1e-4)
     assert MeasuredCurve.from_json(json.loads(json.dumps(curve.to_json()))) == curve
     with pytest.raises(ValueError, match="two or more"):
-        MeasuredCurve.from_json({"tokens": [1.0], "seconds": [1.0]})
+        MeasuredCurve.from_json({"sizes": [1.0], "seconds": [1.0]})
     # The shipped SGLang H200 kernels: DeepSeek's experts at TP 8 in block-scaled fp8 were
     # measured; a prompt step reads the curve, a decode step the formula fitted on every layout.
     kernels = get_engine("sglang").gpus["h200"]
@@ -575,7 +575,7 @@ def test_prompt_sized_moe_steps_read_the_measured_curve_of_their_layout() -> Non
     formula = replace(kernels, moe_curves={}).moe_time(H200, tokens, **shape)
     assert times[0] == formula[0]
     assert list(times[1:]) == pytest.approx(list(measured.at(tokens[1:])))
-    assert 8192.0 in measured.tokens and times[2] < formula[2] / 1.4  # the formula: 1.7x slow
+    assert 8192.0 in measured.sizes and times[2] < formula[2] / 1.4  # the formula: 1.7x slow
     # A layout nobody measured (SGLang's shared expert fused in: 257 experts, top-9) keeps it.
     fused = dict(shape, experts=257, topk=9)
     assert kernels.moe_time(H200, 8192.0, **fused) == pytest.approx(

@@ -227,15 +227,23 @@ def _held_out(
     held = order % HOLD_OUT_EVERY == 0
     if held.sum() >= 3 and (~held).sum() >= n_parameters + 2:
         trial = solve(order[~held])
-        errors = np.abs(predict(trial, rows[held]) / seconds[held] - 1.0)
-        summary = {
-            "n": int(held.sum()),
-            "median": round(float(np.median(errors)), 4),
-            "p90": round(float(np.percentile(errors, 90)), 4),
-        }
+        summary = _error_summary(np.abs(predict(trial, rows[held]) / seconds[held] - 1.0))
     else:
         summary = {"n": 0}
     return solve(order), summary
+
+
+def _error_summary(errors: np.ndarray | list[float]) -> dict[str, float]:
+    """Count, median and 90th percentile of held-out |predicted / measured - 1| (what each fit
+    records); count 0 when nothing was held out."""
+    held = np.asarray(errors, dtype=np.float64)
+    if held.size == 0:
+        return {"n": 0}
+    return {
+        "n": int(held.size),
+        "median": round(float(np.median(held)), 4),
+        "p90": round(float(np.percentile(held, 90)), 4),
+    }
 
 
 def _blank_kernels(hardware: Hardware) -> GpuKernels:
@@ -414,10 +422,7 @@ def _mla_decode_grids(frame: pandas.DataFrame) -> tuple[dict[str, MeasuredGrid],
             trial = _grid(batches, positions[keep], values[:, keep])
             predicted = trial.at(np.array(batches), np.full(len(batches), positions[j]))
             errors.extend(np.abs(predicted / values[:, j] - 1.0))
-    held = np.array(errors)
-    report = {"n": int(held.size), "median": round(float(np.median(held)), 4),
-              "p90": round(float(np.percentile(held, 90)), 4)}  # fmt: skip
-    return grids, report
+    return grids, _error_summary(errors)
 
 
 def shipped_moe_layouts() -> set[tuple[int, int, int, int]]:
@@ -462,12 +467,7 @@ def _moe_curves(
                 others = np.arange(len(tokens)) != j
                 trial = MeasuredCurve(tuple(tokens[others]), tuple(seconds[others]))
                 errors.append(abs(float(trial.at(tokens[j])) / seconds[j] - 1.0))
-    if not errors:
-        return curves, {"n": 0}
-    held = np.array(errors)
-    report = {"n": int(held.size), "median": round(float(np.median(held)), 4),
-              "p90": round(float(np.percentile(held, 90)), 4)}  # fmt: skip
-    return curves, report
+    return curves, _error_summary(errors)
 
 
 def _grid(batches: tuple[float, ...], positions: np.ndarray, values: np.ndarray) -> MeasuredGrid:

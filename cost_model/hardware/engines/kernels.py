@@ -140,10 +140,7 @@ class OpFit:
             return np.zeros_like(np.asarray(message_bytes, dtype=np.float64))
         curve = self._curves.get(gpus)
         if curve is not None:
-            sizes, seconds, log_sizes, log_seconds = curve
-            m = np.maximum(np.asarray(message_bytes, dtype=np.float64), 1.0)
-            inside = np.exp(np.interp(np.log(m), log_sizes, log_seconds))
-            return np.where(m > sizes[-1], seconds[-1] * m / sizes[-1], inside)
+            return curve.at(message_bytes)
         known = sorted(self.latency_by_gpus)
         latency = float(
             np.interp(math.log2(gpus), np.log2(known), [self.latency_by_gpus[n] for n in known])
@@ -151,15 +148,14 @@ class OpFit:
         return latency + np.asarray(message_bytes) * ring / (link_bytes_s * self.link)
 
     @cached_property
-    def _curves(self) -> dict[int, tuple[Array, Array, Array, Array]]:
-        """The measured curves as arrays: bytes, seconds and their logs (built once: a step
-        time reads them for every layer)."""
-        curves = {}
-        for gpus, curve in self.curve_by_gpus.items():
-            if curve:
-                sizes, seconds = (np.array(column) for column in zip(*curve, strict=True))
-                curves[gpus] = (sizes, seconds, np.log(sizes), np.log(seconds))
-        return curves
+    def _curves(self) -> dict[int, MeasuredCurve]:
+        """The measured curves over message bytes (built once: a step time reads them for
+        every layer)."""
+        return {
+            gpus: MeasuredCurve(*(tuple(column) for column in zip(*curve, strict=True)))
+            for gpus, curve in self.curve_by_gpus.items()
+            if curve
+        }
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -200,32 +196,33 @@ class OpFit:
 
 @dataclass(frozen=True)
 class MeasuredCurve:
-    """Measured seconds over token counts, read log-log; below the smallest, its value; beyond
-    the largest, linear in tokens (compute-bound work grows so)."""
+    """Measured seconds over a size (MoE tokens, collective message bytes), sizes ascending,
+    read log-log; below the smallest, its value; beyond the largest, linear in the size (at the
+    largest measured rate: compute- or bandwidth-bound work grows so)."""
 
-    tokens: tuple[float, ...]
+    sizes: tuple[float, ...]
     seconds: tuple[float, ...]
 
     @cached_property
     def _logs(self) -> tuple[Array, Array]:
-        return np.log(self.tokens), np.log(self.seconds)
+        return np.log(self.sizes), np.log(self.seconds)
 
-    def at(self, tokens: ArrayLike) -> Array:
-        log_tokens, log_seconds = self._logs
-        t = np.maximum(np.asarray(tokens, dtype=np.float64), self.tokens[0])
-        inside = np.exp(np.interp(np.log(np.minimum(t, self.tokens[-1])), log_tokens, log_seconds))
-        return inside * np.maximum(t / self.tokens[-1], 1.0)
+    def at(self, size: ArrayLike) -> Array:
+        log_sizes, log_seconds = self._logs
+        x = np.maximum(np.asarray(size, dtype=np.float64), self.sizes[0])
+        inside = np.exp(np.interp(np.log(np.minimum(x, self.sizes[-1])), log_sizes, log_seconds))
+        return inside * np.maximum(x / self.sizes[-1], 1.0)
 
     def to_json(self) -> dict[str, Any]:
-        return {"tokens": list(self.tokens), "seconds": [round(t, 9) for t in self.seconds]}
+        return {"sizes": list(self.sizes), "seconds": [round(t, 9) for t in self.seconds]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> MeasuredCurve:
-        tokens = tuple(float(t) for t in data["tokens"])
+        sizes = tuple(float(x) for x in data["sizes"])
         seconds = tuple(float(t) for t in data["seconds"])
-        if len(tokens) < 2 or len(tokens) != len(seconds):
-            raise ValueError("a measured curve needs two or more (tokens, seconds) points")
-        return cls(tokens, seconds)
+        if len(sizes) < 2 or len(sizes) != len(seconds):
+            raise ValueError("a measured curve needs two or more (size, seconds) points")
+        return cls(sizes, seconds)
 
 
 @dataclass(frozen=True)
