@@ -25,8 +25,11 @@ serving figures whose load is a dataset with unstated per-request lengths (MLPer
 runs, the engines' README runs over ShareGPT), which no simulation can replay.
 
 With ``--offline`` (or ``--only-offline``) it also simulates the engines' published offline
-max-throughput runs (TensorRT-LLM's perf overview, several versions: every request queued at
-once, fixed lengths; the engine's defaults) and compares output tokens/s per GPU.
+max-throughput runs, every request queued at once with fixed lengths, and compares output
+tokens/s per GPU over the whole run, as the tools count it: TensorRT-LLM's perf overviews
+(0.17, 0.19, 1.0; at the batch size, tokens per step and chunked prompts ``trtllm-bench``
+sets itself: ``trtllm_bench_launch``) and vLLM 0.13's ``vllm bench throughput`` runs in
+torchao's README (at the offline engine's defaults).
 
 ``--reuse OUT`` takes our predictions from an earlier ``--json OUT`` (to rerun the comparison
 without simulating again).
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import subprocess
 import sys
 from collections import defaultdict
@@ -90,7 +94,10 @@ class Point:
 
 OFFLINE = 1 << 30
 SERVED = ("vllm", "sglang", "tensorrt-llm")
-OFFLINE_METRICS = ("output_throughput_tokens_per_s", "output_throughput_tokens_per_s_per_gpu")
+OFFLINE_METRICS = (
+    "output_throughput_tokens_per_s", "output_throughput_tokens_per_s_per_gpu",
+    "total_throughput_tokens_per_s",
+)  # fmt: skip
 
 
 def points_of(rows: list[PublishedRow]) -> dict[Point, dict[str, float]]:
@@ -115,6 +122,9 @@ def points_of(rows: list[PublishedRow]) -> dict[Point, dict[str, float]]:
         if offline:
             per_gpu = row.metric.endswith("_per_gpu")
             value = row.value if per_gpu else row.value / row.gpu_count
+            if row.metric.startswith("total_"):  # every request done, fixed lengths: the
+                # output tokens are this share of the prompt and output tokens counted
+                value *= point.output_tokens / (point.prompt_tokens + point.output_tokens)
             found[point]["output_throughput_tokens_per_s_per_gpu"] = value
             continue
         found[point][row.metric] = row.value
@@ -159,11 +169,21 @@ class Launch:
 def launch_settings(point: Point) -> Launch:
     """The engine flags ``point``'s source set (InferenceX), else the engine's defaults."""
     mtp = point.speculative == "mtp"
+    if point.source_id.startswith(TRTLLM_BENCH_SOURCES):
+        return trtllm_bench_launch(point)
+    if point.source_id.startswith(VLLM_BENCH_SOURCES):
+        if point.weights != "bf16":
+            raise InputError(
+                "vLLM serves torchao-quantized checkpoints through torchao's own kernels "
+                "(quantization method torchao), which no engine stack has measurements of"
+            )
+        # ``vllm bench throughput`` runs the offline LLM class: on GPUs of 70 GiB or more but
+        # A100 its defaults are 16384 batched tokens and 1024 sequences (EngineArgs'
+        # get_batch_defaults); the KV cache in the model's bf16.
+        return Launch({"token_budget": 16384}, point.kv_cache or "bf16")
     if not point.source_id.startswith("inferencex-"):
         kv = point.kv_cache or ("fp8" if point.weights == "nvfp4" else None)
-        # TensorRT-LLM 0.17's perf overview: "--kv_cache_free_gpu_mem_fraction 0.95" mostly.
-        settings = {"memory_fraction": 0.95} if point.source_id.endswith("-v0.17") else {}
-        return Launch(settings, kv, 3 if mtp else 0)
+        return Launch({}, kv, 3 if mtp else 0)
     fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
     if point.engine == "sglang":
         tp4_fp8 = point.tp == 4 and not fp4 and blackwell
@@ -201,6 +221,46 @@ def launch_settings(point: Point) -> Launch:
     if point.attention_dp:  # attention_dp_config: enable_balance, timeout_iters 60
         settings["balance_timeout_steps"] = 60
     return Launch(settings, "fp8", drafts)
+
+
+# Offline ``vllm bench throughput`` runs: torchao's checkpoints served by vLLM 0.13.
+VLLM_BENCH_SOURCES = ("torchao-quant-readme-2026-01",)
+# TensorRT-LLM's perf overviews run ``trtllm-bench throughput`` (0.17: TensorRT engines it
+# builds; 0.19 and 1.0: the PyTorch backend) on NVIDIA's ModelOpt FP8 and FP4 checkpoints.
+TRTLLM_BENCH_SOURCES = ("trtllm-perf-overview-",)
+TRTLLM_BENCH_BYTES = {"fp8": 1.0, "nvfp4": 0.5}  # per weight or KV value; 2 otherwise
+
+
+def trtllm_bench_launch(point: Point) -> Launch:
+    """How ``trtllm-bench throughput`` runs ``point``: it sizes the engine itself from the
+    memory left for the KV cache and the dataset's lengths (max batch size and max tokens per
+    step: ``calc_engine_setting`` and ``finetune_setting`` in tensorrt_llm/bench/build/
+    tuning.py), and chunks prompts (``--enable_chunked_context``, on by default), so a
+    20000-token prompt runs in chunks beside the decoding sequences. The KV cache is fp8: 0.17's
+    page states it, and 0.19's and 1.0's throughputs of the same models on the same GPUs are
+    within a few percent of 0.17's (a 16-bit cache holds half the sequences: 70B on one H200 at
+    128/2048 tokens would need a decode step at the roofline's own 22 ms to reach 1.0's 4,336
+    tokens/s). The pages run most tables with 0.95 of the free memory for the KV cache."""
+    fraction = 0.95
+    deployment = deployment_of(point, Launch({}, "fp8"))
+    architecture = deployment.architecture
+    weight_bytes = TRTLLM_BENCH_BYTES.get(point.weights, 2.0)
+    # The tool counts the KV heads of the whole model, at least one per tensor-parallel rank.
+    kv_heads = max(point.tp, architecture.kv_heads)
+    per_token = 2 * architecture.num_layers * kv_heads * architecture.dim_per_head * 1.0
+    gib = 2**30
+    memory = deployment.hardware.device_memory_bytes / gib * point.tp
+    cache = (memory - architecture.num_parameters() * weight_bytes / gib) * fraction
+    max_requests = cache * gib / (per_token * (point.prompt_tokens + point.output_tokens))
+    batch = min(max_requests, 4096)
+    tokens = min(batch * (1 + point.prompt_tokens / point.output_tokens), 32768)
+    rounding = 32 if batch < 256 else 128 if batch < 1024 else 256
+    max_batch = max(64, rounding * math.ceil(batch / rounding))
+    rounding = 256 if tokens < 4096 else 512 if tokens < 8192 else 1024
+    budget = max(2048, rounding * math.ceil(tokens / rounding))
+    settings = {"max_running": max_batch, "token_budget": budget, "chunked_prefill": True,
+                "memory_fraction": fraction}  # fmt: skip
+    return Launch(settings, "fp8", 3 if point.speculative == "mtp" else 0)
 
 
 def deployment_of(point: Point, launch: Launch) -> Deployment:
@@ -261,21 +321,24 @@ def predict(point: Point, overhead_s: float | None = None) -> dict[str, float]:
 
 
 def offline_throughput(point: Point, step_time: object, config: ServerConfig) -> float:
-    """Output tokens/s of an offline run (every request queued at once, fixed lengths) at its
-    steady state: the server kept full (as many clients as it runs sequences, four rounds of
-    requests), counting the requests that end between the first round's last end and the third
-    round's (ramp-up and drain left out)."""
-    clients = min(config.max_batch, point.requests or config.max_batch)
-    if config.admission == "reserve" and config.kv_capacity_tokens:  # whole sequences fit
-        need = point.prompt_tokens + point.output_tokens
-        clients = min(clients, config.kv_capacity_tokens // need + 1)
-    shapes = [RequestShape(point.prompt_tokens, point.output_tokens)] * (4 * clients)
-    rows = sorted(simulate(shapes, step_time, config, concurrency=clients),
-                  key=lambda r: r["finished_at_s"])  # fmt: skip
+    """Output tokens/s of an offline run as the tools count it (``trtllm-bench``'s total output
+    throughput, ``vllm bench throughput``): every request queued at once with fixed lengths,
+    all output tokens over the time from the start to the last request's end (ramp-up and drain
+    included). A source that does not state its request count: four times the sequences the
+    server holds at once."""
+    requests = point.requests
+    if not requests:
+        held = config.max_batch
+        if config.admission == "reserve" and config.kv_capacity_tokens:  # whole sequences fit
+            need = point.prompt_tokens + point.output_tokens
+            held = min(held, config.kv_capacity_tokens // need + 1)
+        requests = 4 * held
+    shapes = [RequestShape(point.prompt_tokens, point.output_tokens)] * requests
+    rows = simulate(shapes, step_time, config, concurrency=requests)
     if not all(r["ok"] for r in rows):
         raise InputError("a request never fits the KV cache")
-    first, last = rows[clients - 1]["finished_at_s"], rows[3 * clients - 1]["finished_at_s"]
-    return 2 * clients * point.output_tokens / (last - first)
+    span = max(r["finished_at_s"] for r in rows) - min(r["started_at_s"] for r in rows)
+    return requests * point.output_tokens / span
 
 
 # Each engine's request overhead (HTTP, tokenization, first-token delivery: TTFT the kernels
@@ -429,8 +492,9 @@ def main() -> None:
 
 
 def family(source_id: str) -> str:
-    """The source family: InferenceX runs, TensorRT-LLM's perf overview, ..."""
-    return source_id.split("-run-")[0] if "-run-" in source_id else source_id.rsplit("-v", 1)[0]
+    """The source family: InferenceX's runs together, else the source itself (each release of
+    TensorRT-LLM's perf overview, torchao's README, ...)."""
+    return source_id.split("-run-")[0] if "-run-" in source_id else source_id
 
 
 def _table(
@@ -441,7 +505,7 @@ def _table(
     with_aic: bool,
 ) -> None:
     head = " | ".join(f"{name:^18}" for name in METRICS.values())
-    print(f"{'engine':<13} {'gpu':<8} {'model':<15} {'who':<6} | {head}")
+    print(f"{'engine':<13} {'gpu':<8} {'model':<19} {'who':<6} | {head}")
     groups: dict[tuple, list[Point]] = defaultdict(list)
     for p in members:
         groups[(p.engine, p.gpu, p.model)].append(p)
@@ -461,7 +525,8 @@ def _table(
                     for p in chosen if metric in measured[p] and metric in predictions[p]
                 ]  # fmt: skip
                 cells.append(_stats(errors))
-            print(f"{key[0]:<13} {key[1][:8]:<8} {key[2]:<15} {who:<6} | " + " | ".join(cells))
+            where = f"{key[1][:8]:<8} {key[2]:<19}" if key[0] != "all" else f"{key[1]:<28}"
+            print(f"{key[0]:<13} {where} {who:<6} | " + " | ".join(cells))
 
 
 if __name__ == "__main__":

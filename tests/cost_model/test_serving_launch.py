@@ -63,3 +63,74 @@ def test_dataset_runs_without_per_request_lengths_are_named_not_dropped() -> Non
                 "stated"] == 1  # fmt: skip
     assert sum(n for k, n in left.items() if k.startswith("sglang-vs-vllm060-readme")) == 20
     assert not any(k.startswith("inferencex-") for k in left)
+
+
+def _offline(**kw: Any) -> Any:
+    fields = dict(
+        engine="tensorrt-llm", gpu="h200", model="llama-3.1-8b", weights="fp8", tp=1, ep=1,
+        attention_dp=False, speculative="", prompt_tokens=20000, output_tokens=2000,
+        concurrency=BENCHMARK["OFFLINE"], source_id="trtllm-perf-overview-v1.0", requests=1000,
+    )  # fmt: skip
+    return Point(**(fields | kw))
+
+
+def test_trtllm_bench_sizes_its_engine_from_the_kv_cache_and_the_lengths() -> None:
+    """trtllm-bench's own rule, by hand for Llama-3.1-8B fp8 on one H200 (143,771 MiB =
+    140.40 GiB; 8.03 G weights of 1 byte = 7.48 GiB; 0.95 of the rest = 126.3 GiB of fp8 KV at
+    64 KiB per token = 2.07 M tokens)."""
+    long = BENCHMARK["launch_settings"](_offline())
+    # 2.07 M / 22,000 = 94 requests -> batch 96 (multiples of 32); 94 x (1 + 10) = 1034
+    # tokens -> the 2048 floor; prompts chunked, the KV cache in fp8.
+    assert (long.settings["max_running"], long.settings["token_budget"]) == (96, 2048)
+    assert long.settings["chunked_prefill"] and long.kv_cache == "fp8"
+    short = BENCHMARK["launch_settings"](_offline(prompt_tokens=128, output_tokens=128))
+    # 2.07 M / 256 = 8083 requests, capped at 4096; 4096 x 2 = 8192 tokens.
+    assert (short.settings["max_running"], short.settings["token_budget"]) == (4096, 8192)
+
+
+def test_vllm_bench_throughput_runs_bf16_at_the_offline_defaults_and_refuses_torchao() -> None:
+    import pytest
+
+    from idealized_runtime.core.errors import InputError
+
+    vllm = dict(engine="vllm", gpu="b200", source_id="torchao-quant-readme-2026-01",
+                prompt_tokens=4096, output_tokens=32, requests=32)  # fmt: skip
+    launch = BENCHMARK["launch_settings"](_offline(weights="bf16", **vllm))
+    assert launch.settings == {"token_budget": 16384} and launch.kv_cache == "bf16"
+    with pytest.raises(InputError, match="torchao's own kernels"):
+        BENCHMARK["launch_settings"](_offline(weights="nvfp4", **vllm))
+
+
+def test_total_throughput_rows_compare_as_output_tokens_per_gpu() -> None:
+    from idealized_runtime.core.published import load_published
+
+    points = BENCHMARK["points_of"](load_published())
+    found = [
+        figures for p, figures in points.items()
+        if p.source_id == "torchao-quant-readme-2026-01" and p.gpu == "b200"
+        and p.weights == "bf16" and p.prompt_tokens == 4096
+    ]  # fmt: skip
+    # 59,099.9 total tokens/s of 32 x (4096 + 32) tokens: 32 of every 4128 are output.
+    assert len(found) == 1
+    assert abs(found[0]["output_throughput_tokens_per_s_per_gpu"] - 59099.9 * 32 / 4128) < 1e-9
+
+
+def test_an_offline_run_is_timed_whole_from_the_start_to_the_last_end() -> None:
+    from idealized_runtime.cost_model.serving.engines import engine_server
+    from idealized_runtime.cost_model.serving.step_time import StepWork
+
+    point = _offline(engine="vllm", gpu="b200", weights="bf16", prompt_tokens=32,
+                     output_tokens=2048, requests=128,
+                     source_id="torchao-quant-readme-2026-01")  # fmt: skip
+    launch = BENCHMARK["launch_settings"](point)
+    step_time, config = engine_server(
+        "vllm", BENCHMARK["deployment_of"](point, launch), settings=launch.settings
+    )
+    throughput = BENCHMARK["offline_throughput"](point, step_time, config)
+    # 128 sequences decode together: the run takes 2047 decode steps at least as long as
+    # the first one's (the shortest contexts) and at most as long as the last one's, plus the
+    # prompt step.
+    first = float(step_time.seconds(StepWork.of([33] * 128, []))[0])
+    last = float(step_time.seconds(StepWork.of([2079] * 128, []))[0])
+    prompts = float(step_time.seconds(StepWork.of([], [(32, 0)] * 128))[0])
+    assert 128 * 2048 / (2047 * last + prompts) <= throughput <= 128 * 2048 / (2047 * first)
