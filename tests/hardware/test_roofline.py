@@ -305,7 +305,8 @@ def test_held_back_last_prompt_token_costs_a_shorter_pass_and_a_decode_step() ->
     held = replace(eff, last_prompt_token_in_decode=True)
     prompts = np.array([1.0, 2.0, 128.0, 2048.0])
     layers = {"num_layers": arch.num_layers, "efficiency": eff}
-    head = pass_time(forward_costs(arch, prompts - 1, 0.0), hw, **layers).total_s
+    # The prompt pass without its last token (none for a one-token prompt: masked below).
+    head = pass_time(forward_costs(arch, np.maximum(prompts - 1, 1.0), 0.0), hw, **layers).total_s
     step = decode_step_time(deploy(arch, hw, efficiency=eff), prompts - 1).total_s
     expected = np.where(prompts > 1, head, 0.0) + step
     np.testing.assert_allclose(
