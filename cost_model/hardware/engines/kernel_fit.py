@@ -33,6 +33,7 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     MeasuredCurve,
     MeasuredGrid,
     OpFit,
+    decode_layout,
     moe_layout,
 )
 
@@ -398,31 +399,76 @@ def _mla_context_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit
 
 
 def _mla_decode_grids(frame: pandas.DataFrame) -> tuple[dict[str, MeasuredGrid], dict]:
-    """MLA decode's measured (batch, context) grid per heads count and cache format, keyed
-    "heads/bytes per element"; a cell the database lacks (a few long contexts at large
-    batches) is its row's longest measured cell scaled linearly in positions. Held out: every
-    fifth inner cell predicted from a grid without it."""
+    """MLA decode's measured (batch, context) grid per heads count and cache format, keyed by
+    ``decode_layout``."""
     frame = _mla_frames(frame)
     cells = _fastest(frame, ["heads", "kv_cache_dtype", "batch_size", "step"])
+    return _decode_grids(
+        cells, ["heads", "kv_cache_dtype"], lambda h, dtype: decode_layout(h, KV_BYTES[dtype])
+    )
+
+
+def _gqa_decode_grids(
+    frame: pandas.DataFrame, layouts: set[tuple[int, int, int]]
+) -> tuple[dict[str, MeasuredGrid], dict]:
+    """Decode attention's measured (batch, context) grid of every per-GPU layout (heads, KV
+    heads, head dim) of a shipped architecture, per cache format, keyed by ``decode_layout``
+    (full attention; the one formula stays for the rest)."""
+    by = ["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]
+    frame = frame[(frame["window_size"] == 0) & frame["kv_cache_dtype"].isin(KV_BYTES)]
+    shipped = frame[[tuple(int(v) for v in row) in layouts for row in frame[by[:3]].to_numpy()]]
+    cells = _fastest(shipped, [*by, "batch_size", "step"])
+    return _decode_grids(
+        cells, by, lambda h, kv, d, dtype: decode_layout(h, KV_BYTES[dtype], kv, int(d))
+    )
+
+
+def _decode_grids(
+    cells: pandas.DataFrame, by: list[str], key: Callable[..., str]
+) -> tuple[dict[str, MeasuredGrid], dict]:
+    """A measured (batch, context) grid per group of ``by``; a cell the database lacks (a few
+    long contexts at large batches) is its row's longest measured cell scaled linearly in
+    positions, one between measured cells log-log between them. Held out: every fifth inner
+    column predicted from a grid without it."""
     grids: dict[str, MeasuredGrid] = {}
     errors: list[float] = []
-    for (heads, dtype), group in cells.groupby(["heads", "kv_cache_dtype"]):
-        table = group.pivot(index="batch_size", columns="step", values="latency") * 1e-3
+    for group_key, group in cells[cells["latency"] > 0].groupby(by):
+        table = group.pivot(index="batch_size", columns="step", values="latency") * MS
         positions = table.columns.to_numpy(dtype=np.float64) + 1.0
         values = table.to_numpy(dtype=np.float64, copy=True)
+        if np.isnan(values[:, 0]).any() or len(positions) < 2 or len(table.index) < 2:
+            continue  # no shortest context for some batch, or a line: not a grid
         for row in values:
             known = np.flatnonzero(~np.isnan(row))
             last = known[-1]
+            inner = np.isnan(row[:last])
+            row[:last][inner] = np.exp(
+                np.interp(np.log(positions[:last][inner]), np.log(positions[known]),
+                          np.log(row[known]))
+            )  # fmt: skip
             row[last + 1 :] = row[last] * positions[last + 1 :] / positions[last]
-        key = f"{int(heads)}/{KV_BYTES[dtype]:g}"
         batches = tuple(float(b) for b in table.index)
-        grids[key] = _grid(batches, positions, values)
+        grids[key(*group_key)] = _grid(batches, positions, values)
         for j in range(1, len(positions) - 1, HOLD_OUT_EVERY):
             keep = np.arange(len(positions)) != j
             trial = _grid(batches, positions[keep], values[:, keep])
             predicted = trial.at(np.array(batches), np.full(len(batches), positions[j]))
             errors.extend(np.abs(predicted / values[:, j] - 1.0))
     return grids, _error_summary(errors)
+
+
+def shipped_attention_layouts() -> set[tuple[int, int, int]]:
+    """(heads, KV heads, head dim) per GPU of the shipped architectures without MLA at tensor
+    parallelism 1, 2, 4 and 8 (KV heads replicated when fewer than the GPUs)."""
+    from idealized_runtime.core.catalog import architectures
+
+    return {
+        (a.num_heads // tp, max(a.kv_heads // tp, 1), a.dim_per_head)
+        for a in architectures().values()
+        if not a.mla
+        for tp in (1, 2, 4, 8)
+        if a.num_heads % tp == 0
+    }
 
 
 def shipped_moe_layouts() -> set[tuple[int, int, int, int]]:
@@ -607,9 +653,9 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
     context, errors["context_attention"] = _context_attention_fit(
         _read(need("attention", "context_attention_perf.parquet")), hardware
     )
-    decode, errors["decode_attention"] = _decode_attention_fit(
-        _read(need("attention", "generation_attention_perf.parquet")), hardware
-    )
+    generation = _read(need("attention", "generation_attention_perf.parquet"))
+    decode, errors["decode_attention"] = _decode_attention_fit(generation, hardware)
+    decode_grids, errors["decode_grid"] = _gqa_decode_grids(generation, shipped_attention_layouts())
     mla: dict[str, OpFit] = {}
     grids: dict[str, MeasuredGrid] = {}
     for kind, name, fitter in (
@@ -655,6 +701,7 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         mla_context=mla.get("mla_context"),
         mla_decode=mla.get("mla_decode"),
         mla_decode_grids=grids,
+        decode_grids=decode_grids,
         moe_curves=moe_curves,
         files=tuple(str(p.relative_to(root)) for p in files),
         errors=errors,

@@ -83,6 +83,16 @@ def moe_layout(
     return "/".join([fmt, *(f"{v:g}" for v in (hidden, inter, experts, topk, moe_tp, ep))])
 
 
+def decode_layout(
+    heads: float, element: float, kv_heads: float | None = None, head_dim: int | None = None
+) -> str:
+    """The key of a measured decode-attention grid, per GPU: MLA's "heads/cache bytes per
+    element" (``kv_heads`` None), other attention's "heads/KV heads/head dim/bytes"."""
+    if kv_heads is None:
+        return f"{heads:g}/{element:g}"
+    return f"{heads:g}/{kv_heads:g}/{head_dim}/{element:g}"
+
+
 def peak_flops(hardware: Hardware, fmt: str) -> float:
     """FLOP/s of the tensor cores a kernel format's matmuls run on."""
     if fmt in FP4_FORMATS:
@@ -288,8 +298,10 @@ class GpuKernels:
     alltoall: OpFit
     mla_context: OpFit | None = None
     mla_decode: OpFit | None = None
-    # MLA decode measured: by "heads/cache bytes per element", e.g. "16/2" (bf16 cache)
+    # Decode attention measured (``decode_layout``): MLA's by "heads/cache bytes per element",
+    # e.g. "16/2" (bf16 cache); other attention's by "heads/KV heads/head dim/bytes" per GPU
     mla_decode_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
+    decode_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
     # MoE measured over tokens, by ``moe_layout`` (prompt-sized steps read them)
     moe_curves: dict[str, MeasuredCurve] = field(default_factory=dict)
     files: tuple[str, ...] = ()
@@ -372,14 +384,14 @@ class GpuKernels:
         flops: ArrayLike,
         sequences: ArrayLike,
         mla: bool = False,
-        grid: tuple[float, float, ArrayLike, ArrayLike] | None = None,
+        grid: tuple[str, ArrayLike, ArrayLike] | None = None,
     ) -> Array:
         """Decode attention reading ``kv_bytes`` of cache for ``sequences`` sequences;
-        ``grid``: MLA's (heads per GPU, cache bytes per element, query tokens, positions they
-        attend in all), to read the measured grid where there is one."""
-        if mla and grid is not None:
-            heads, element, queries, attended = grid
-            measured = self.mla_decode_grids.get(f"{heads:g}/{element:g}")
+        ``grid``: (``decode_layout``, query tokens, positions they attend in all), to read the
+        measured grid where the engine measured that layout."""
+        if grid is not None:
+            layout, queries, attended = grid
+            measured = (self.mla_decode_grids if mla else self.decode_grids).get(layout)
             if measured is not None:
                 q = np.asarray(queries, dtype=np.float64)
                 positions = np.asarray(attended, dtype=np.float64) / np.maximum(q, 1e-9)
@@ -422,6 +434,10 @@ class GpuKernels:
             data["mla_decode_grids"] = {
                 key: grid.to_json() for key, grid in sorted(self.mla_decode_grids.items())
             }
+        if self.decode_grids:
+            data["decode_grids"] = {
+                key: grid.to_json() for key, grid in sorted(self.decode_grids.items())
+            }
         if self.moe_curves:
             data["moe_curves"] = {
                 key: curve.to_json() for key, curve in sorted(self.moe_curves.items())
@@ -449,6 +465,10 @@ class GpuKernels:
                 mla_decode_grids={
                     key: MeasuredGrid.from_json(grid)
                     for key, grid in dict(data.get("mla_decode_grids", {})).items()
+                },
+                decode_grids={
+                    key: MeasuredGrid.from_json(grid)
+                    for key, grid in dict(data.get("decode_grids", {})).items()
                 },
                 moe_curves={
                     key: MeasuredCurve.from_json(curve)

@@ -40,7 +40,7 @@ from idealized_runtime.cost_model.hardware.counts import (
     kv_bytes_per_token_layer,
     layer_weights,
 )
-from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
+from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels, decode_layout
 
 GB = 1e9
 # How a server lets requests into its KV cache (``cost_model.serving.admission``): whole
@@ -184,6 +184,19 @@ class EngineStepModel:
     def _layer_kinds(self) -> list[int]:
         return list(range(self.deployment.architecture.num_layers))
 
+    @property
+    def _decode_layout(self) -> str:
+        """The measured decode-attention grid this deployment's layers read, per GPU."""
+        arch, precision = self.deployment.architecture, self.deployment.precision
+        heads, element = (
+            arch.num_heads / self.deployment.attention_tp,
+            precision.kv_bytes_per_element,
+        )
+        if arch.mla:
+            return decode_layout(heads, element)
+        kv_heads = max(arch.kv_heads / self.deployment.attention_tp, 1.0)
+        return decode_layout(heads, element, kv_heads, arch.dim_per_head)
+
     def _layers(self, work: tuple[np.ndarray, ...]) -> np.ndarray:
         """All layers over ``work``: (tokens, decode tokens, decode attended positions, prompt
         tokens, prompt attended positions, mean chunk length, decoding sequences)."""
@@ -233,11 +246,7 @@ class EngineStepModel:
             decode_flops * decode_attended / dp,
             sequences / dp,
             mla=arch.mla,
-            grid=(
-                (heads, precision.kv_bytes_per_element, decode_tokens / dp, decode_attended / dp)
-                if arch.mla
-                else None
-            ),
+            grid=(self._decode_layout, decode_tokens / dp, decode_attended / dp),
         )
         time = time + k.context_attention_time(
             hw, prompt_flops * prompt_attended / dp, chunk, mla=arch.mla
