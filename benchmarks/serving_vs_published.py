@@ -247,7 +247,10 @@ def trtllm_bench_launch(point: Point) -> Launch:
     weight_bytes = TRTLLM_BENCH_BYTES.get(point.weights, 2.0)
     # The tool counts the KV heads of the whole model, at least one per tensor-parallel rank.
     kv_heads = max(point.tp, architecture.kv_heads)
-    per_token = 2 * architecture.num_layers * kv_heads * architecture.dim_per_head * 1.0
+    per_token = (
+        2 * architecture.num_layers * kv_heads * architecture.dim_per_head
+        * deployment.precision.kv_bytes_per_element
+    )  # fmt: skip
     gib = 2**30
     memory = deployment.hardware.device_memory_bytes / gib * point.tp
     cache = (memory - architecture.num_parameters() * weight_bytes / gib) * fraction

@@ -416,8 +416,7 @@ def _gqa_decode_grids(
     (full attention; the one formula stays for the rest)."""
     by = ["num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype"]
     frame = frame[(frame["window_size"] == 0) & frame["kv_cache_dtype"].isin(KV_BYTES)]
-    shipped = frame[[tuple(int(v) for v in row) in layouts for row in frame[by[:3]].to_numpy()]]
-    cells = _fastest(shipped, [*by, "batch_size", "step"])
+    cells = _fastest(_rows_of(frame, by[:3], layouts), [*by, "batch_size", "step"])
     return _decode_grids(
         cells, by, lambda h, kv, d, dtype: decode_layout(h, KV_BYTES[dtype], kv, int(d))
     )
@@ -457,6 +456,13 @@ def _decode_grids(
     return grids, _error_summary(errors)
 
 
+def _rows_of(
+    frame: pandas.DataFrame, columns: list[str], layouts: set[tuple[int, ...]]
+) -> pandas.DataFrame:
+    """The rows of ``frame`` whose ``columns`` (as whole numbers) form one of ``layouts``."""
+    return frame[[tuple(int(v) for v in row) in layouts for row in frame[columns].to_numpy()]]
+
+
 def shipped_attention_layouts() -> set[tuple[int, int, int]]:
     """(heads, KV heads, head dim) per GPU of the shipped architectures without MLA at tensor
     parallelism 1, 2, 4 and 8 (KV heads replicated when fewer than the GPUs)."""
@@ -490,9 +496,7 @@ def _moe_curves(
     MoE TP / EP split, keyed by ``moe_layout``. Held out: every fifth inner point predicted from
     its curve without it."""
     columns = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size"]
-    shipped = frame[
-        [tuple(int(v) for v in row) in layouts for row in frame[columns[:4]].to_numpy()]
-    ]
+    shipped = _rows_of(frame, columns[:4], layouts)
     curves: dict[str, MeasuredCurve] = {}
     errors: list[float] = []
     for name, fmt in MOE_FORMATS.items():

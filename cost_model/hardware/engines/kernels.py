@@ -10,7 +10,8 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
 - attention of prompt chunks (FlashAttention / FlashInfer style): ``latency + flops / (peak x
   compute x S / (S + s_half))``, causal flops over the attended positions;
 - attention of decode tokens: ``latency + KV bytes / (bandwidth x HBM) + per_sequence x
-  sequences``;
+  sequences``; at a per-GPU layout (heads, KV heads, head dim) and cache format the engine
+  measured, its measured (batch, context) grid instead, as MLA decode below;
 - MLA (DeepSeek) likewise, the decode side reading the 576-value latent per token; MLA decode
   at a heads count and cache format the engine measured takes its measured (batch, context)
   grid instead (log-log bilinear; beyond the grid, linear in batch and context);

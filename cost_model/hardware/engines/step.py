@@ -29,6 +29,7 @@ padded up to the graph's size), ``step_overhead_s`` for a step with prompt chunk
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -184,18 +185,16 @@ class EngineStepModel:
     def _layer_kinds(self) -> list[int]:
         return list(range(self.deployment.architecture.num_layers))
 
-    @property
+    @cached_property
     def _decode_layout(self) -> str:
-        """The measured decode-attention grid this deployment's layers read, per GPU."""
-        arch, precision = self.deployment.architecture, self.deployment.precision
-        heads, element = (
-            arch.num_heads / self.deployment.attention_tp,
-            precision.kv_bytes_per_element,
-        )
+        """The measured decode-attention grid this deployment's layers read, per GPU (built
+        once: every step time reads it)."""
+        arch, tp = self.deployment.architecture, self.deployment.attention_tp
+        element = self.deployment.precision.kv_bytes_per_element
         if arch.mla:
-            return decode_layout(heads, element)
-        kv_heads = max(arch.kv_heads / self.deployment.attention_tp, 1.0)
-        return decode_layout(heads, element, kv_heads, arch.dim_per_head)
+            return decode_layout(arch.num_heads / tp, element)
+        kv_heads = max(arch.kv_heads / tp, 1.0)
+        return decode_layout(arch.num_heads / tp, element, kv_heads, arch.dim_per_head)
 
     def _layers(self, work: tuple[np.ndarray, ...]) -> np.ndarray:
         """All layers over ``work``: (tokens, decode tokens, decode attended positions, prompt
