@@ -2,118 +2,227 @@
 
 InferenceX (SemiAnalysis, Apache-2.0) benchmarks engines nightly at fixed concurrency with
 vLLM's serving client (random prompts of 80-100% of the stated lengths, ``--ignore-eos``, ten
-requests per client). Its dashboard's committed test fixture
-``packages/app/cypress/fixtures/api/benchmarks.json`` holds a snapshot of those results with
-each run's GitHub Actions link; this script takes the NVIDIA single-node (aggregated, not
-disaggregated) points of GPUs in the catalog, one source per benchmark run, and writes median
-TTFT, median TPOT and output throughput per GPU as rows of ``measurements.csv``.
+requests per client). Its dashboard's committed test fixtures under
+``packages/app/cypress/fixtures/api/`` hold snapshots of those results with each run's GitHub
+Actions link: ``benchmarks.json`` (the latest run of every configuration, with the engine's
+image) and ``benchmarks-history.json`` (earlier runs of the same configurations, without the
+image). This script takes the NVIDIA single-node (aggregated, not disaggregated) points of GPUs
+in the catalog and of the models in ``MODELS``, one source per benchmark run, and writes median
+TTFT, median TPOT and output and total throughput per GPU as rows of ``measurements.csv``. A
+point that several fixtures hold (the same run and configuration) is taken from the first one
+given; a history point without an image takes the image its run states in another fixture.
 
-Usage: python benchmarks/collect_inferencex.py FIXTURE.json --repository OWNER/NAME --commit SHA
+Usage: python benchmarks/collect_inferencex.py FIXTURE.json [FIXTURE.json ...]
+    --repository OWNER/NAME --commit SHA
+(each fixture file keeps its name in the repository, e.g. ``git show SHA:packages/app/cypress/
+fixtures/api/benchmarks-history.json > /tmp/fixtures/benchmarks-history.json``)
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from idealized_runtime.core.published import read_published_table, write_published_table
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
+FIXTURES = "packages/app/cypress/fixtures/api"
 GPUS = {"h100": "h100-sxm", "h200": "h200", "b200": "b200", "b300": "b300"}
 ENGINES = {"sglang": "sglang", "trt": "tensorrt-llm", "vllm": "vllm"}
-MODELS = {"dsr1": ("deepseek-r1", {"fp8": "deepseek-ai/DeepSeek-R1-0528",
-                                   "fp4": "nvidia/DeepSeek-R1-0528-FP4"})}  # fmt: skip
-WEIGHTS = {"fp8": ("fp8-block", "fp8"), "fp4": ("nvfp4", "fp4")}
+
+
+# InferenceX's model key -> (catalog name, {its precision key: (checkpoint, weights, activations)}).
+# The checkpoints are those InferenceX's launch scripts (SemiAnalysisAI/InferenceX,
+# benchmarks/{dsr1,gptoss,llama70b}_*.sh) serve; gpt-oss-120b ships MXFP4 experts (the
+# activations the engines pair with them differ by GPU and kernel, so they are left unstated).
+MODELS: dict[str, tuple[str, dict[str, tuple[str, str, str]]]] = {
+    "dsr1": ("deepseek-r1", {
+        "fp8": ("deepseek-ai/DeepSeek-R1-0528", "fp8-block", "fp8"),
+        "fp4": ("nvidia/DeepSeek-R1-0528-FP4", "nvfp4", "fp4"),
+    }),
+    "gptoss": ("gpt-oss-120b", {"fp4": ("openai/gpt-oss-120b", "mxfp4", "")}),
+    "llama70b": ("llama-3.3-70b", {
+        "fp8": ("nvidia/Llama-3.3-70B-Instruct-FP8", "fp8", "fp8"),
+        "fp4": ("nvidia/Llama-3.3-70B-Instruct-FP4", "nvfp4", "fp4"),
+    }),
+}  # fmt: skip
 METRICS = (
     ("median_ttft", "ttft_s", "median"),
     ("median_tpot", "time_per_output_token_s", "median"),
     ("output_tput_per_gpu", "output_throughput_tokens_per_s_per_gpu", None),
     ("tput_per_gpu", "total_throughput_tokens_per_s_per_gpu", None),
 )
-PATH = "packages/app/cypress/fixtures/api/benchmarks.json"
+SOURCE_NOTES = (
+    "Results of one InferenceX GitHub Actions run, as committed in the InferenceX dashboard's "
+    "test fixture (a snapshot of its results API); vLLM's serving client, random prompts of "
+    "80-100% of the stated lengths, ignore_eos, ten requests per client"
+)
+
+
+def run_of(point: Mapping) -> str:
+    """The GitHub Actions run id of a fixture point."""
+    return point["run_url"].split("/runs/")[1].split("/")[0]
+
+
+def point_key(point: Mapping) -> tuple:
+    """What identifies one measured configuration of one run."""
+    return (
+        run_of(point), point["hardware"], point["framework"], point["model"],
+        point["precision"], point["spec_method"], point["decode_tp"], point["decode_ep"],
+        bool(point["decode_dp_attention"]), point["isl"], point["osl"], point["conc"],
+    )  # fmt: skip
+
+
+def collected(point: Mapping) -> bool:
+    """Whether ``point`` is an aggregated single-node run this table can hold."""
+    return (
+        not point["disagg"] and not point["is_multinode"] and point["hardware"] in GPUS
+        and point["framework"] in ENGINES and point["model"] in MODELS
+        and point["precision"] in MODELS[point["model"]][1]
+    )  # fmt: skip
+
+
+def rows_of(
+    fixtures: Iterable[tuple[str, list[Mapping]]],
+    columns: list[str],
+    *,
+    repository: str,
+    commit: str,
+    retrieved: str,
+) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """The measurement rows and the sources (one per run) of the fixtures' points, each
+    fixture given as (its path in the repository, its points)."""
+    fixtures = list(fixtures)
+    images: dict[tuple[str, str], str] = {}
+    for _, points in fixtures:
+        for point in points:
+            if point.get("image"):
+                images.setdefault((run_of(point), point["framework"]), point["image"])
+    seen: set[tuple] = set()
+    rows: list[dict[str, str]] = []
+    sources: dict[str, dict[str, str]] = {}
+    for path, points in fixtures:
+        for point in points:
+            if not collected(point) or point_key(point) in seen:
+                continue
+            seen.add(point_key(point))
+            rows += _point_rows(point, columns, path, sources, images, repository, commit,
+                                retrieved)  # fmt: skip
+    return rows, sorted(sources.values(), key=lambda s: s["source_id"])
+
+
+def _point_rows(
+    point: Mapping,
+    columns: list[str],
+    path: str,
+    sources: dict[str, dict[str, str]],
+    images: Mapping[tuple[str, str], str],
+    repository: str,
+    commit: str,
+    retrieved: str,
+) -> list[dict[str, str]]:
+    model, checkpoints = MODELS[point["model"]]
+    checkpoint, weights, activations = checkpoints[point["precision"]]
+    run = run_of(point)
+    source_id = f"inferencex-run-{run}"
+    sources.setdefault(source_id, {
+        "source_id": source_id,
+        "title": f"InferenceX benchmark run {run} ({point['date']})",
+        "url": point["run_url"],
+        "repository": repository,
+        "commit": commit,
+        "path": path,
+        "source_date": point["date"],
+        "retrieved": retrieved,
+        "notes": SOURCE_NOTES,
+    })  # fmt: skip
+    own_image = point.get("image") or ""
+    image = own_image or images.get((run, point["framework"]), "")
+    version = image.rsplit(":", 1)[-1] if image else ""
+    dpa = bool(point["decode_dp_attention"])
+    spec = "" if point["spec_method"] == "none" else point["spec_method"]
+    prefix = "ix" if point["model"] == "dsr1" else f"ix-{point['model']}"
+    base = (f"{prefix}-{point['hardware']}-{point['framework']}-{point['precision']}-"
+            f"{spec or 'nospec'}-tp{point['decode_tp']}-ep{point['decode_ep']}-"
+            f"dpa{int(dpa)}-{point['isl']}-{point['osl']}-c{point['conc']}-{run}")  # fmt: skip
+    notes = (
+        "InferenceX aggregated serving point; lengths are the random dataset's maxima (prompts "
+        "and outputs drawn from 80-100% of them); KV-cache format not stated"
+    )
+    if not image:
+        notes += "; engine image not stated"
+    elif not own_image:
+        notes += "; engine image as the run's other record states it"
+    if point["model"] == "gptoss":
+        notes += "; MXFP4 experts, activation format not stated"
+    rows = []
+    for key, metric, statistic in METRICS:
+        value = point["metrics"].get(key)
+        if value is None or value <= 0:
+            continue
+        rows.append({
+            **dict.fromkeys(columns, ""),
+            "row_id": f"{base}-{metric.replace('_', '')[:12]}-{key}".lower(),
+            "source_id": source_id,
+            "engine": ENGINES[point["framework"]],
+            "engine_version": version,
+            "cuda_graphs_or_compiled": "true",
+            "gpu": GPUS[point["hardware"]],
+            "gpu_count": str(point["decode_tp"]),
+            "model": model,
+            "model_hf_id": checkpoint,
+            "weights": weights,
+            "activations": activations,
+            "tensor_parallel_size": str(point["decode_tp"]),
+            "pipeline_parallel_size": "1",
+            "num_requests": str(10 * point["conc"]),
+            "prompt_tokens": str(point["isl"]),
+            "output_tokens": str(point["osl"]),
+            "metric": metric,
+            "value": repr(float(value)),
+            "concurrency": str(point["conc"]),
+            "statistic": statistic or "",
+            "expert_parallel_size": str(point["decode_ep"]),
+            "attention_dp": "true" if dpa else "false",
+            "speculative": spec,
+            "notes": notes,
+        })  # fmt: skip
+    return rows
+
+
+def _replaced(
+    old: list[dict[str, str]], new: list[dict[str, str]], prefix: str
+) -> list[dict[str, str]]:
+    """``old`` with its rows whose source starts with ``prefix`` replaced by ``new``, in place
+    of the first of them (so the table's other rows keep their order)."""
+    at = next((i for i, r in enumerate(old) if r["source_id"].startswith(prefix)), len(old))
+    kept = [r for r in old if not r["source_id"].startswith(prefix)]
+    at -= sum(1 for r in old[:at] if r["source_id"].startswith(prefix))
+    return kept[:at] + new + kept[at:]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fixture")
+    parser.add_argument("fixtures", nargs="+")
     parser.add_argument("--repository", required=True)
     parser.add_argument("--commit", required=True)
     parser.add_argument("--retrieved", default="2026-11-26")
     args = parser.parse_args()
-    results = json.loads(Path(args.fixture).read_text())
+    fixtures = [(f"{FIXTURES}/{Path(f).name}", json.loads(Path(f).read_text()))
+                for f in args.fixtures]  # fmt: skip
     columns, rows = read_published_table(DATA / "measurements.csv")
-    rows = [r for r in rows if not r["source_id"].startswith("inferencex-")]
     source_columns, sources = read_published_table(DATA / "sources.csv")
-    sources = [s for s in sources if not s["source_id"].startswith("inferencex-")]
-    runs: dict[str, dict[str, str]] = {}
-    for point in results:
-        if point["disagg"] or point["is_multinode"] or point["hardware"] not in GPUS:
-            continue
-        if point["model"] not in MODELS or point["framework"] not in ENGINES:
-            continue
-        model, checkpoints = MODELS[point["model"]]
-        weights, activations = WEIGHTS[point["precision"]]
-        run = point["run_url"].split("/runs/")[1].split("/")[0]
-        source_id = f"inferencex-run-{run}"
-        runs.setdefault(source_id, {
-            "source_id": source_id,
-            "title": f"InferenceX benchmark run {run} ({point['date']})",
-            "url": point["run_url"],
-            "repository": args.repository,
-            "commit": args.commit,
-            "path": PATH,
-            "source_date": point["date"],
-            "retrieved": args.retrieved,
-            "notes": "Results of one InferenceX GitHub Actions run, as committed in the "
-            "InferenceX dashboard's test fixture (a snapshot of its results API); vLLM's "
-            "serving client, random prompts of 80-100% of the stated lengths, ignore_eos, "
-            "ten requests per client",
-        })  # fmt: skip
-        image = point.get("image") or ""
-        version = image.rsplit(":", 1)[-1] if image else ""
-        dpa = bool(point["decode_dp_attention"])
-        spec = "" if point["spec_method"] == "none" else point["spec_method"]
-        base = (f"ix-{point['hardware']}-{point['framework']}-{point['precision']}-"
-                f"{spec or 'nospec'}-tp{point['decode_tp']}-ep{point['decode_ep']}-"
-                f"dpa{int(dpa)}-{point['isl']}-{point['osl']}-c{point['conc']}-{run}")  # fmt: skip
-        for key, metric, statistic in METRICS:
-            value = point["metrics"].get(key)
-            if value is None or value <= 0:
-                continue
-            rows.append({
-                **dict.fromkeys(columns, ""),
-                "row_id": f"{base}-{metric.replace('_', '')[:12]}-{key}".lower(),
-                "source_id": source_id,
-                "engine": ENGINES[point["framework"]],
-                "engine_version": version,
-                "cuda_graphs_or_compiled": "true",
-                "gpu": GPUS[point["hardware"]],
-                "gpu_count": str(point["decode_tp"]),
-                "model": model,
-                "model_hf_id": checkpoints[point["precision"]],
-                "weights": weights,
-                "activations": activations,
-                "tensor_parallel_size": str(point["decode_tp"]),
-                "pipeline_parallel_size": "1",
-                "num_requests": str(10 * point["conc"]),
-                "prompt_tokens": str(point["isl"]),
-                "output_tokens": str(point["osl"]),
-                "metric": metric,
-                "value": repr(float(value)),
-                "concurrency": str(point["conc"]),
-                "statistic": statistic or "",
-                "expert_parallel_size": str(point["decode_ep"]),
-                "attention_dp": "true" if dpa else "false",
-                "speculative": spec,
-                "notes": "InferenceX aggregated serving point; lengths are the random "
-                "dataset's maxima (prompts and outputs drawn from 80-100% of them); KV-cache "
-                "format not stated" + ("" if version else "; engine image not stated"),
-            })  # fmt: skip
+    new_rows, new_sources = rows_of(
+        fixtures, columns, repository=args.repository, commit=args.commit,
+        retrieved=args.retrieved,
+    )  # fmt: skip
+    rows = _replaced(rows, new_rows, "inferencex-")
     write_published_table(DATA / "measurements.csv", columns, rows)
-    new_sources = sorted(runs.values(), key=lambda s: s["source_id"])
-    write_published_table(DATA / "sources.csv", source_columns, [*sources, *new_sources])
-    print(f"{len(rows)} rows, {len(runs)} InferenceX runs")
+    sources = _replaced(sources, new_sources, "inferencex-")
+    write_published_table(DATA / "sources.csv", source_columns, sources)
+    print(f"{len(rows)} rows, {len(new_rows)} from {len(new_sources)} InferenceX runs")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,112 @@
+"""The scripts that collect published serving figures (benchmarks/collect_inferencex.py,
+benchmarks/collect_serving_tables.py) map their sources to rows that the published table
+accepts: the right model, checkpoint, weights, layout, lengths and units, one source per run."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+
+import pytest
+
+from idealized_runtime.core.published import PublishedRow, PublishedSource
+
+BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
+INFERENCEX = runpy.run_path(str(BENCHMARKS / "collect_inferencex.py"), run_name="collector")
+TABLES = runpy.run_path(str(BENCHMARKS / "collect_serving_tables.py"), run_name="collector")
+COLUMNS = [*PublishedRow.model_fields]
+FIXTURES = "packages/app/cypress/fixtures/api"
+
+
+def _point(**changes: object) -> dict:
+    point = {
+        "hardware": "b200", "framework": "sglang", "model": "dsr1", "precision": "fp8",
+        "spec_method": "none", "disagg": False, "is_multinode": False, "decode_tp": 8,
+        "decode_ep": 1, "decode_dp_attention": False, "isl": 1024, "osl": 1024, "conc": 64,
+        "image": "lmsysorg/sglang:v0.5.9-cu130", "date": "2026-02-27",
+        "run_url": "https://github.com/SemiAnalysisAI/InferenceX/actions/runs/123/attempts/1",
+        "metrics": {"median_ttft": 0.25, "median_tpot": 0.02, "output_tput_per_gpu": 400.0,
+                    "tput_per_gpu": 800.0},
+    }  # fmt: skip
+    point.update(changes)
+    return point
+
+
+def _collect(fixtures: list[tuple[str, list[dict]]]) -> tuple[list[dict], list[dict]]:
+    return INFERENCEX["rows_of"](
+        fixtures, COLUMNS, repository="o/app", commit="a" * 40, retrieved="2026-11-27"
+    )
+
+
+def test_inferencex_points_become_validated_rows_with_one_source_per_run() -> None:
+    latest = [_point()]
+    history = [
+        _point(image=None),  # the same run and configuration: taken once, from the first
+        _point(image=None, conc=4),  # the run's image from the other fixture
+        _point(image=None, conc=8, run_url=_point()["run_url"].replace("123", "99")),
+    ]
+    rows, sources = _collect([(f"{FIXTURES}/benchmarks.json", latest),
+                              (f"{FIXTURES}/benchmarks-history.json", history)])  # fmt: skip
+    assert len(rows) == 3 * 4
+    parsed = [PublishedRow(**{k: v for k, v in r.items() if v != ""}) for r in rows]
+    assert {(r.concurrency, r.engine_version) for r in parsed} == {
+        (64, "v0.5.9-cu130"), (4, "v0.5.9-cu130"), (8, None)
+    }  # fmt: skip
+    assert {s["source_id"]: s["path"] for s in sources} == {
+        "inferencex-run-123": f"{FIXTURES}/benchmarks.json",
+        "inferencex-run-99": f"{FIXTURES}/benchmarks-history.json",
+    }
+    for source in sources:
+        PublishedSource(**{k: v for k, v in source.items() if v != ""})
+    ttft = next(r for r in parsed if r.concurrency == 64 and r.metric == "ttft_s")
+    assert (ttft.value, ttft.statistic, ttft.weights, ttft.model) == (
+        0.25, "median", "fp8-block", "deepseek-r1"
+    )  # fmt: skip
+    assert (ttft.gpu, ttft.gpu_count, ttft.num_requests, ttft.attention_dp) == (
+        "b200", 8, 640, False
+    )  # fmt: skip
+    assert "engine image not stated" in next(r.notes for r in parsed if r.concurrency == 8)
+
+
+@pytest.mark.parametrize(
+    ("changes", "model", "weights", "checkpoint"),
+    [
+        ({"model": "gptoss", "precision": "fp4", "framework": "vllm", "decode_tp": 1},
+         "gpt-oss-120b", "mxfp4", "openai/gpt-oss-120b"),
+        ({"model": "llama70b", "precision": "fp8", "framework": "trt", "decode_tp": 2},
+         "llama-3.3-70b", "fp8", "nvidia/Llama-3.3-70B-Instruct-FP8"),
+        ({"model": "dsr1", "precision": "fp4", "decode_ep": 8, "decode_dp_attention": True},
+         "deepseek-r1", "nvfp4", "nvidia/DeepSeek-R1-0528-FP4"),
+    ],
+)  # fmt: skip
+def test_each_inferencex_model_maps_to_its_catalog_name_and_checkpoint(
+    changes: dict, model: str, weights: str, checkpoint: str
+) -> None:
+    rows, _ = _collect([("benchmarks.json", [_point(**changes)])])
+    row = PublishedRow(**{k: v for k, v in rows[0].items() if v != ""})
+    assert (row.model, row.weights, row.model_hf_id) == (model, weights, checkpoint)
+    assert row.tensor_parallel_size == row.gpu_count == changes.get("decode_tp", 8)
+    assert row.expert_parallel_size == changes.get("decode_ep", 1)
+    assert row.attention_dp is changes.get("decode_dp_attention", False)
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"disagg": True}, {"is_multinode": True}, {"hardware": "mi355x"}, {"model": "qwen3.5"},
+     {"framework": "atom"}, {"model": "gptoss", "precision": "fp8"}],
+)  # fmt: skip
+def test_inferencex_points_outside_the_table_are_left_out(changes: dict) -> None:
+    assert _collect([("benchmarks.json", [_point(**changes)])]) == ([], [])
+
+
+def test_transcribed_tables_are_validated_rows_in_seconds() -> None:
+    for table in TABLES["TABLES"]:
+        rows = TABLES["rows_of"](table, COLUMNS)
+        assert len(rows) == len(table.rows) * len(table.columns)
+        parsed = [PublishedRow(**{k: v for k, v in r.items() if v != ""}) for r in rows]
+        assert len({r.row_id for r in parsed}) == len(parsed)
+        PublishedSource(**{k: v for k, v in table.source.items() if v != ""})
+    nim = TABLES["rows_of"](TABLES["TABLES"][0], COLUMNS)
+    first = {r["metric"]: float(r["value"]) for r in nim if r["concurrency"] == "1"}
+    assert first == {"ttft_s": 0.40677, "time_per_output_token_s": 0.01858,
+                     "output_throughput_tokens_per_s": 51.67}  # fmt: skip
