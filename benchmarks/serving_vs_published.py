@@ -53,7 +53,7 @@ import numpy as np
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.published import PublishedRow, load_published
+from idealized_runtime.core.published import PublishedRow, load_published, published_sources
 from idealized_runtime.core.types import Deployment, SpeculativeDecoding, parse_precision
 from idealized_runtime.cost_model.serving.engines import engine_server, published_acceptance
 from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
@@ -153,7 +153,8 @@ def unsimulated(rows: list[PublishedRow]) -> dict[str, int]:
 # dsr1_fp4_b200_trt.sh and dsr1_fp8_b200_trt_mtp.sh at 111f0312; SGLang's MTP runs on
 # Blackwell: benchmarks/single_node/dsr1_fp8_b200_mtp.sh at ed5867f9 and dsr1_fp4_b200_mtp.sh
 # at 292726bb, the versions of 2026-02 onwards, which every such run in the table postdates;
-# B300 runs as B200's). Runs of other dates may have used other versions.
+# B300 runs as B200's). Runs of other dates may have used other versions; TensorRT-LLM's
+# token budget and CUDA-graph and memory settings without MTP follow the run's date.
 INFERENCEX_SCRIPTS = "SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh"
 
 
@@ -214,9 +215,25 @@ def launch_settings(point: Point) -> Launch:
         settings = {"max_running": max(point.concurrency // ranks, 1),
                     "cuda_graph_max_batch": 256, "memory_fraction": 0.8}  # fmt: skip
     else:
-        tokens = max(8192, point.concurrency + point.prompt_tokens + 64)
-        settings = {"cuda_graph_max_batch": 512 if fp4 else 128,
-                    "memory_fraction": 0.8 if fp4 else 0.75}  # fmt: skip
+        source = published_sources().get(point.source_id)
+        date = source.source_date if source else "9999"  # not in the table: the latest
+        # max_num_tokens has a floor of 8192 from 2026-01-21 (64af5a77). CUDA graphs: 512 in
+        # dsr1_fp4_b200_trt.sh, from 6eecc0e6 (2026-02-03) one per client (a quarter with
+        # attention DP); 256 with 0.8 of the memory in dsr1_fp8_b200_trt.sh, from ec7bafaa
+        # (2026-01-29) one per client, an eighth with 0.7 at 1k/8k from 256, 0.75 at 8k/1k on TP 4.
+        floor = 8192 if date >= "2026-01-21" else 0
+        tokens = max(floor, point.concurrency + point.prompt_tokens + 64)
+        clients, graphs, fraction = point.concurrency, *((512, 0.8) if fp4 else (128, 0.75))
+        if blackwell and fp4 and date >= "2026-02-03":
+            graphs = clients // 4 if point.attention_dp and clients >= 4 else clients
+        elif blackwell and not fp4:
+            graphs, fraction = (256, 0.8) if date < "2026-01-29" else (clients, 0.8)
+            late = date >= "2026-01-29"
+            if late and point.output_tokens > 4 * point.prompt_tokens and clients >= 256:
+                graphs, fraction = clients // 8, 0.7
+            elif late and point.prompt_tokens > 4 * point.output_tokens and point.tp == 4:
+                fraction = 0.75
+        settings = {"cuda_graph_max_batch": graphs, "memory_fraction": fraction}
     settings["token_budget"] = -(-tokens // 64) * 64  # per rank, as the engine counts it
     if point.attention_dp:  # attention_dp_config: enable_balance, timeout_iters 60
         settings["balance_timeout_steps"] = 60

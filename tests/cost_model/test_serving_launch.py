@@ -55,6 +55,32 @@ def test_tensorrt_llm_attention_dp_balances_its_ranks_with_a_60_step_timeout() -
     assert "balance_timeout_steps" not in plain
 
 
+def test_tensorrt_llm_runs_take_the_settings_of_their_date() -> None:
+    launch = BENCHMARK["launch_settings"]
+    # Runs of 2025-12-10 and 2026-05-18.
+    december, may = "inferencex-run-20082986826", "inferencex-run-26016874169"
+
+    def settings(weights: str, source_id: str, **kw: Any) -> dict:
+        return launch(_point("tensorrt-llm", "b200", weights, source_id=source_id, **kw)).settings
+
+    # max_num_tokens: the concurrency, the prompt and 64 (in 64s), floored at 8192 from 2026-01-21.
+    assert settings("fp8-block", december)["token_budget"] == 1024 + 64 + 64
+    assert settings("fp8-block", may)["token_budget"] == 8192
+    # fp8: 256 graph batches and 0.8 of the memory, later one per client (an eighth at 1k/8k
+    # from 256 clients, with 0.7); fp4: 512, later one per client (a quarter with attention DP).
+    early = settings("fp8-block", december)
+    assert (early["cuda_graph_max_batch"], early["memory_fraction"]) == (256, 0.8)
+    assert settings("fp8-block", may)["cuda_graph_max_batch"] == 64
+    long_output = settings("fp8-block", may, output_tokens=8192, concurrency=256)
+    assert (long_output["cuda_graph_max_batch"], long_output["memory_fraction"]) == (32, 0.7)
+    assert settings("nvfp4", december)["cuda_graph_max_batch"] == 512
+    assert settings("nvfp4", may, ep=8, attention_dp=True)["cuda_graph_max_batch"] == 16
+    # H200's script kept its figures; a run not in the table takes the latest scripts.
+    h200 = launch(_point("tensorrt-llm", "h200", "fp8-block", source_id=december)).settings
+    assert (h200["cuda_graph_max_batch"], h200["memory_fraction"]) == (128, 0.75)
+    assert settings("fp8-block", "inferencex-run-1")["token_budget"] == 8192
+
+
 def test_dataset_runs_without_per_request_lengths_are_named_not_dropped() -> None:
     from idealized_runtime.core.published import load_published
 
