@@ -25,7 +25,11 @@ import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from idealized_runtime.core.published import read_published_table, write_published_table
+from idealized_runtime.core.published import (
+    read_published_table,
+    replace_source_rows,
+    write_published_table,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
 FIXTURES = "packages/app/cypress/fixtures/api"
@@ -192,17 +196,6 @@ def _point_rows(
     return rows
 
 
-def _replaced(
-    old: list[dict[str, str]], new: list[dict[str, str]], prefix: str
-) -> list[dict[str, str]]:
-    """``old`` with its rows whose source starts with ``prefix`` replaced by ``new``, in place
-    of the first of them (so the table's other rows keep their order)."""
-    at = next((i for i, r in enumerate(old) if r["source_id"].startswith(prefix)), len(old))
-    kept = [r for r in old if not r["source_id"].startswith(prefix)]
-    at -= sum(1 for r in old[:at] if r["source_id"].startswith(prefix))
-    return kept[:at] + new + kept[at:]
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("fixtures", nargs="+")
@@ -218,9 +211,9 @@ def main() -> None:
         fixtures, columns, repository=args.repository, commit=args.commit,
         retrieved=args.retrieved,
     )  # fmt: skip
-    rows = _replaced(rows, new_rows, "inferencex-")
+    rows = replace_source_rows(rows, new_rows, ["inferencex-"])
     write_published_table(DATA / "measurements.csv", columns, rows)
-    sources = _replaced(sources, new_sources, "inferencex-")
+    sources = replace_source_rows(sources, new_sources, ["inferencex-"])
     write_published_table(DATA / "sources.csv", source_columns, sources)
     print(f"{len(rows)} rows, {len(new_rows)} from {len(new_sources)} InferenceX runs")
 

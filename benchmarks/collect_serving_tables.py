@@ -14,7 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from idealized_runtime.core.published import read_published_table, write_published_table
+from idealized_runtime.core.published import (
+    read_published_table,
+    replace_source_rows,
+    write_published_table,
+)
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
 
@@ -110,26 +114,17 @@ def rows_of(table: Table, columns: list[str]) -> list[dict[str, str]]:
     return rows
 
 
-def _replaced(old: list[dict[str, str]], new: list[dict[str, str]], ids: set[str]) -> list:
-    """``old`` with the rows of sources ``ids`` replaced by ``new`` (where the first of them
-    stood, else at the end)."""
-    at = next((i for i, r in enumerate(old) if r["source_id"] in ids), None)
-    kept = [r for r in old if r["source_id"] not in ids]
-    if at is None:
-        return kept + new
-    at -= sum(1 for r in old[:at] if r["source_id"] in ids)
-    return kept[:at] + new + kept[at:]
-
-
 def main() -> None:
     columns, rows = read_published_table(DATA / "measurements.csv")
     source_columns, sources = read_published_table(DATA / "sources.csv")
     ids = {table.source["source_id"] for table in TABLES}
     new_rows = [row for table in TABLES for row in rows_of(table, columns)]
-    write_published_table(DATA / "measurements.csv", columns, _replaced(rows, new_rows, ids))
+    write_published_table(
+        DATA / "measurements.csv", columns, replace_source_rows(rows, new_rows, ids)
+    )
     new_sources = [{c: table.source.get(c, "") for c in source_columns} for table in TABLES]
-    write_published_table(DATA / "sources.csv", source_columns,
-                          _replaced(sources, new_sources, ids))  # fmt: skip
+    sources = replace_source_rows(sources, new_sources, ids)
+    write_published_table(DATA / "sources.csv", source_columns, sources)
     print(f"{len(new_rows)} rows from {len(TABLES)} tables")
 
 

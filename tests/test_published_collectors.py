@@ -110,3 +110,80 @@ def test_transcribed_tables_are_validated_rows_in_seconds() -> None:
     first = {r["metric"]: float(r["value"]) for r in nim if r["concurrency"] == "1"}
     assert first == {"ttft_s": 0.40677, "time_per_output_token_s": 0.01858,
                      "output_throughput_tokens_per_s": 51.67}  # fmt: skip
+
+
+COOKBOOK = runpy.run_path(str(BENCHMARKS / "collect_sglang_cookbook.py"), run_name="collector")
+PAGE = """
+- Hardware: NVIDIA B200 GPU (8x)
+
+```shell
+python -m sglang.launch_server \\
+  --model Qwen/Qwen3-235B-A22B-Instruct-2507 \\
+  --tp 8
+```
+
+```shell
+python3 -m sglang.bench_serving \\
+  --backend sglang \\
+  --dataset-name random \\
+  --random-input-len 1000 \\
+  --random-output-len 8000 \\
+  --num-prompts 320 \\
+  --max-concurrency 64
+```
+
+```
+============ Serving Benchmark Result ============
+Max request concurrency:                 64
+Successful requests:                     320
+Total input tokens:                      158939
+Total generated tokens:                  1300705
+Output token throughput (tok/s):         2387.34
+Total token throughput (tok/s):          2679.06
+Median TTFT (ms):                        129.11
+Median TPOT (ms):                        24.07
+==================================================
+```
+
+```shell
+python3 -m sglang.bench_serving --backend sglang --num-prompt 100 --max-concurrency 1
+```
+
+```
+============ Serving Benchmark Result ============
+Max request concurrency:                 1
+Successful requests:                     100
+Median TTFT (ms):                        31.79
+==================================================
+```
+"""
+
+
+def test_cookbook_results_pair_with_their_commands_and_sharegpt_runs_are_left_out() -> None:
+    page = COOKBOOK["PAGES"][0]
+    rows = COOKBOOK["rows_of"](page, PAGE, COLUMNS)
+    parsed = {r["metric"]: PublishedRow(**{k: v for k, v in r.items() if v != ""}) for r in rows}
+    assert set(parsed) == {
+        "ttft_s", "time_per_output_token_s", "output_throughput_tokens_per_s",
+        "total_throughput_tokens_per_s",
+    }  # fmt: skip
+    ttft = parsed["ttft_s"]
+    assert (ttft.value, ttft.statistic, ttft.concurrency, ttft.num_requests) == (
+        0.12911, "median", 64, 320
+    )  # fmt: skip
+    assert (ttft.prompt_tokens, ttft.output_tokens, ttft.tensor_parallel_size) == (1000, 8000, 8)
+    assert (ttft.model, ttft.weights, ttft.gpu, ttft.engine) == (
+        "qwen3-235b-a22b", "bf16", "b200", "sglang"
+    )  # fmt: skip
+    assert "497 prompt and 4065 generated tokens per request" in ttft.notes
+    source = COOKBOOK["source_of"](page, "b" * 40, "2026-11-27")
+    PublishedSource(**{k: v for k, v in source.items() if v != ""})
+
+
+def test_a_cookbook_result_that_does_not_follow_its_command_is_an_error() -> None:
+    with pytest.raises(ValueError, match="does not follow"):
+        COOKBOOK["rows_of"](
+            COOKBOOK["PAGES"][0],
+            PAGE.replace("concurrency:                 64", "concurrency:                 8"),
+            COLUMNS,
+        )

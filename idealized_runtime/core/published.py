@@ -221,6 +221,20 @@ def write_published_table(
         writer.writerows(rows)
 
 
+def replace_source_rows(
+    rows: Sequence[dict[str, str]], new: Sequence[dict[str, str]], sources: Iterable[str]
+) -> list[dict[str, str]]:
+    """``rows`` of a published table with those of ``sources`` (source ids, or their prefixes)
+    replaced by ``new``, where the first of them stood (else at the end): a collector rewrites
+    its own sources' rows and leaves every other row where it is."""
+    prefixes = tuple(sources)
+    kept = [row for row in rows if not row["source_id"].startswith(prefixes)]
+    first = next((i for i, row in enumerate(rows) if row["source_id"].startswith(prefixes)), None)
+    if first is None:
+        return [*kept, *new]
+    return [*kept[:first], *new, *kept[first:]]  # no row before the first is one of theirs
+
+
 def _validated(model: type[_Row], record: dict[str, str], name: str, line: int) -> _Row:
     # csv.DictReader files surplus cells under None and fills missing ones with None.
     if None in record or None in record.values():
