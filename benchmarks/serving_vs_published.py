@@ -8,8 +8,9 @@ data-parallel sizes, weight format, the engine flags the source's launch scripts
 token budget, CUDA-graph batch, SGLang's receive interval, prefix cache off, MTP draft tokens;
 else the engine's defaults, the KV cache in the engine's default for the checkpoint), and the
 benchmark client's workload (ten requests per client, prompt and output lengths drawn from
-80-100% of the stated ones, ignore_eos). Speculative decoding (``mtp``) accepts its drafts at
-the published rate for the model (``data/speculative/acceptance.csv``). The engine stacks come
+80-100% of the stated ones, ignore_eos; SGLang's cookbook: 1-100%, five per client).
+Speculative decoding (``mtp``) accepts its drafts at the published rate for the model
+(``data/speculative/acceptance.csv``). The engine stacks come
 from kernel measurements and the engines' rules; the one figure fitted on serving measurements,
 each engine's request overhead (TTFT that the kernels do not explain: HTTP, tokenization,
 first-token delivery), is fitted for each point on the other sources' points only
@@ -160,11 +161,14 @@ INFERENCEX_SCRIPTS = "SemiAnalysisAI/InferenceX benchmarks/dsr1_*.sh"
 
 @dataclass(frozen=True)
 class Launch:
-    """How a source started the engine: scheduler flags, KV-cache format, MTP drafts."""
+    """How a source started the engine (scheduler flags, KV-cache format, MTP drafts), and its
+    client: the share of each stated length its shortest draw has, the requests it sends."""
 
     settings: dict
     kv_cache: str | None = None
     draft_tokens: int = 0
+    length_range: float = LENGTH_RANGE
+    requests: int = 0  # 0: ten per client
 
 
 def launch_settings(point: Point) -> Launch:
@@ -184,6 +188,11 @@ def launch_settings(point: Point) -> Launch:
         return Launch({"token_budget": 16384}, point.kv_cache or "bf16")
     if not point.source_id.startswith("inferencex-"):
         kv = point.kv_cache or ("fp8" if point.weights == "nvfp4" else None)
+        if point.source_id.startswith("sglang-cookbook-"):
+            # sglang.bench_serving's random dataset draws lengths from 1 to the stated ones; the
+            # pages send 10 requests to one client, five per client to more.
+            requests = 10 if point.concurrency == 1 else 5 * point.concurrency
+            return Launch({}, kv, 3 if mtp else 0, length_range=0.0, requests=requests)
         return Launch({}, kv, 3 if mtp else 0)
     fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
     if point.engine == "sglang":
@@ -317,10 +326,10 @@ def predict(point: Point, overhead_s: float | None = None) -> dict[str, float]:
         return {"output_throughput_tokens_per_s_per_gpu": offline_throughput(
             point, step_time, config) / point.tp}  # fmt: skip
     rng = np.random.default_rng(0)
-    count = REQUESTS_PER_CLIENT * point.concurrency
+    count = launch.requests or REQUESTS_PER_CLIENT * point.concurrency
 
     def lengths(stated: int) -> np.ndarray:
-        return rng.integers(int(stated * LENGTH_RANGE), stated + 1, size=count)
+        return rng.integers(max(int(stated * launch.length_range), 1), stated + 1, size=count)
 
     shapes = [
         RequestShape(int(p), int(o))

@@ -160,3 +160,15 @@ def test_an_offline_run_is_timed_whole_from_the_start_to_the_last_end() -> None:
     last = float(step_time.seconds(StepWork.of([2079] * 128, []))[0])
     prompts = float(step_time.seconds(StepWork.of([], [(32, 0)] * 128))[0])
     assert 128 * 2048 / (2047 * last + prompts) <= throughput <= 128 * 2048 / (2047 * first)
+
+
+def test_sglang_cookbook_runs_take_its_clients_lengths_and_request_counts() -> None:
+    launch = BENCHMARK["launch_settings"]
+    source = "sglang-cookbook-qwen3-235b-a22b"
+    one = launch(_point("sglang", "b200", "bf16", model="qwen3-235b-a22b", concurrency=1,
+                        source_id=source))  # fmt: skip
+    many = launch(_point("sglang", "b200", "bf16", model="qwen3-235b-a22b", source_id=source))
+    assert (one.length_range, one.requests, many.requests) == (0.0, 10, 320)
+    assert one.settings == {}  # the engine's defaults
+    inferencex = launch(_point("sglang", "b200", "fp8-block"))
+    assert (inferencex.length_range, inferencex.requests) == (0.8, 0)  # 80-100%, ten per client
