@@ -194,6 +194,9 @@ def launch_settings(point: Point) -> Launch:
             requests = 10 if point.concurrency == 1 else 5 * point.concurrency
             return Launch({}, kv, 3 if mtp else 0, length_range=0.0, requests=requests)
         return Launch({}, kv, 3 if mtp else 0)
+    if point.model != "deepseek-r1" or point.engine not in ("sglang", "tensorrt-llm"):
+        # gptoss_*.sh and llama70b_*.sh set other flags (vLLM too); none of their runs is here.
+        raise InputError(f"InferenceX's {point.engine} launch flags for {point.model} not mapped")
     fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
     if point.engine == "sglang":
         tp4_fp8 = point.tp == 4 and not fp4 and blackwell

@@ -7,6 +7,8 @@ import runpy
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 BENCHMARK: dict[str, Any] = runpy.run_path(
     str(Path(__file__).parents[2] / "benchmarks" / "serving_vs_published.py")
 )
@@ -172,3 +174,11 @@ def test_sglang_cookbook_runs_take_its_clients_lengths_and_request_counts() -> N
     assert one.settings == {}  # the engine's defaults
     inferencex = launch(_point("sglang", "b200", "fp8-block"))
     assert (inferencex.length_range, inferencex.requests) == (0.8, 0)  # 80-100%, ten per client
+
+
+def test_inferencex_runs_without_mapped_launch_flags_are_refused_in_one_line() -> None:
+    from idealized_runtime.core.errors import InputError
+
+    for engine, model in (("vllm", "deepseek-r1"), ("tensorrt-llm", "gpt-oss-120b")):
+        with pytest.raises(InputError, match=f"launch flags for {model} not mapped"):
+            BENCHMARK["launch_settings"](_point(engine, "b200", "mxfp4", model=model))
