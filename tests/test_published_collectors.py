@@ -187,3 +187,13 @@ def test_a_cookbook_result_that_does_not_follow_its_command_is_an_error() -> Non
             PAGE.replace("concurrency:                 64", "concurrency:                 8"),
             COLUMNS,
         )
+
+
+def test_a_collector_replaces_its_own_sources_rows_in_place() -> None:
+    from idealized_runtime.core.published import replace_source_rows
+
+    rows = [{"source_id": s} for s in ("a", "ix-1", "b", "ix-2", "c")]
+    new = [{"source_id": "ix-3"}]
+    ids = [r["source_id"] for r in replace_source_rows(rows, new, ["ix-"])]
+    assert ids == ["a", "ix-3", "b", "c"]
+    assert [r["source_id"] for r in replace_source_rows(rows[:1], new, ["ix-"])] == ["a", "ix-3"]
