@@ -190,7 +190,7 @@ def _summary_rows(series: Sequence[ProviderSeries], bounds: tuple[datetime, date
         cells = [
             item.provider,
             item.model,
-            f"{window.rounds} ({window.failed_rounds} failed)",
+            f"{window.rounds} ({window.failed_rounds} failed, {window.degraded_rounds} degraded)",
             *(_spread_text(name, window.statistics[name]) for name in SUMMARY_STATISTICS),
             "–" if errors is None else f"{errors:.1%}",
             f"${window.usd_total:.4g}",
