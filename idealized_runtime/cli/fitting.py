@@ -99,6 +99,11 @@ def fit(
         out = Console(width=160)
     out.print(_summary(fits))
     typer.echo(f"wrote {len(fits)} fit(s) to {output}", err=True)
+    from idealized_runtime.local_runner.timing_quality import profile_warning
+
+    warning = profile_warning(measurements)  # a profile the profiler found noisy
+    if warning is not None:
+        typer.echo(warning, err=True)
 
 
 @app.command("convert")
