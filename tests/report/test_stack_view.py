@@ -304,15 +304,16 @@ def test_html_methodology_lists_the_stacks_used_with_their_errors(pair_board: Le
         stack = get_stack(name)
         shown = [row for row in cells if row[0].startswith(name)]
         for row in shown:
-            kind = {"decode": "decode", "TTFT": "ttft"}[row[3]]
-            assert row[1] == stack.description and row[2] == str(len(stack.sources))
+            kind = {"decode": "decode", "TTFT": "ttft"}[row[4]]
+            assert "stack comparison" in row[1].split(", ")  # the table that used it
+            assert row[2] == stack.description and row[3] == str(len(stack.sources))
             for index, split in enumerate(
                 ("in_sample", "leave_one_source_out", "leave_one_model_out")
             ):
                 for offset, stat in enumerate(("median", "p90")):
                     value = stack.errors.get(split, {}).get(kind, {}).get(stat)
                     expected = "–" if value is None else f"{100 * value:.2f}%"
-                    assert row[4 + 2 * index + offset] == expected, (name, kind, split, stat)
+                    assert row[5 + 2 * index + offset] == expected, (name, kind, split, stat)
     assert len(cells) == len(reference_stack_rows(pair_board))
 
 
