@@ -51,11 +51,14 @@ def rounds_before_flags(
     return max(0, settings.min_baseline_rounds - have)
 
 
-def _value(name: str, value: float) -> str:
+def _values(name: str, before: float, after: float) -> str:
+    """Before -> after in one unit (milliseconds for times under a second)."""
     unit = LABELS[name].unit
+    if unit == "s" and max(before, after) < 1.0:
+        return f"{before * 1000:.1f} ms -> {after * 1000:.1f} ms"
     if unit == "s":
-        return f"{value:.3f} s" if value >= 0.1 else f"{value * 1000:.1f} ms"
-    return f"{value:.4g} {unit}"
+        return f"{before:.3f} s -> {after:.3f} s"
+    return f"{before:.4g} {unit} -> {after:.4g} {unit}"
 
 
 def flag_line(change: Change, provider: str, model: str) -> str:
@@ -63,8 +66,8 @@ def flag_line(change: Change, provider: str, model: str) -> str:
     label = LABELS[change.statistic].label
     return (
         f"flag {provider}/{model}: {label} {change.direction} {change.relative:+.0%} "
-        f"({_value(change.statistic, change.before)} -> {_value(change.statistic, change.after)})"
-        f", began round {change.start_round_index}, flagged round {change.round_index}"
+        f"({_values(change.statistic, change.before, change.after)}), began round "
+        f"{change.start_round_index}, flagged round {change.round_index}"
     )
 
 

@@ -418,7 +418,7 @@ class _Monitor:
         changes, flagged = new_flags(points, number, self.settings)
         line = describe(record)
         remaining = rounds_before_flags(points, changes, self.settings)
-        if remaining:
+        if remaining and record.status != "failed":
             line += f"; {remaining} more round(s) before shifts can be flagged"
         self.say(line)
         for change in flagged:
