@@ -179,6 +179,15 @@ def test_a_shift_is_said_once_and_calls_the_hooks(tmp_path: Path) -> None:
     from_command = [json.loads(line) for line in hook_file.read_text().splitlines() if line]
     assert from_command == received
 
+    # The report, told the same baseline, marks the same shifts on the trends page.
+    report = run_cli(
+        "report", "--from", f"sqlite:///{tmp_path / 'rounds.sqlite3'}", "-o",
+        str(tmp_path / "report"), "--window", "all", "--min-baseline-rounds", str(MIN_BASELINE),
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    page = (tmp_path / "report" / "trends.html").read_text(encoding="utf-8")
+    assert page.count('class="mark change"') == len(flags)
+
 
 def test_a_round_with_most_requests_failed_is_degraded_within_its_retry_budget(
     tmp_path: Path,
@@ -223,3 +232,46 @@ def test_a_round_with_most_requests_failed_is_degraded_within_its_retry_budget(
     assert sum(wait for row in limited for wait in row["retry_waits_s"]) <= 0.5
     statuses = {s.provider: [p.status for p in s.points] for s in database_trends(database)}
     assert statuses == {"limited": ["degraded"], "nobody": ["failed"]}
+
+
+def test_sigterm_between_rounds_stops_at_once_with_every_round_stored(tmp_path: Path) -> None:
+    """SIGTERM while the monitor waits for its next round: it returns at once, nothing is cut,
+    every finished round is stored. The wait is the injected ``sleep``, which sends the signal
+    to this process (the monitor's handler is installed in the main thread)."""
+    import os
+
+    from idealized_runtime.monitor.config import load_config
+    from idealized_runtime.monitor.run import run_monitor
+    from idealized_runtime.monitor.store import DatabaseStore
+
+    database = f"sqlite:///{tmp_path / 'rounds.sqlite3'}"
+    waits: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # interrupted by the handler's exception long before
+
+    previous = signal.getsignal(signal.SIGTERM)
+    with fake_provider(tmp_path, "p") as url:
+        config = monitoring_file(
+            tmp_path / "p.yaml",
+            [{"provider": "p", "base_url": url, "model": "m", "tokenizer": "bytes"}],
+            interval_s=600,
+            jitter_s=0,
+        )
+        lines: list[str] = []
+        result = run_monitor(
+            load_config(config),
+            tmp_path / "state",
+            DatabaseStore(database),
+            max_rounds=3,
+            say=lines.append,
+            sleep=sleep,
+        )
+    assert len(waits) == 1 and waits[0] > 500  # round 1 was due in 10 minutes
+    assert result.stopped == "stopped by SIGTERM between rounds" and lines[-1] == result.stopped
+    assert result.rounds == 1 and result.stored == 1 and result.waiting == 0
+    assert signal.getsignal(signal.SIGTERM) == previous  # the handler is the caller's again
+    (series,) = database_trends(database)
+    assert [p.round_index for p in series.points] == [0]
