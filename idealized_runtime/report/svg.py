@@ -7,6 +7,7 @@ of the HTML) can tell an empty chart from a drawn one.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -142,7 +143,14 @@ def frontier_chart(
         )
     marks = [(axes.x(p.runtime_s), axes.y(p.accuracy)) for p in points]
     labels = [(axes.x(p.runtime_s), axes.y(p.accuracy), p.model.split("/")[-1]) for p in front]
-    for text, placed in zip((t for _, _, t in labels), place_labels(labels, marks), strict=True):
+    # The staircase, sampled: a label is not written across it either.
+    corners = [(x, y) for x, y, _ in labels]
+    stairs = []
+    for (x1, y1), (x2, y2) in itertools.pairwise(corners):
+        stairs += [(x1 + (x2 - x1) * i / 12, y1) for i in range(13)]
+        stairs += [(x2, y1 + (y2 - y1) * i / 12) for i in range(13)]
+    placements = place_labels(labels, marks, stairs)
+    for text, placed in zip((t for _, _, t in labels), placements, strict=True):
         if placed is None:
             continue  # no free place: the point's tooltip names it
         x, y, anchor = placed
@@ -169,15 +177,20 @@ def _overlap(a: Box, b: Box) -> bool:
 
 
 def place_labels(
-    labels: Sequence[tuple[float, float, str]], marks: Sequence[tuple[float, float]]
+    labels: Sequence[tuple[float, float, str]],
+    marks: Sequence[tuple[float, float]],
+    lines: Sequence[tuple[float, float]] = (),
 ) -> list[tuple[float, float, str] | None]:
-    """Where each label (point x, y, text) goes: the first of eight places around its point
-    whose box stays inside the plot and overlaps no label placed before and no point; None when
-    none is free. Returns (x, baseline y, text-anchor) per label."""
+    """Where each label (point x, y, text) goes: the first of twelve places around its point
+    whose box stays inside the plot and overlaps no label placed before, no point and no sample
+    of a drawn line (``lines``); None when none is free. Returns (x, baseline y, text-anchor)
+    per label."""
     placed: list[Box] = []
     dots = [(x - 5, y - 5, x + 5, y + 5) for x, y in marks]
+    dots += [(x - 1, y - 1, x + 1, y + 1) for x, y in lines]
     inside = (MARGIN_LEFT, MARGIN_TOP, WIDTH - MARGIN_RIGHT, HEIGHT - MARGIN_BOTTOM)
-    offsets = ((7, -6), (-7, -6), (7, 14), (-7, 14), (9, 4), (-9, 4), (0, -10), (0, 20))
+    offsets = ((7, -6), (-7, -6), (7, 14), (-7, 14), (9, 4), (-9, 4), (0, -10), (0, 20),
+               (7, -20), (7, 28), (-7, -20), (-7, 28))  # fmt: skip
     result: list[tuple[float, float, str] | None] = []
     for x, y, text in labels:
         chosen = None
