@@ -10,12 +10,15 @@ into a file written with other settings is refused.
 
 The parts: ``grids`` (which points), ``settings`` (how they are timed), ``timer`` (one point),
 ``layer_sampling`` (models that do not fit), ``profile_files`` (the CSV, its ``.meta.json`` and
-resuming); this module checks a run and drives it, on one device or over tensor-parallel ranks.
+resuming), ``timing_quality`` (noisy points timed again, the machine's load, whether the grid
+can be trusted); this module checks a run and drives it, on one device or over tensor-parallel
+ranks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import sys
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -37,10 +40,24 @@ from idealized_runtime.local_runner.profile_files import (
     csv_line,
     model_label,
     read_done_points,
+    replace_rows,
+    update_meta,
     write_meta,
 )
 from idealized_runtime.local_runner.settings import ProfileSettings
 from idealized_runtime.local_runner.timer import TimePoint, Timing, time_point
+from idealized_runtime.local_runner.timing_quality import (
+    NoiseCheck,
+    QualityReport,
+    out_of_order,
+    spread,
+    steadier,
+    warning_line,
+)
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 def _canonical_precision(arch: Architecture, settings: ProfileSettings) -> ProfileSettings:
@@ -112,10 +129,15 @@ def profile_grid(
     seed: int = 0,
     command: str | None = None,
     timer: TimePoint = time_point,
+    noise: NoiseCheck = NoiseCheck(),
+    warn: Callable[[str], None] = _stderr_line,
 ) -> Path:
     """Time every grid point not already in ``output_path`` and append it there. Returns the
     CSV path. With ``settings.tp_size`` > 1 this must run under torchrun (one process per rank);
-    rank 0 writes the files. ``timer`` times one point (``time_point``; tests inject timings)."""
+    rank 0 writes the files. ``timer`` times one point (``time_point``; tests inject timings).
+    Noisy and out-of-order points are timed again (``noise``; on one device only: ranks would
+    judge their own clocks apart); what was found goes to ``.meta.json`` and, when the grid is
+    not trustworthy, to ``warn`` as one line."""
     output = Path(output_path)
     points = sorted(dict.fromkeys(grid_points))
     settings = check_profile(arch, points, output, settings)
@@ -152,17 +174,50 @@ def profile_grid(
         weights=settings.weights,
         kv_cache=settings.kv_cache,
     )
+    check = noise if not tp.enabled else NoiseCheck(reruns=0, order_tolerance=float("inf"))
+    quality = QualityReport(check, points=len(todo), load_before=check.load())
+    timings: dict[GridPoint, Timing] = {}
+
+    def timed(point: GridPoint) -> Timing:
+        timing = _time_sampled(generator, point, settings, sampling, timer)
+        for _ in range(check.reruns):
+            if spread(timing) <= check.max_spread:
+                break
+            quality.rerun += 1
+            timing = steadier(timing, _time_sampled(generator, point, settings, sampling, timer))
+        return timing
+
     with _progress(progress and writer, len(todo), label) as advance:
         handle = output.open("a", encoding="utf-8") if writer else None
         try:
             for point in todo:
-                timing = _time_sampled(generator, point, settings, sampling, timer)
+                timings[point] = timed(point)
                 if handle is not None:
-                    append_line_durably(handle, csv_line(label, point, timing))
+                    append_line_durably(handle, csv_line(label, point, timings[point]))
                 advance(point)
         finally:
             if handle is not None:
                 handle.close()
+    # A point slower than a longer prompt was slowed by something else: timed once more, the
+    # faster timing kept (contention only adds time), its row replaced.
+    suspects = out_of_order(timings, check.order_tolerance) if check.reruns else []
+    for point in suspects:
+        quality.rerun += 1
+        again = timed(point)
+        if again.runtime_s < timings[point].runtime_s:
+            timings[point] = again
+    if suspects and writer:
+        replace_rows(output, {p: csv_line(label, p, timings[p]) for p in suspects})
+    quality.out_of_order = out_of_order(timings, check.order_tolerance)
+    quality.noisy = sorted(p for p, t in timings.items() if spread(t) > check.max_spread)
+    quality.max_spread = max((spread(t) for t in timings.values()), default=0.0)
+    quality.load_after = check.load()
+    if writer:
+        report = quality.to_json()
+        update_meta(output, {"timing_quality": report})
+        line = warning_line(report)
+        if line is not None:
+            warn(line)
     return output
 
 

@@ -211,3 +211,26 @@ def write_meta(
     with atomic_writer(meta_file) as handle:
         json.dump(meta, handle, indent=2)
         handle.write("\n")
+
+
+def update_meta(output: Path, fields: dict[str, Any]) -> None:
+    """Add ``fields`` to ``<output>.meta.json`` (atomically)."""
+    meta_file = meta_path(output)
+    meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    meta.update(fields)
+    with atomic_writer(meta_file) as handle:
+        json.dump(meta, handle, indent=2)
+        handle.write("\n")
+
+
+def replace_rows(output: Path, lines: dict[GridPoint, str]) -> None:
+    """Replace the rows of some points (a point timed again) by ``lines``, atomically."""
+    rows = output.read_text(encoding="utf-8").splitlines(keepends=True)
+    with atomic_writer(output) as handle:
+        for row in rows:
+            (fields,) = csv.reader([row])
+            try:
+                point = GridPoint(int(fields[1]), int(fields[2]), int(fields[3]))
+            except (IndexError, ValueError):
+                point = None  # the header
+            handle.write(lines.get(point, row) if point is not None else row)

@@ -55,6 +55,7 @@ class Conversion:
     kept: NDArray[np.bool_] | None = None
     dropped_unknown_rows: int = 0
     unknown_models: list[str] = field(default_factory=list)
+    extrapolated: Extrapolation = field(default_factory=lambda: Extrapolation())
 
     def __len__(self) -> int:
         return next(iter(self.columns.values())).shape[0] if self.columns else 0
@@ -64,6 +65,42 @@ class Conversion:
         import pandas as pd
 
         return pd.DataFrame(self.columns)
+
+
+@dataclass
+class Extrapolation:
+    """Requests whose prompt is longer than the longest prompt their fit was measured at: the
+    fit's alpha(p) is extended past its data there."""
+
+    rows: int = 0
+    longest_prompt: int = 0  # the longest such prompt
+    profiled: dict[str, int] = field(default_factory=dict)  # model -> longest prompt fitted
+
+    def add(self, model: str, fit: FittedCostModel, prompts: NDArray[np.float64]) -> None:
+        limit = max(fit.prompt_sizes)
+        beyond = prompts > limit
+        if beyond.any():
+            self.rows += int(beyond.sum())
+            self.longest_prompt = max(self.longest_prompt, int(prompts[beyond].max()))
+            self.profiled[model] = limit
+
+    def merge(self, other: Extrapolation) -> None:
+        self.rows += other.rows
+        self.longest_prompt = max(self.longest_prompt, other.longest_prompt)
+        self.profiled.update(other.profiled)
+
+    def line(self) -> str | None:
+        """One warning line, or None when no request lies beyond its fit's range."""
+        if not self.rows:
+            return None
+        ranges = ", ".join(f"{model} up to {limit}" for model, limit in
+                           sorted(self.profiled.items())[:_SHOWN_UNKNOWN])  # fmt: skip
+        more = " ..." if len(self.profiled) > _SHOWN_UNKNOWN else ""
+        return (
+            f"warning: {self.rows} request(s) have prompts beyond the profiled range of their "
+            f"fit (longest {self.longest_prompt} tokens; profiled {ranges}{more}): their "
+            "runtimes are extrapolated"
+        )
 
 
 def split_fits(
@@ -86,12 +123,14 @@ def _evaluate(
     groups: list[NDArray[np.intp]],
     p: NDArray[np.float64],
     o: NDArray[np.float64],
+    extrapolated: Extrapolation,
 ) -> NDArray[np.float64]:
     out = np.full(p.shape[0], np.nan)
     for code, rows in enumerate(groups):
         fit = fits.get(models[code])
         if fit is not None and rows.size:
             out[rows] = predict_runtime(fit, p[rows], o[rows])
+            extrapolated.add(models[code], fit, p[rows])
     return out
 
 
@@ -150,13 +189,17 @@ def convert_requests(
         runtime = None if runtime is None else runtime[kept]
     groups = _rows_per_model(codes, len(requests.models))
     columns: dict[str, NDArray[np.float64]] = {}
+    # The idealized fit's range where there is one (the denoised fit's otherwise).
+    extrapolated, unused = Extrapolation(), Extrapolation()
     if idealized:
-        columns[IDEALIZED] = _evaluate(idealized, requests.models, groups, p, o)
+        columns[IDEALIZED] = _evaluate(idealized, requests.models, groups, p, o, extrapolated)
     if denoised:
-        columns[DENOISED] = _evaluate(denoised, requests.models, groups, p, o)
+        columns[DENOISED] = _evaluate(
+            denoised, requests.models, groups, p, o, unused if idealized else extrapolated
+        )
     if idealized and runtime is not None:
         columns[DISCREPANCY] = runtime - columns[IDEALIZED]
-    return Conversion(columns, kept, dropped, unknown if kept is not None else [])
+    return Conversion(columns, kept, dropped, unknown if kept is not None else [], extrapolated)
 
 
 # --- writing ----------------------------------------------------------------------------------
@@ -351,6 +394,7 @@ class FileConversion:
     dropped_unknown_rows: int = 0
     unknown_models: list[str] = field(default_factory=list)
     skipped_failed: int = 0
+    extrapolated: Extrapolation = field(default_factory=lambda: Extrapolation())
 
 
 def convert_file(
@@ -374,6 +418,7 @@ def convert_file(
             conversion.dropped_unknown_rows,
             conversion.unknown_models,
             table.skipped_failed,
+            conversion.extrapolated,
         )
     summary = FileConversion()
     unknown: dict[str, None] = {}
@@ -385,6 +430,7 @@ def convert_file(
             summary.rows += len(conversion)
             summary.dropped_unknown_rows += conversion.dropped_unknown_rows
             summary.skipped_failed += table.skipped_failed
+            summary.extrapolated.merge(conversion.extrapolated)
             unknown.update(dict.fromkeys(conversion.unknown_models))
         writer.close()
     summary.unknown_models = sorted(unknown)

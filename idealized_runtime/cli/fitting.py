@@ -99,6 +99,11 @@ def fit(
         out = Console(width=160)
     out.print(_summary(fits))
     typer.echo(f"wrote {len(fits)} fit(s) to {output}", err=True)
+    from idealized_runtime.local_runner.timing_quality import profile_warning
+
+    warning = profile_warning(measurements)  # a profile the profiler found noisy
+    if warning is not None:
+        typer.echo(warning, err=True)
 
 
 @app.command("convert")
@@ -110,7 +115,9 @@ def convert(
 ) -> None:
     """Add idealized_runtime_s, denoised_runtime_s and runtime_discrepancy_s columns.
 
-    Works chunk by chunk: memory stays flat on logs of any size."""
+    Input columns: model, num_prompt_tokens, num_output_tokens (runtime_s optional: the
+    discrepancy). Works chunk by chunk: memory stays flat on logs of any size. A request whose
+    prompt is beyond its fit's profiled range is counted in one warning line."""
     from idealized_runtime.cost_model.fitting.convert import convert_file
     from idealized_runtime.cost_model.fitting.file_rows import file_format
     from idealized_runtime.cost_model.fitting.fit_files import read_fit_file
@@ -130,3 +137,6 @@ def convert(
     if summary.skipped_failed:
         notes.append(f"skipped {summary.skipped_failed} failed requests")
     typer.echo("; ".join(notes), err=True)
+    warning = summary.extrapolated.line()
+    if warning is not None:
+        typer.echo(warning, err=True)

@@ -50,7 +50,8 @@ def monitor_command(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="a line per round"),
 ) -> None:
     """Probe every endpoint of CONFIG round after round (TTFT, ITL, output speed, denoised
-    runtime against the idealized one, errors, dollars) and store each round; resumable."""
+    runtime against the idealized one, errors, dollars) and store each round; a line per shift
+    flagged (and the file's on_flag hook); resumable. SIGTERM or Ctrl-C stop it cleanly."""
     from idealized_runtime.monitor.config import load_config
     from idealized_runtime.monitor.run import run_monitor
 
@@ -71,8 +72,13 @@ def monitor_command(
         raise typer.Exit(EXIT_INTERRUPTED) from None
     finally:
         store.close()
+    notes = [f"{count} {what}" for count, what in
+             ((result.degraded, "degraded"), (result.failed, "failed"),
+              (result.flags, "shift(s) flagged")) if count]  # fmt: skip
     typer.echo(
-        f"{result.rounds} round(s) run, {result.stored} stored in {store.name}; state {folder}",
+        f"{result.rounds} round(s) run, {result.stored} stored in {store.name}"
+        + (f" ({', '.join(notes)})" if notes else "")
+        + f"; state {folder}",
         err=True,
     )
     if result.refused:

@@ -1,8 +1,9 @@
 """CLI: ``plan`` the best deployment under an SLO (``cost_model.planning.plan``).
 
-Prints the best configuration, the fleet for a rate with its dollars and joules per million
-output tokens, the best per GPU, and each GPU and engine's Pareto frontier; ``--json`` prints
-the ``PlanResult``; ``--report DIR`` writes the page with the frontier charts. Runs no model.
+Prints the answer first: the best configuration, the fleet for a rate with its dollars and
+joules per million output tokens and the simulation's check; ``--frontiers`` adds the best per
+GPU and each GPU and engine's Pareto frontier; ``--json`` prints the ``PlanResult``;
+``--report DIR`` writes the page with the frontier charts. Runs no model.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ def plan_command(
     report: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--report", help="write plan.html (frontier charts) and plan.json to this folder"
     ),
+    frontiers: bool = typer.Option(
+        False, "--frontiers", help="also print the best per GPU and every frontier"
+    ),
     frontier_points: int = typer.Option(
         8, "--frontier-points", min=0, help="frontier points printed per GPU and stack"
     ),
@@ -109,6 +113,6 @@ def plan_command(
     if as_json:
         typer.echo(json.dumps(result.model_dump(mode="json"), indent=1))
         return
-    typer.echo(plan_text(result, frontier_points))
+    typer.echo(plan_text(result, frontier_points, frontiers=frontiers))
     if report is not None:
         typer.echo(f"\nwrote {report / 'plan.html'}")

@@ -207,6 +207,13 @@ def report_command(
         help="monitoring trends: medians and spread over this window before the newest round "
         "(30m, 72h, 7d or all)",
     ),
+    min_baseline_rounds: Optional[int] = typer.Option(  # noqa: UP045
+        None,
+        "--min-baseline-rounds",
+        min=3,
+        help="monitoring trends: rounds of a level before its shifts are flagged (default 20; "
+        "as the monitoring file's changes.min_baseline_rounds)",
+    ),
 ) -> None:
     """Write the leaderboard report: self-contained HTML, Markdown and CSV (and load.html with
     latency-throughput curves when the source holds load levels, trends.html with providers'
@@ -229,6 +236,15 @@ def report_command(
         from idealized_runtime.api.report_database import database_curves, database_trends
 
         series = database_trends(source)
+        if min_baseline_rounds is not None:
+            from idealized_runtime.trends.changes import ChangeSettings
+            from idealized_runtime.trends.series import build_series
+
+            settings = ChangeSettings(
+                min_baseline_rounds=min_baseline_rounds,
+                baseline_rounds=max(ChangeSettings().baseline_rounds, min_baseline_rounds),
+            )
+            series = build_series([p for item in series for p in item.points], settings)
         try:
             loaded = leaderboard_inputs(source, with_helm)
         except InputError:

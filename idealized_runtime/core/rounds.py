@@ -15,6 +15,9 @@ Statistics of a round (None where the round had nothing to compute them from):
     idealized_runtime_s   the idealized runtime of the same shapes (the reference)
     discrepancy           denoised_runtime_s / idealized_runtime_s
     error_rate            failed requests / requests (1 for a round that sent none)
+
+A round's status: ``ok``; ``degraded`` when most of its requests failed (retries bridged a few:
+its statistics rest on the few that got through); ``failed`` when none succeeded.
     usd                   the round's successful requests at the endpoint's prices
 """
 
@@ -43,7 +46,7 @@ PROVIDER_PATTERN = r"^[A-Za-z0-9_.-]+$"
 MAX_ROUND_ID = 190
 MAX_ERROR_CHARS = 500
 MAX_ROUND_INDEX = 2**31 - 1
-RoundStatus = Literal["ok", "failed"]
+RoundStatus = Literal["ok", "degraded", "failed"]
 # Counts fit a 32-bit database integer.
 RequestCount = Annotated[int, Field(ge=0, le=MAX_ROUND_INDEX)]
 # The statistics of a round, in the order tables show them.
@@ -105,10 +108,12 @@ class RoundPoint(_Frozen):
             raise ValueError("finished_at is before started_at")
         if self.failed_requests > self.requests:
             raise ValueError("failed_requests is more than requests")
-        if (self.status == "ok") != (self.failed_requests < self.requests):
+        if (self.status == "failed") == (self.failed_requests < self.requests):
             raise ValueError(
                 "status must be ok when some request succeeded and failed when none did"
             )
+        if self.status == "degraded" and 2 * self.failed_requests <= self.requests:
+            raise ValueError("status degraded needs most requests failed")
         return self
 
     @property
@@ -128,6 +133,13 @@ class MonitorRound(RoundPoint):
 
     def point(self) -> RoundPoint:
         return RoundPoint.model_validate(self.model_dump(include=set(RoundPoint.model_fields)))
+
+
+def round_status(requests: int, failed_requests: int) -> RoundStatus:
+    """failed when no request succeeded, degraded when most failed, else ok."""
+    if failed_requests >= requests:
+        return "failed"
+    return "degraded" if 2 * failed_requests > requests else "ok"
 
 
 def round_time(moment: datetime) -> str:

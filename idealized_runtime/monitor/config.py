@@ -15,6 +15,7 @@ from idealized_runtime.core.config_files import BaseUrl, load_yaml_config
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.prices import MAX_PRICE_USD, ProviderPrice
 from idealized_runtime.core.rounds import PROVIDER_PATTERN, ProbeShape
+from idealized_runtime.trends.changes import ChangeSettings
 
 DEFAULT_SHAPES = ((128, 16), (512, 16), (128, 64))
 ENV_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
@@ -110,6 +111,10 @@ class ProbeSpec(_Spec):
     max_retries: int = Field(default=3, ge=0, le=100)
     backoff_base_s: float = Field(default=0.5, ge=0, le=600)
     backoff_max_s: float = Field(default=30.0, ge=0, le=3600)
+    # An endpoint that is down would otherwise cost every request's full backoff every round.
+    retry_budget_s: float = Field(
+        default=3.0, ge=0, le=3600, description="waits between retries per endpoint and round"
+    )
 
     @field_validator("shapes", mode="before")
     @classmethod
@@ -125,6 +130,44 @@ class ProbeSpec(_Spec):
         return value
 
 
+class ChangesSpec(_Spec):
+    """The monitor's change detection (``trends.changes``): rounds of a level before its
+    shifts can be flagged, and how many recent rounds make the baseline."""
+
+    min_baseline_rounds: int = Field(default=20, ge=3, le=10_000)
+    baseline_rounds: int = Field(default=40, ge=3, le=10_000)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> ChangesSpec:
+        if self.baseline_rounds < self.min_baseline_rounds:
+            raise ValueError("baseline_rounds must be at least min_baseline_rounds")
+        return self
+
+    def settings(self) -> ChangeSettings:
+        return ChangeSettings(
+            baseline_rounds=self.baseline_rounds, min_baseline_rounds=self.min_baseline_rounds
+        )
+
+
+class FlagHookSpec(_Spec):
+    """What to call when the monitor flags a shift: a command (the flag as JSON on its standard
+    input) and/or a webhook (the flag as a JSON POST)."""
+
+    command: list[str] | None = Field(default=None, min_length=1, description="argv, no shell")
+    webhook: BaseUrl | None = None
+    timeout_s: float = Field(default=10.0, gt=0, le=600)
+
+    @field_validator("command", mode="before")
+    @classmethod
+    def _argv(cls, value: Any) -> Any:
+        """A command as one string is split as a shell would split it (without running one)."""
+        if isinstance(value, str):
+            import shlex
+
+            return shlex.split(value)
+        return value
+
+
 class ServiceSpec(_Spec):
     url: str = Field(min_length=1, description="the service's root, e.g. http://127.0.0.1:8000")
     api_key_env: Annotated[str, Field(pattern=ENV_NAME_PATTERN)] = "IDEALIZED_RUNTIME_API_KEY"
@@ -136,6 +179,8 @@ class MonitorConfig(_Spec):
     jitter_s: float = Field(default=0.0, ge=0, le=86400, description="added, uniform, seeded")
     seed: int = Field(default=0, ge=0)
     probe: ProbeSpec = Field(default_factory=ProbeSpec)
+    changes: ChangesSpec = Field(default_factory=ChangesSpec)
+    on_flag: FlagHookSpec | None = Field(default=None, description="called for each new flag")
     endpoints: list[EndpointSpec] = Field(min_length=1, max_length=1000)
     service: ServiceSpec | None = Field(default=None, description="store rounds here (--to)")
     database: str | None = Field(default=None, description="or in this database (--database)")

@@ -233,6 +233,7 @@ def _used_stack_lines(board: Leaderboard) -> list[str]:
         _md_table(
             [
                 "stack",
+                "used by",
                 "description",
                 "sources",
                 "figures",
@@ -243,6 +244,7 @@ def _used_stack_lines(board: Leaderboard) -> list[str]:
             [
                 [
                     str(row["stack"]),
+                    str(row["used_by"]),
                     str(row["description"]),
                     str(row["sources"]),
                     str(row["figures"]),

@@ -5,15 +5,18 @@ file:// with no network) and write the whole report: the page, the Markdown summ
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import markupsafe
 
 from idealized_runtime import __version__
 from idealized_runtime.core.files import atomic_writer
 from idealized_runtime.leaderboard.build import Leaderboard, stacks
 from idealized_runtime.leaderboard.current_models import sorted_rows
+from idealized_runtime.leaderboard.groups import ranked_groups
 from idealized_runtime.leaderboard.rows import (
     FRONTIER_KINDS,
 )
@@ -45,6 +48,7 @@ from idealized_runtime.report.stack_tables import (
     reference_stack_rows,
     stack_model_pivot,
     stack_workload_pivot,
+    used_hardware,
     workload_entries,
 )
 from idealized_runtime.report.svg import frontier_chart, runtime_vs_output_chart
@@ -62,6 +66,12 @@ class ReportFiles:
 # --- HTML --------------------------------------------------------------------------------------
 
 
+def code_spans(text: str) -> markupsafe.Markup:
+    """Text written for Markdown as HTML: escaped, its `code spans` as <code> elements."""
+    escaped = str(markupsafe.escape(text))
+    return markupsafe.Markup(re.sub(r"`([^`]+)`", r"<code>\1</code>", escaped))
+
+
 def _environment() -> jinja2.Environment:
     env = jinja2.Environment(
         loader=jinja2.PackageLoader("idealized_runtime", "templates"),
@@ -77,6 +87,7 @@ def _environment() -> jinja2.Environment:
         ratio=fmt_ratio,
         percent=fmt_percent,
         slug=slug,
+        code=code_spans,
     )
     return env
 
@@ -112,8 +123,10 @@ def render_html(board: Leaderboard) -> str:
     group_keys = board.group_keys()
     return template.render(
         board=board,
+        # The terminal's order: fastest idealized runtime first.
         model_groups=[
-            {"lines": group_lines(group), "spans": measured_spans(group)} for group in board.groups
+            {"lines": group_lines(group), "spans": measured_spans(group)}
+            for group in ranked_groups(board.groups)
         ],
         workload_entries=workload_entries(board.workload_rows, group_keys),
         version=__version__,
@@ -142,14 +155,10 @@ def render_html(board: Leaderboard) -> str:
         else (),
         price_columns=PRICE_COLUMNS,
         price_note=PRICE_NOTE,
-        hardware_rates=sorted(
-            {
-                board.inputs.cost_rates[m.hardware]
-                for m in board.models
-                if m.hardware and m.hardware in board.inputs.cost_rates
-            },
-            key=lambda rate: rate.hardware,
-        ),
+        hardware_rates=[
+            {"rate": board.inputs.cost_rates[name], "used_by": ", ".join(tables)}
+            for name, tables in used_hardware(board).items()
+        ],
         metrics=METRIC_DEFINITIONS,
         frontier_kinds=FRONTIER_KINDS,
     )

@@ -111,20 +111,58 @@ def workload_entries(
     return [{"models": models, "row": row} for models, row in merged]
 
 
-def used_stack_names(board: Leaderboard) -> list[str]:
-    """Reference stacks the board's runtimes were computed on: the compared ones first, then
-    those named by its rows."""
+LEADERBOARD_TABLE = "leaderboard"
+COMPARISON_TABLE = "stack comparison"
+CURRENT_TABLE = "today's models"
+
+
+def used_stacks(board: Leaderboard) -> dict[str, list[str]]:
+    """Reference stacks the board's runtimes were computed on, each with the tables that used
+    it: the compared ones first, then those of the leaderboard's rows, then today's models."""
     from idealized_runtime.cost_model.hardware.stacks.catalog import shipped_stacks
 
-    names = list(board.stack_comparison.stacks) if board.stack_comparison else []
+    used: dict[str, list[str]] = {}
+
+    def add(names: Iterable[str], table: str) -> None:
+        for name in names:
+            tables = used.setdefault(name, [])
+            if table not in tables:
+                tables.append(table)
+
+    if board.stack_comparison:
+        add(board.stack_comparison.stacks, COMPARISON_TABLE)
     rows: list[ModelRow | ScenarioRow | WorkloadRow] = [
         *board.models,
         *board.scenario_rows,
         *board.workload_rows,
     ]
-    names += sorted({row.stack for row in rows if row.stack})
+    add(sorted({row.stack for row in rows if row.stack}), LEADERBOARD_TABLE)
+    if board.current_models:
+        current = board.current_models
+        add(dict.fromkeys((current.stack, current.baseline_stack)), CURRENT_TABLE)
     shipped = shipped_stacks()
-    return [name for name in dict.fromkeys(names) if name in shipped]
+    return {name: tables for name, tables in used.items() if name in shipped}
+
+
+def used_stack_names(board: Leaderboard) -> list[str]:
+    """The names of ``used_stacks``, in its order."""
+    return list(used_stacks(board))
+
+
+def used_hardware(board: Leaderboard) -> dict[str, list[str]]:
+    """Accelerators the board's costs refer to, each with the tables that used it."""
+    used: dict[str, list[str]] = {}
+    for name in sorted({row.hardware for row in board.models if row.hardware}):
+        used.setdefault(name, []).append(LEADERBOARD_TABLE)
+    if board.stack_comparison and board.stack_comparison.hardware:
+        used.setdefault(board.stack_comparison.hardware, []).append(COMPARISON_TABLE)
+    if board.current_models:
+        used.setdefault(board.current_models.hardware, []).append(CURRENT_TABLE)
+    return {
+        name: list(dict.fromkeys(tables))
+        for name, tables in used.items()
+        if name in board.inputs.cost_rates
+    }
 
 
 ERROR_SPLITS = ("in_sample", "leave_one_source_out", "leave_one_model_out")
@@ -138,7 +176,7 @@ def reference_stack_rows(board: Leaderboard) -> list[dict[str, object]]:
     from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, get_stack
 
     rows = []
-    for name in used_stack_names(board):
+    for name, tables in used_stacks(board).items():
         stack = get_stack(name)
         for kind, label in FIGURE_KINDS.items():
             errors = {split: stack.errors.get(split, {}).get(kind, {}) for split in ERROR_SPLITS}
@@ -147,6 +185,7 @@ def reference_stack_rows(board: Leaderboard) -> list[dict[str, object]]:
             rows.append(
                 {
                     "stack": name,
+                    "used_by": ", ".join(tables),
                     "default": name == DEFAULT_STACK,
                     "description": stack.description,
                     "sources": len(stack.sources),

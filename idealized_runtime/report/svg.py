@@ -7,6 +7,7 @@ of the HTML) can tell an empty chart from a drawn one.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -140,14 +141,76 @@ def frontier_chart(
             f'cx="{x:.1f}" cy="{y:.1f}" r="{radius}" fill="{colour}">'
             f"<title>{escape(tip)}</title></circle>"
         )
-        if point.on_frontier:
-            anchor = "end" if x > WIDTH * 0.7 else "start"
-            dx = -7 if anchor == "end" else 7
-            parts.append(
-                f'<text class="point-label" x="{x + dx:.1f}" y="{y - 6:.1f}" '
-                f'text-anchor="{anchor}">{escape(point.model.split("/")[-1])}</text>'
-            )
+    marks = [(axes.x(p.runtime_s), axes.y(p.accuracy)) for p in points]
+    labels = [(axes.x(p.runtime_s), axes.y(p.accuracy), p.model.split("/")[-1]) for p in front]
+    # The staircase, sampled: a label is not written across it either.
+    corners = [(x, y) for x, y, _ in labels]
+    stairs = []
+    for (x1, y1), (x2, y2) in itertools.pairwise(corners):
+        stairs += [(x1 + (x2 - x1) * i / 12, y1) for i in range(13)]
+        stairs += [(x2, y1 + (y2 - y1) * i / 12) for i in range(13)]
+    placements = place_labels(labels, marks, stairs)
+    for text, placed in zip((t for _, _, t in labels), placements, strict=True):
+        if placed is None:
+            continue  # no free place: the point's tooltip names it
+        x, y, anchor = placed
+        parts.append(
+            f'<text class="point-label" x="{x:.1f}" y="{y:.1f}" '
+            f'text-anchor="{anchor}">{escape(text)}</text>'
+        )
     return _svg(parts, title, chart_id)
+
+
+# A point label's box: 11 px text, about 6.2 px a character.
+LABEL_CHAR_PX, LABEL_HEIGHT_PX = 6.2, 12.0
+Box = tuple[float, float, float, float]  # left, top, right, bottom
+
+
+def _label_box(x: float, baseline: float, anchor: str, text: str) -> Box:
+    width = LABEL_CHAR_PX * len(text)
+    left = x - width if anchor == "end" else x
+    return left, baseline - LABEL_HEIGHT_PX + 2, left + width, baseline + 2
+
+
+def _overlap(a: Box, b: Box) -> bool:
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def place_labels(
+    labels: Sequence[tuple[float, float, str]],
+    marks: Sequence[tuple[float, float]],
+    lines: Sequence[tuple[float, float]] = (),
+) -> list[tuple[float, float, str] | None]:
+    """Where each label (point x, y, text) goes: the first of twelve places around its point
+    whose box stays inside the plot and overlaps no label placed before, no point and no sample
+    of a drawn line (``lines``); None when none is free. Returns (x, baseline y, text-anchor)
+    per label."""
+    placed: list[Box] = []
+    dots = [(x - 5, y - 5, x + 5, y + 5) for x, y in marks]
+    dots += [(x - 1, y - 1, x + 1, y + 1) for x, y in lines]
+    inside = (MARGIN_LEFT, MARGIN_TOP, WIDTH - MARGIN_RIGHT, HEIGHT - MARGIN_BOTTOM)
+    offsets = ((7, -6), (-7, -6), (7, 14), (-7, 14), (9, 4), (-9, 4), (0, -10), (0, 20),
+               (7, -20), (7, 28), (-7, -20), (-7, 28))  # fmt: skip
+    result: list[tuple[float, float, str] | None] = []
+    for x, y, text in labels:
+        chosen = None
+        width = LABEL_CHAR_PX * len(text)
+        for dx, dy in offsets:
+            # Right of the point, left of it (ending dx before it), or centred above/below.
+            left = x + dx if dx > 0 else x + dx - width if dx < 0 else x - width / 2
+            box = _label_box(left, y + dy, "start", text)
+            within = (
+                box[0] >= inside[0]
+                and box[2] <= inside[2]
+                and box[1] >= inside[1] - LABEL_HEIGHT_PX
+                and box[3] <= inside[3]
+            )
+            if within and not any(_overlap(box, other) for other in [*placed, *dots]):
+                chosen = (left, y + dy, "start")
+                placed.append(box)
+                break
+        result.append(chosen)
+    return result
 
 
 def _series_prompts(profile: ProfileInput, limit: int = 3) -> list[int]:

@@ -91,25 +91,33 @@ def stack_table(board: Leaderboard) -> Table:
     for stack in others:
         table.add_column(f"{stack} / {first}", justify="right")
     table.add_column("workloads", justify="right")
-    table.add_column("note")
     missing: dict[str, list[str]] = {}  # note -> models n/a under every stack
+    shown: list[tuple[list[str], list[str]]] = []  # cells and notes of each row
     for entry in stack_model_pivot(comparison, board.group_keys()):
         rows = entry["rows"]
         if all(row.idealized_runtime_s is None for row in rows.values()):
             missing.setdefault(str(entry["note"]), []).append(str(entry["model"]))
             continue
-        table.add_row(
+        cells = [
             str(entry["model"]),
             *(_seconds_or_na(rows[s].idealized_runtime_s) for s in comparison.stacks),
             *(fmt_ratio(rows[s].ratio) for s in others),
             str(entry["num_workloads"]),
-            str(entry["note"]),
-        )
-    if missing:
-        table.caption = "; ".join(
-            f"n/a under every stack ({note}): {', '.join(models)}"
-            for note, models in missing.items()
-        )
+        ]
+        shown.append((cells, [part for part in str(entry["note"]).split("; ") if part]))
+    # A note every row has is said once, under the table; the column keeps the others.
+    common = set.intersection(*(set(notes) for _, notes in shown)) if shown else set()
+    own = [[note for note in notes if note not in common] for _, notes in shown]
+    if any(own):
+        table.add_column("note")
+    for (cells, _), notes in zip(shown, own, strict=True):
+        table.add_row(*cells, *(["; ".join(notes)] if any(own) else []))
+    captions = [f"every row: {note}" for note in sorted(common)]
+    captions += [
+        f"n/a under every stack ({note}): {', '.join(models)}" for note, models in missing.items()
+    ]
+    if captions:
+        table.caption = "; ".join(captions)
     return table
 
 

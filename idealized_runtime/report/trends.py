@@ -10,6 +10,7 @@ reaches back ``window`` (None: every round). Shifts are those of the whole serie
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ WINDOW_UNITS = {"m": 60, "h": 3600, "d": 86400}
 CHANGE_COLOUR = "#D55E00"
 REFERENCE_COLOUR = "#009E73"
 LABELS = {statistic.name: statistic.label for statistic in STATISTICS}
+LEGEND_CHAR_PX = 5.6  # a legend's 10 px text, per character
 # (statistic, axis label, scale to the unit shown, reference statistic drawn beside it)
 CHARTS = (
     ("denoised_runtime_s", "runtime (s)", 1.0, "idealized_runtime_s"),
@@ -35,6 +37,10 @@ CHARTS = (
     ("output_tokens_per_s", "output speed (tokens/s)", 1.0, None),
     ("error_rate", "error rate (%)", 100.0, None),
 )
+# The lowest top of a chart's value axis, in the unit shown: an error rate of 0 still reads
+# as percent (0-10 %), not as a fraction (0-1).
+AXIS_TOP_AT_LEAST = {"error_rate": 10.0}
+REFERENCE_LEGEND = "idealized (reference)"
 
 
 def parse_window(text: str) -> timedelta | None:
@@ -53,12 +59,14 @@ def parse_window(text: str) -> timedelta | None:
 def window_bounds(
     series: Sequence[ProviderSeries], window: timedelta | None
 ) -> tuple[datetime | None, datetime | None]:
-    """The window: ``window`` back from the newest round of any series."""
+    """The window: ``window`` back from the newest round of any series, or from the first round
+    if that is later."""
     times = [point.started_at for item in series for point in item.points]
     if not times:
         return None, None
     end = max(times)
-    return (end - window if window is not None else min(times)), end
+    # A window longer than the rounds starts at the first round: no empty half of a chart.
+    return (max(end - window, min(times)) if window is not None else min(times)), end
 
 
 def _time_axis(start: datetime, end: datetime) -> tuple[float, str]:
@@ -122,7 +130,7 @@ def trend_chart(
     measured = values(statistic)
     ideal = values(reference) if reference else []
     changes = [c for c in item.changes if c.statistic == statistic]
-    ys = [y for _, y, _ in measured + ideal]
+    ys = [y for _, y, _ in measured + ideal] + [AXIS_TOP_AT_LEAST.get(statistic, 0.0)]
     axes = Axes.fit([x_of(end)], ys)
     title = f"{item.provider} / {item.model}: {LABELS[statistic]}"
     parts = axes.frame(title, x_label, label)
@@ -162,11 +170,39 @@ def trend_chart(
             f'fill="{CHANGE_COLOUR}"><title>{tip}</title></path>'
         )
     if ideal:
+        lines = [[(axes.x(x), axes.y(y)) for x, y, _ in line] for line in (measured, ideal)]
+        x, y = legend_place(lines, REFERENCE_LEGEND, axes)
         parts.append(
-            f'<text class="legend" x="{axes.x(0) + 8:.1f}" y="40" fill="{REFERENCE_COLOUR}">'
-            "idealized (reference)</text>"
+            f'<text class="legend" x="{x:.1f}" y="{y:.1f}" fill="{REFERENCE_COLOUR}">'
+            f"{REFERENCE_LEGEND}</text>"
         )
     return _svg(parts, title, chart_id)
+
+
+def legend_place(
+    lines: Sequence[Sequence[tuple[float, float]]], text: str, axes: Axes
+) -> tuple[float, float]:
+    """Where a legend line goes in a chart (x, baseline): the first corner of the plot whose
+    box no drawn line passes through (the lines sampled between their points), else under
+    the plot, left of the axis label."""
+    samples = [point for line in lines for point in line]
+    for line in lines:
+        for (x1, y1), (x2, y2) in itertools.pairwise(line):
+            samples += [(x1 + (x2 - x1) * i / 8, y1 + (y2 - y1) * i / 8) for i in range(1, 8)]
+    width, height = LEGEND_CHAR_PX * len(text), 12.0
+    left, right = axes.x(axes.x_ticks[0]), axes.x(axes.x_ticks[-1])
+    top, bottom = axes.y(axes.y_ticks[-1]), axes.y(axes.y_ticks[0])
+    corners = (
+        (left + 6, top + 14),
+        (right - 6 - width, top + 14),
+        (right - 6 - width, bottom - 6),
+        (left + 6, bottom - 6),
+    )
+    for x, baseline in corners:
+        box = (x - 3, baseline - height - 1, x + width + 3, baseline + 4)
+        if not any(box[0] <= sx <= box[2] and box[1] <= sy <= box[3] for sx, sy in samples):
+            return x, baseline
+    return left, bottom + 38  # the x axis label's row, at its left
 
 
 def _spread_text(statistic: str, spread: Spread) -> str:
@@ -190,7 +226,7 @@ def _summary_rows(series: Sequence[ProviderSeries], bounds: tuple[datetime, date
         cells = [
             item.provider,
             item.model,
-            f"{window.rounds} ({window.failed_rounds} failed)",
+            f"{window.rounds} ({window.failed_rounds} failed, {window.degraded_rounds} degraded)",
             *(_spread_text(name, window.statistics[name]) for name in SUMMARY_STATISTICS),
             "–" if errors is None else f"{errors:.1%}",
             f"${window.usd_total:.4g}",

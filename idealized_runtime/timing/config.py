@@ -37,6 +37,12 @@ class MeasureConfig(BaseModel):
     max_retries: int = Field(default=5, ge=0, le=100)
     backoff_base_s: float = Field(default=0.5, ge=0)
     backoff_max_s: float = Field(default=30.0, ge=0)
+    retry_budget_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="seconds of waits between retries in the whole run; a retry that would "
+        "exceed them is not made (None: no limit)",
+    )
     fixed_length_fields: bool = True
     extra_body: dict[str, Any] = Field(default_factory=dict)
     shuffle: bool = True  # random order spreads slow periods of the server over the grid

@@ -211,6 +211,7 @@ class EndpointClient:
         self.url = config.url
         self.dropped: set[str] = set()
         self._rng = random.Random(config.seed)
+        self.retry_waited_s = 0.0  # waits between retries so far (the run's retry budget)
 
     def payload(
         self,
@@ -439,8 +440,13 @@ class EndpointClient:
                 delay = backoff_delay(
                     retries, self.config.backoff_base_s, self.config.backoff_max_s, self._rng
                 )
-            waits.append(min(delay, RETRY_AFTER_CAP_S))
-            await asyncio.sleep(waits[-1])
+            delay = min(delay, RETRY_AFTER_CAP_S)
+            budget = self.config.retry_budget_s
+            if budget is not None and self.retry_waited_s + delay > budget:
+                return result, attempts, waits
+            self.retry_waited_s += delay
+            waits.append(delay)
+            await asyncio.sleep(delay)
 
     async def probe(self, text: str) -> int | None:
         """The server's count of ``text`` (``usage.prompt_tokens``; None when it reports no

@@ -13,7 +13,7 @@ import numpy as np
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.prices import PriceTable, ProviderPrice
-from idealized_runtime.core.rounds import MAX_ERROR_CHARS, MonitorRound, ProbeShape
+from idealized_runtime.core.rounds import MAX_ERROR_CHARS, MonitorRound, ProbeShape, round_status
 from idealized_runtime.core.types import FittedCostModel, Measurement
 from idealized_runtime.cost_model.fitting.evaluate import predict_runtime
 from idealized_runtime.cost_model.fitting.methods import fit_measurements
@@ -115,7 +115,7 @@ def round_from_rows(
         round_index=identity.round_index,
         started_at=identity.started_at,
         finished_at=max(identity.finished_at, identity.started_at),
-        status="ok" if ok_rows else "failed",
+        status=round_status(len(rows), len(rows) - len(ok_rows)) if rows else "failed",
         error=_error_text(rows, error),
         requests=len(rows),
         failed_requests=len(rows) - len(ok_rows),

@@ -80,6 +80,7 @@ class WindowSummary(_Out):
     end: AwareDatetime | None
     rounds: int
     failed_rounds: int
+    degraded_rounds: int = 0  # most requests failed
     requests: int
     failed_requests: int
     usd_total: float
@@ -134,6 +135,7 @@ def window_summary(
         end=end,
         rounds=len(points),
         failed_rounds=sum(p.status == "failed" for p in points),
+        degraded_rounds=sum(p.status == "degraded" for p in points),
         requests=sum(p.requests for p in points),
         failed_requests=sum(p.failed_requests for p in points),
         usd_total=math.fsum(p.usd or 0.0 for p in points),

@@ -82,3 +82,43 @@ def test_write_jsonl_and_csv_keep_input_columns(tmp_path, fits) -> None:
         "runtime_discrepancy_s"
     )
     assert lines[2].startswith("megatron-bloom,20,1,,q2,") and lines[2].endswith(",")
+
+
+def test_prompts_beyond_the_profiled_range_are_counted_and_said_in_one_line(tmp_path, fits) -> None:
+    """A request longer than the longest profiled prompt of its fit is extrapolated: convert
+    counts such requests and says so in one warning line (the file is still written)."""
+    from idealized_runtime.cost_model.fitting.fit_files import write_fit_file
+    from tests.servers import run_cli
+
+    model = "megatron-gptj-6b"
+    longest = max(fits[model].prompt_sizes)
+    table = RequestTable.from_columns([model] * 3, [1, longest, longest + 500], [4, 4, 4])
+    result = convert_requests(table, fits)
+    assert result.extrapolated.rows == 1 and result.extrapolated.longest_prompt == longest + 500
+    assert result.extrapolated.profiled == {model: longest}
+
+    requests = tmp_path / "requests.csv"
+    requests.write_text(
+        "model,num_prompt_tokens,num_output_tokens\n"
+        f"{model},10,4\n{model},{longest + 500},4\n{model},{longest + 900},4\n",
+        encoding="utf-8",
+    )
+    write_fit_file({model: fits[model]}, tmp_path / "fit.json")
+    ran = run_cli("convert", str(requests), "--fit", str(tmp_path / "fit.json"),
+                  "-o", str(tmp_path / "out.csv"))  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    (warning,) = [line for line in ran.stderr.splitlines() if line.startswith("warning:")]
+    assert warning == (
+        f"warning: 2 request(s) have prompts beyond the profiled range of their fit (longest "
+        f"{longest + 900} tokens; profiled {model} up to {longest}): their runtimes are "
+        "extrapolated"
+    )
+    assert len((tmp_path / "out.csv").read_text().splitlines()) == 4
+    requests.write_text(
+        f"model,num_prompt_tokens,num_output_tokens\n{model},10,4\n{model},{longest},4\n",
+        encoding="utf-8",
+    )
+    within = run_cli(
+        "convert", str(requests), "--fit", str(tmp_path / "fit.json"), "-o", str(tmp_path / "o.csv")
+    )
+    assert within.returncode == 0 and "warning" not in within.stderr, within.stderr

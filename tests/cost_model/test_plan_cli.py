@@ -38,13 +38,23 @@ def test_plan_json_and_report(tmp_path: Path) -> None:
     assert 'id="plan-h100-sxm"' in (report / "plan.html").read_text()
 
 
-def test_plan_prints_the_best_and_the_frontiers() -> None:
-    result = _run(*SMALL, "--no-verify", "--frontier-points", "3")
+def test_plan_leads_with_the_answer_and_prints_frontiers_on_request() -> None:
+    result = _run(*SMALL)
     assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert "best under the SLO: h100-sxm, vllm" in out
-    assert "for 20 requests/s:" in out and "per million output tokens" in out
-    assert "frontier h100-sxm vllm (" in out
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("best under the SLO: h100-sxm, vllm")
+    assert "for 20 requests/s:" in result.stdout and "per million output tokens" in result.stdout
+    # The check says what the SLO is judged on, and the p90 apart.
+    (check,) = [line for line in lines if "simulated request by request" in line]
+    assert "on the medians (TTFT p50 " in check and "; p90 TTFT " in check
+    assert "frontier h100-sxm vllm (" not in result.stdout and "--frontiers" in lines[-1]
+    assert len(lines) <= 8, result.stdout
+
+    full = _run(*SMALL, "--no-verify", "--frontiers", "--frontier-points", "3")
+    assert full.returncode == 0, full.stderr
+    assert full.stdout.startswith("best under the SLO: h100-sxm, vllm")
+    assert "best per GPU under the SLO:" in full.stdout
+    assert "frontier h100-sxm vllm (3 of " in full.stdout
 
 
 # Options (split on spaces) and what the one-line error names.

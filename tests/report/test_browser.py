@@ -87,11 +87,27 @@ def test_report_renders_in_chromium(tmp_path: Path) -> None:
         )
         assert overflowing == []
 
-        # Sorting by a numeric column puts the fastest architecture first (missing values
-        # last), each with its names under it.
-        driver.execute_script("document.querySelectorAll('#leaderboard-table thead th')[4].click()")
+        # It opens in the terminal's order (fastest idealized runtime first, missing values
+        # last), each entry with its names under it, and shows the whole board (no scroll box).
+        ranked = [line_names(group) for group in ranked_groups(board.groups)]
+        assert driver.execute_script(LINES_JS) == ranked
+        wrap = driver.execute_script(
+            "var w = document.getElementById('leaderboard-table').parentElement;"
+            "return [w.scrollHeight, w.clientHeight, w.getBoundingClientRect().height];"
+        )
+        assert wrap[0] <= wrap[1] + 1 and wrap[2] > 800, wrap  # every entry, all 24 of them
+        # The methodology's names of commands are code, not Markdown backticks.
+        methodology = driver.execute_script(
+            "return document.getElementById('methodology').textContent"
+        )
+        assert "`" not in methodology and "idealized-runtime stacks" in methodology
+        # The idealized column is marked as the sort; a click reverses it, another restores it.
+        for _ in range(2):
+            driver.execute_script(
+                "document.querySelectorAll('#leaderboard-table thead th')[4].click()"
+            )
         order = driver.execute_script(LINES_JS)
-        assert order == [line_names(group) for group in ranked_groups(board.groups)]
+        assert order == ranked
         # A measured figure sorts the entries by their names' best value, descending too.
         driver.execute_script(
             "document.querySelectorAll('#leaderboard-table thead th')[10].click()"
@@ -190,6 +206,22 @@ def test_todays_models_render_and_sort_in_chromium(tmp_path: Path) -> None:
             driver.execute_script(click)
             values = [value for _, value in driver.execute_script(script)]
             assert values == sorted(values, reverse=True), header
+        # The stacks and the hardware each table used: today's models' stack and GPU too.
+        used = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#reference-stack-table tbody tr'))"
+            ".map(r => [r.cells[0].textContent, r.cells[1].textContent])"
+        )
+        used_by = {stack.removesuffix(" (default)"): tables for stack, tables in used}
+        assert "today's models" in used_by[current.stack].split(", ")
+        assert "leaderboard" in used_by[HELM_STACK].split(", ")
+        hardware = driver.execute_script(
+            "return Array.from(document.querySelectorAll('#methodology li'))"
+            ".map(li => li.textContent).filter(t => t.includes('$/GPU-hour'))"
+        )
+        assert any(
+            line.startswith(current.hardware) and "today's models" in line for line in hardware
+        ), hardware
+        assert any(line.startswith("a100-80gb") for line in hardware), hardware
         # The providers' prices beside the idealized dollars.
         price_rows = driver.execute_script(
             "return Array.from(document.querySelectorAll('#price-table tbody tr'))"

@@ -178,3 +178,46 @@ def test_large_numbers_are_written_with_thousands_separators() -> None:
     assert fmt_number(1_245.0, 4) == "1,245"
     assert fmt_number(0.4606) == "0.461"
     assert fmt_number(None) == "–"
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.floats(70, 440), st.floats(35, 270), st.text("abcdefgh-", min_size=1, max_size=16)
+        ),
+        min_size=1,
+        max_size=12,
+    )
+)
+def test_frontier_labels_never_overlap_one_another_or_a_point(
+    labels: list[tuple[float, float, str]],
+) -> None:
+    """Each placed label's box lies in the plot and overlaps no other label and no point; a
+    label with no free place is left to the point's tooltip."""
+    from idealized_runtime.report.svg import (
+        HEIGHT,
+        LABEL_CHAR_PX,
+        LABEL_HEIGHT_PX,
+        MARGIN_BOTTOM,
+        MARGIN_LEFT,
+        MARGIN_RIGHT,
+        WIDTH,
+        place_labels,
+    )
+
+    marks = [(x, y) for x, y, _ in labels]
+    boxes = []
+    for (_, _, text), placed in zip(labels, place_labels(labels, marks), strict=True):
+        if placed is None:
+            continue
+        x, baseline, anchor = placed
+        assert anchor == "start"
+        box = (x, baseline - LABEL_HEIGHT_PX + 2, x + LABEL_CHAR_PX * len(text), baseline + 2)
+        assert box[0] >= MARGIN_LEFT and box[2] <= WIDTH - MARGIN_RIGHT
+        assert box[3] <= HEIGHT - MARGIN_BOTTOM
+        boxes.append(box)
+    dots = [(x - 5, y - 5, x + 5, y + 5) for x, y in marks]
+    for index, box in enumerate(boxes):
+        for other in boxes[index + 1 :] + dots:
+            assert not (box[0] < other[2] and other[0] < box[2] and box[1] < other[3]
+                        and other[1] < box[3]), (box, other)  # fmt: skip

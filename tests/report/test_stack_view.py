@@ -43,7 +43,7 @@ from idealized_runtime.report.csv_tables import csv_tables
 from idealized_runtime.report.inputs import bundled_helm_inputs
 from idealized_runtime.report.markdown import render_markdown
 from idealized_runtime.report.render import render_html
-from idealized_runtime.report.stack_tables import reference_stack_rows
+from idealized_runtime.report.stack_tables import reference_stack_rows, stack_model_pivot
 from tests.fits import two_point_fit
 from tests.servers import run_cli
 
@@ -304,16 +304,40 @@ def test_html_methodology_lists_the_stacks_used_with_their_errors(pair_board: Le
         stack = get_stack(name)
         shown = [row for row in cells if row[0].startswith(name)]
         for row in shown:
-            kind = {"decode": "decode", "TTFT": "ttft"}[row[3]]
-            assert row[1] == stack.description and row[2] == str(len(stack.sources))
+            kind = {"decode": "decode", "TTFT": "ttft"}[row[4]]
+            assert "stack comparison" in row[1].split(", ")  # the table that used it
+            assert row[2] == stack.description and row[3] == str(len(stack.sources))
             for index, split in enumerate(
                 ("in_sample", "leave_one_source_out", "leave_one_model_out")
             ):
                 for offset, stat in enumerate(("median", "p90")):
                     value = stack.errors.get(split, {}).get(kind, {}).get(stat)
                     expected = "–" if value is None else f"{100 * value:.2f}%"
-                    assert row[4 + 2 * index + offset] == expected, (name, kind, split, stat)
+                    assert row[5 + 2 * index + offset] == expected, (name, kind, split, stat)
     assert len(cells) == len(reference_stack_rows(pair_board))
+
+
+def test_a_note_every_row_has_is_said_once_under_the_terminal_table(
+    pair_board: Leaderboard,
+) -> None:
+    """``leaderboard --stacks``: a note shared by every row goes to the caption, once; the note
+    column keeps what differs between rows (or goes when nothing does)."""
+    from rich.console import Console
+
+    from idealized_runtime.report.terminal import stack_table
+
+    table = stack_table(pair_board)
+    console = Console(width=400, record=True)
+    console.print(table)
+    text = console.export_text()
+    pivot = stack_model_pivot(pair_board.stack_comparison, pair_board.group_keys())
+    shown = [e for e in pivot if any(r.idealized_runtime_s is not None for r in e["rows"].values())]
+    notes = [set(filter(None, str(entry["note"]).split("; "))) for entry in shown]
+    common = set.intersection(*notes)
+    assert common, "the bundled board has a note on every row (workloads beyond 2,048 tokens)"
+    for note in common:
+        assert text.count(note) == 1 and f"every row: {note}" in (table.caption or "")
+    assert ("note" in [column.header for column in table.columns]) == any(n - common for n in notes)
 
 
 # --- CLI ---------------------------------------------------------------------------------------

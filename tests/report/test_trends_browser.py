@@ -157,7 +157,7 @@ def test_trends_page_renders_in_chromium(tmp_path: Path) -> None:
         window = expected[provider].window(newest - timedelta(hours=3), newest)
         ttft = window.statistics["ttft_s"]
         assert ttft.median is not None and ttft.p10 is not None and ttft.p90 is not None
-        assert row[2] == "37 (0 failed)"
+        assert row[2] == "37 (0 failed, 0 degraded)"
         ms = [f"{value * 1000:.3g} ms" for value in (ttft.median, ttft.p10, ttft.p90)]
         assert row[3] == f"{ms[0]} [{ms[1]}–{ms[2]}]"
         assert row[7].startswith("0.1 s")  # the idealized runtime
@@ -165,3 +165,62 @@ def test_trends_page_renders_in_chromium(tmp_path: Path) -> None:
     assert [row[0] for row in change_rows] == ["shifty"] * len(shifted)
     began = {int(row[7].split()[0]) for row in change_rows}
     assert began <= {SHIFT_ROUND - 1, SHIFT_ROUND, SHIFT_ROUND + 1}, change_rows
+
+
+# Per chart: the plot's left edge (the first x tick's grid line), the first point's x, the
+# value axis's tick labels, and whether a drawn line passes through the legend's box.
+LAYOUT_JS = """
+return Array.from(document.querySelectorAll('svg.chart')).map(function (svg) {
+  var ticks = Array.from(svg.querySelectorAll('text.tick'));
+  var yTicks = ticks.filter(function (t) { return t.getAttribute('text-anchor') === 'end'; });
+  var tickXs = yTicks.map(function (t) { return parseFloat(t.getAttribute('x')); });
+  var points = Array.from(svg.querySelectorAll('circle.point'));
+  var legend = svg.querySelector('text.legend');
+  var crossed = 0;
+  if (legend) {
+    var box = legend.getBBox();
+    svg.querySelectorAll('.trend-line, .reference-line').forEach(function (path) {
+      var length = path.getTotalLength();
+      for (var i = 0; i <= 400; i++) {
+        var at = path.getPointAtLength(length * i / 400);
+        if (at.x >= box.x && at.x <= box.x + box.width && at.y >= box.y &&
+            at.y <= box.y + box.height) { crossed++; }
+      }
+    });
+  }
+  return {
+    id: svg.id,
+    left: Math.min.apply(null, tickXs) + 6,
+    firstX: points.length ? parseFloat(points[0].getAttribute('cx')) : null,
+    yTicks: yTicks.map(function (t) { return t.textContent; }),
+    legend: legend ? legend.textContent : null,
+    crossed: crossed
+  };
+});
+"""
+
+
+def test_a_window_longer_than_the_rounds_starts_at_the_first_round(tmp_path: Path) -> None:
+    """``--window 30d`` over 5 hours of rounds: every chart starts at the first round (no empty
+    left part), the error rate reads in percent (0-10 %, not 0-1), and the reference's legend
+    lies where no line passes."""
+    database = f"sqlite:///{tmp_path / 'monitor.sqlite3'}"
+    store = DatabaseStore(database)
+    for monitor_round in rounds("steady-co", "m-a", 1, 1.0) + rounds("shifty", "m-b", 2, 2.0):
+        store.store(monitor_round)
+    made = run_cli("report", "--from", database, "-o", str(tmp_path / "r"), "--window", "30d")
+    assert made.returncode == 0, made.stderr
+    with headless_chromium() as driver:
+        driver.get((tmp_path / "r" / "trends.html").resolve().as_uri())
+        errors = [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+        assert errors == [], errors
+        charts = driver.execute_script(LAYOUT_JS)
+    assert len(charts) == 10
+    for chart in charts:
+        assert chart["firstX"] == pytest.approx(chart["left"], abs=1.0), chart
+        if chart["id"].endswith("error_rate"):
+            assert float(chart["yTicks"][-1]) >= 10, chart  # percent, all rounds at 0 %
+        if chart["id"].endswith("denoised_runtime_s"):
+            assert chart["legend"] == "idealized (reference)" and chart["crossed"] == 0, chart
+        else:
+            assert chart["legend"] is None
