@@ -49,6 +49,11 @@ GB = 1e9
 # decaying estimate of future tokens with retraction, or SGLang's exact forecast for requests
 # that ignore end-of-sequence tokens with its prefix cache off.
 ADMISSIONS = ("reserve", "allocated", "ratio", "forecast")
+# What an engine that does not chunk prompts holds to its token budget (``SchedulerDefaults.
+# unchunked_limit``): the prompt (TensorRT-LLM refuses a longer one), the whole sequence (vLLM
+# will not start with max_model_len above max_num_batched_tokens), or nothing (SGLang runs a
+# longer prompt alone, first of its prefill batch).
+UNCHUNKED_LIMITS = ("prompt", "sequence", "none")
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,13 @@ class SchedulerDefaults:
     notes); ``fuse_shared_experts``: a MoE layer's shared experts run as more routed experts
     that every token picks, inside the grouped MoE kernel (SGLang's shared-experts fusion for
     DeepSeek-V3/R1, which it turns off with expert parallelism, attention DP and FP4 experts),
-    else as GEMMs of their own."""
+    else as GEMMs of their own; ``unchunked_limit``: without chunked prefill, what must fit
+    the token budget (``UNCHUNKED_LIMITS``), else the engine refuses the request;
+    ``sized_budget``: unless the budget is given, it is sized for the workload's longest
+    prompt beside the running sequences when prompts are not chunked (as deployments size
+    TensorRT-LLM's max_num_tokens; ``serving.engines.sized_token_budget``);
+    ``budget_setting``: the engine's name for its token budget, named in refusals and
+    warnings."""
 
     token_budget: int
     max_running: int
@@ -95,6 +106,9 @@ class SchedulerDefaults:
     limits_per_rank: bool = False
     request_overhead_s: float = 0.0
     fuse_shared_experts: bool = False
+    unchunked_limit: str = "none"
+    sized_budget: bool = False
+    budget_setting: str = "token budget"
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
@@ -107,6 +121,11 @@ class SchedulerDefaults:
             )
         if self.recv_interval < 1:
             raise InputError("an engine's receive interval must be >= 1 step")
+        if self.unchunked_limit not in UNCHUNKED_LIMITS:
+            raise InputError(
+                f"unknown unchunked limit {self.unchunked_limit!r}; known: "
+                f"{', '.join(UNCHUNKED_LIMITS)}"
+            )
 
     def graph_batch(self, sequences: np.ndarray) -> np.ndarray:
         """The captured graph's batch a decode-only step of ``sequences`` runs at."""
