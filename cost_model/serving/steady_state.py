@@ -137,6 +137,13 @@ def _slots(server: Server, request: MeanRequest, clients: np.ndarray) -> tuple[n
     return np.maximum(slots, 1.0), kv_slots >= 1
 
 
+def running_requests(server: Server, request: MeanRequest, concurrency: ArrayLike) -> np.ndarray:
+    """Requests running at once per load level: min(clients, max batch, KV cache / (prompt +
+    output))."""
+    clients = np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
+    return _slots(server, request, clients)[0]
+
+
 # Grid points of the tabulated step times (see ``StepTable``).
 DECODER_GRID = 24
 TOKEN_GRID = 28
