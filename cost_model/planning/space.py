@@ -33,9 +33,10 @@ from idealized_runtime.core.types import (
     Precision,
 )
 from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
+from idealized_runtime.cost_model.hardware.engines.step import sized_token_budget
 from idealized_runtime.cost_model.hardware.planner import GPUS_PER_NODE, valid_tensor_parallel_sizes
 from idealized_runtime.cost_model.planning.request import IDEAL_STACK, PlanRequest
-from idealized_runtime.cost_model.serving.engines import default_precision, sized_token_budget
+from idealized_runtime.cost_model.serving.engines import default_precision
 
 # x prefill : y decode instances tried (AIConfigurator and the engines' published xPyD runs use
 # small coprime ratios; a larger fleet repeats the pair).

@@ -19,7 +19,10 @@ from idealized_runtime.core.catalog import data_path
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture, Deployment, Precision, parse_precision
 from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack, get_engine
-from idealized_runtime.cost_model.hardware.engines.step import kv_capacity_tokens
+from idealized_runtime.cost_model.hardware.engines.step import (
+    kv_capacity_tokens,
+    sized_token_budget,
+)
 from idealized_runtime.cost_model.serving.simulator import ServerConfig
 from idealized_runtime.cost_model.serving.step_time import EngineStepTime
 
@@ -55,22 +58,6 @@ def _check_setting_kind(name: str, value: Any, default: Any) -> None:
         ok, kind = isinstance(value, type(default)), type(default).__name__
     if not ok:
         raise InputError(f"bad engine setting {name}={value!r}: {name} takes {kind}")
-
-
-# Deployments size a budget for their prompts in whole multiples of this many tokens, with
-# this many to spare (InferenceX's TensorRT-LLM launch scripts: max_num_tokens =
-# ceil64(clients + prompt + 64), at least the engine's 8192).
-BUDGET_GRAIN = 64
-
-
-def sized_token_budget(
-    default: int, prompt_tokens: int, running: int, decode_tokens: int = 1
-) -> int:
-    """The token budget a deployment sets so that its longest prompt joins a step beside every
-    running sequence's decode tokens: ceil64(prompt + running x decode tokens + 64), at least
-    the engine's ``default`` (per attention-DP rank)."""
-    need = prompt_tokens + running * decode_tokens + BUDGET_GRAIN
-    return max(default, -(-need // BUDGET_GRAIN) * BUDGET_GRAIN)
 
 
 def engine_server(

@@ -38,7 +38,7 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
 from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
-from idealized_runtime.cost_model.hardware.engines.step import UNCHUNKED_LIMITS
+from idealized_runtime.cost_model.hardware.engines.step import UNCHUNKED_LIMITS, budget_refusal
 from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB
 from idealized_runtime.cost_model.serving.admission import KvCache, ceil_tokens, check_admission
 from idealized_runtime.cost_model.serving.step_time import StepTime, StepWork
@@ -234,22 +234,19 @@ class ServerConfig:
 
 
 def check_budget(shapes: Sequence[RequestShape], config: ServerConfig) -> None:
-    """InputError in one line when the engine would refuse a request for its token budget:
-    without chunked prefill, a prompt (``unchunked_limit`` "prompt": TensorRT-LLM's request
-    check) or a prompt + output ("sequence": vLLM's start-up check of max_model_len) longer
-    than a rank's budget."""
+    """InputError in one line when the engine would refuse a request for its token budget
+    (``budget_refusal``: without chunked prefill, a prompt or a prompt + output longer than a
+    rank's budget)."""
     if config.chunked_prefill or config.unchunked_limit == "none" or not shapes:
         return
     whole = config.unchunked_limit == "sequence"
-    longest = max(s.num_prompt_tokens + (s.num_output_tokens if whole else 0) for s in shapes)
-    budget = config.rank_budget
-    if longest > budget:
-        what = "prompt + output" if whole else "prompt"
-        raise InputError(
-            f"a {what} of {longest} tokens exceeds the {budget}-token step budget of an engine "
-            f"that does not chunk prompts, which refuses it: raise {config.budget_flag} to "
-            f">= {longest * config.dp_ranks} or chunk prompts (engine setting chunked_prefill)"
-        )
+    longest = max(shapes, key=lambda s: s.num_prompt_tokens + whole * s.num_output_tokens)
+    refusal = budget_refusal(
+        config.unchunked_limit, False, config.rank_budget, longest.num_prompt_tokens,
+        longest.num_output_tokens, config.budget_flag,
+    )  # fmt: skip
+    if refusal:
+        raise InputError(refusal)
 
 
 def starved_budget(config: ServerConfig, prompt_tokens: float, running: ArrayLike) -> np.ndarray:
@@ -285,7 +282,7 @@ def starvation_warning(
     return (
         f"{what} fit the {config.rank_budget}-token step budget beside at most {room} of the "
         f"{beside} other running sequences: they wait for decodes to end (TTFT of whole "
-        f"requests); raise {config.budget_flag} to >= {need * config.dp_ranks}"
+        f"requests); raise {config.budget_flag} to >= {need}"
     )
 
 

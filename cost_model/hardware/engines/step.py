@@ -135,6 +135,43 @@ class SchedulerDefaults:
         return np.where(sequences <= self.cuda_graph_max_batch, padded, sequences)
 
 
+# Deployments size a budget for their prompts in whole multiples of this many tokens, with
+# this many to spare (InferenceX's TensorRT-LLM launch scripts: max_num_tokens =
+# ceil64(clients + prompt + 64), at least the engine's 8192).
+BUDGET_GRAIN = 64
+
+
+def sized_token_budget(
+    default: int, prompt_tokens: int, running: int, decode_tokens: int = 1
+) -> int:
+    """The token budget a deployment sets so that its longest prompt joins a step beside every
+    running sequence's decode tokens: ceil64(prompt + running x decode tokens + 64), at least
+    the engine's ``default`` (per attention-DP rank)."""
+    need = prompt_tokens + running * decode_tokens + BUDGET_GRAIN
+    return max(default, -(-need // BUDGET_GRAIN) * BUDGET_GRAIN)
+
+
+def budget_refusal(
+    limit: str, chunked: bool, budget: int, prompt_tokens: int, output_tokens: int, flag: str
+) -> str | None:
+    """The one line an engine that does not chunk prompts refuses a request with when it does
+    not fit ``budget`` (``UNCHUNKED_LIMITS``: the prompt, TensorRT-LLM's request check; prompt +
+    output, vLLM's start-up check of max_model_len against max_num_batched_tokens), naming the
+    setting to raise (``flag``); None when the engine serves it."""
+    if chunked or limit == "none":
+        return None
+    whole = limit == "sequence"
+    tokens = prompt_tokens + (output_tokens if whole else 0)
+    if tokens <= budget:
+        return None
+    what = "prompt + output" if whole else "prompt"
+    return (
+        f"a {what} of {tokens} tokens exceeds the {budget}-token step budget of an engine "
+        f"that does not chunk prompts, which refuses it: raise {flag} to >= {tokens} or chunk "
+        "prompts (engine setting chunked_prefill)"
+    )
+
+
 def kernel_format(precision: Precision, experts: bool = False) -> str:
     """The kernel number format of a precision's linear layers (``experts``: of the routed
     experts, which gpt-oss-style checkpoints quantize alone)."""
