@@ -38,6 +38,9 @@ from idealized_runtime.cost_model.hardware.engines.step import (
     sized_token_budget,
 )
 from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
+from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
+from idealized_runtime.cost_model.planning.search import plan
+from idealized_runtime.cost_model.planning.space import Layout, token_budgets
 from idealized_runtime.cost_model.serving.engines import engine_server
 from idealized_runtime.cost_model.serving.simulator import (
     ServerConfig,
@@ -205,6 +208,55 @@ def test_estimate_refuses_in_one_line_and_sizes_otherwise() -> None:
             LLAMA_70B, H200, 9000, 16, tp=8, precision=FP8, engine="tensorrt-llm",
             token_budget=8192,
         )  # fmt: skip
+
+
+# --- the plan's budget knob -------------------------------------------------------------------
+
+
+def _plan_request(**options: object) -> PlanRequest:
+    settings = {
+        "architecture": LLAMA_70B, "hardware": [H200], "stacks": ["tensorrt-llm"],
+        "weights": ["fp8"], "modes": ["aggregated"], "max_gpus": 8, "verify": False,
+        "concurrency": [1, 4, 32, 128],
+        "workload": PlanWorkload(prompt_tokens=8192, output_tokens=1024),
+    }  # fmt: skip
+    return PlanRequest(**{**settings, **options})  # type: ignore[arg-type]
+
+
+def test_plan_budgets_are_pruned_as_the_engines_would_refuse_or_starve() -> None:
+    request = _plan_request()
+    trt = token_budgets(request, "tensorrt-llm", Layout(8))
+    assert trt.budgets == [8192, 16384]  # the smallest accepted, the smallest that never starves
+    assert len(trt.refused) == 1 and "max_num_tokens 4096: refuses" in trt.refused[0]
+    assert token_budgets(request, "vllm", Layout(8)).budgets == [4096, 8192, 16384]
+    short = _plan_request(workload=PlanWorkload(prompt_tokens=100, output_tokens=10),
+                          concurrency=[1, 8])  # fmt: skip
+    # 8 clients' prompts and decode tokens fit 4096 in one step: larger budgets are the same.
+    assert token_budgets(short, "vllm", Layout(8)).budgets == [4096]
+    assert token_budgets(short, "tensorrt-llm", Layout(8)).budgets == [4096]
+
+
+def test_plan_picks_the_larger_budget_where_the_engine_default_starves() -> None:
+    result = plan(_plan_request())
+    assert result.best is not None and result.best.token_budget == 16384
+    starved = [p for p in result.frontiers[0].points if p.token_budget == 8192]
+    assert all(p.concurrency == 1 for p in starved)  # 8192 serves one client only
+    reasons = " ".join(r.reason for r in result.refused)
+    assert "max_num_tokens 8192: prompts of 8192 tokens wait for running decodes" in reasons
+    at_8192 = plan(_plan_request(token_budgets=[8192]))
+    assert at_8192.best is not None and at_8192.best.concurrency == 1
+    assert result.best.output_tokens_per_s_per_gpu > 5 * at_8192.best.output_tokens_per_s_per_gpu
+
+
+def test_plan_refuses_in_one_line_when_every_budget_is_refused() -> None:
+    with pytest.raises(InputError, match=r"max_num_tokens 4096: refuses requests of 8192"):
+        plan(_plan_request(token_budgets=[4096]))
+    result = run_cli(
+        "plan", "--arch", "llama-3.1-70b", "--hardware", "h200", "--stack", "tensorrt-llm",
+        "--weights", "fp8", "--prompt-tokens", "8192", "--output-tokens", "64", "--mode",
+        "aggregated", "--max-gpus", "8", "--no-verify", "--token-budget", "2048,4096",
+    )  # fmt: skip
+    assert_refused_in_one_line(result, "refuses requests of 8192 tokens")
 
 
 # --- invariants -------------------------------------------------------------------------------
