@@ -271,6 +271,14 @@ def _build_server(
     )  # fmt: skip
 
 
+def point_servers(
+    request: PlanRequest, point: PlanPoint
+) -> tuple[Deployment, Server, Server | None]:
+    """The deployment of a plan's ``point`` and its (decode or only) and prefill servers, as the
+    plan evaluated them (its token budget, or the engine's default sized for the workload)."""
+    return _Search(request).servers_of(point)
+
+
 def _describe(candidate: Candidate) -> str:
     d = candidate.deployment
     return f"{candidate.stack} {d.precision.weights} tp{d.tp} on {d.hardware.name}"
