@@ -160,6 +160,8 @@ class _Search:
         self._servers: dict[tuple, Server | str] = {}
         self._kv_tokens: dict[tuple, int | None] = {}
         self._tables: dict[tuple, StepTable] = {}
+        self._instance_of: dict[int, tuple] = {}  # id(server) -> its instance (any budget)
+        self._first_tables: dict[tuple, StepTable] = {}  # (instance, request) -> a table
 
     def _server(self, stack: str, deployment: Deployment, budget: int | None = None) -> Server:
         instance = (stack, deployment.hardware.name, deployment.precision, deployment.tp,
@@ -172,6 +174,7 @@ class _Search:
                 server = _build_server(stack, deployment, budget, self.request, kv)
                 self._kv_tokens[instance] = server.config.kv_capacity_tokens
                 self._servers[key] = server
+                self._instance_of[id(server)] = instance
             except InputError as error:
                 self._servers[key] = str(error)
         found = self._servers[key]
@@ -182,7 +185,14 @@ class _Search:
     def _table(self, server: Server, request: MeanRequest) -> StepTable:
         key = (id(server), request)
         if key not in self._tables:
-            self._tables[key] = step_table(server, request, self.levels)
+            table = step_table(server, request, self.levels)
+            # The instance's tables at other token budgets share its decode-only steps.
+            instance = (self._instance_of.get(id(server)), request)
+            if instance[0] is not None and instance in self._first_tables:
+                table.share_decode_steps(self._first_tables[instance])
+            elif instance[0] is not None:
+                self._first_tables[instance] = table
+            self._tables[key] = table
         return self._tables[key]
 
     def servers_of(self, point: PlanPoint) -> tuple[Deployment, Server, Server | None]:

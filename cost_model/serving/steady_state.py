@@ -167,6 +167,14 @@ class StepTable:
         self._prompts: tuple[np.ndarray, np.ndarray] | None = None
         self._mixed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
+    def share_decode_steps(self, other: StepTable) -> None:
+        """Take ``other``'s decode-only steps (tabulated now if need be) when it tabulates the
+        same mean request as far: a decode-only step holds no prompt, so the instance's token
+        budget, the only thing two such tables may differ in, does not change it."""
+        if other.request == self.request and other.max_decoders == self.max_decoders:
+            other.decode(np.ones(1))
+            self._decode = other._decode
+
     def _seconds(self, decoders: np.ndarray, prompt: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         work = _work(decoders, self.context, prompt, self.request, chunk)
         return np.asarray(self.server.step_time.seconds(work), dtype=np.float64)
