@@ -96,7 +96,12 @@ def engine_server(
     ranks = deployment.attention_dp if scheduler.limits_per_rank else 1
     if token_budget is not None:
         scheduler = replace(scheduler, token_budget=token_budget)
-    elif scheduler.sized_budget and not scheduler.chunked_prefill and longest_prompt:
+    elif (
+        scheduler.sized_budget
+        and not scheduler.chunked_prefill
+        and longest_prompt
+        and "token_budget" not in (settings or {})  # a budget set as a setting is given too
+    ):
         slots = max_batch or scheduler.max_running  # per rank
         per_rank = -(-(running or slots * ranks) // deployment.attention_dp)
         budget = sized_token_budget(

@@ -166,6 +166,10 @@ def test_tensorrt_llm_budget_is_sized_as_deployments_size_it() -> None:
         "tensorrt-llm", DEPLOYMENT, max_batch=32, token_budget=8192, longest_prompt=8192
     )
     assert given.token_budget == 8192  # a budget given is the engine's flag: kept
+    _, setting = engine_server(
+        "tensorrt-llm", DEPLOYMENT, settings={"token_budget": 9000}, longest_prompt=8192
+    )
+    assert setting.token_budget == 9000  # so is one given as an engine setting
     _, vllm = engine_server("vllm", DEPLOYMENT, longest_prompt=20000, running=32)
     assert vllm.token_budget == 8192  # vLLM chunks: its default
 
