@@ -75,7 +75,8 @@ def engine_server(
     override the engine's defaults (as its command-line flags would; per attention-DP rank where
     the engine states them so, ``limits_per_rank``): ``settings`` any of
     ``SchedulerDefaults``' fields (memory_fraction, cuda_graph_max_batch, admission,
-    recv_interval, ...). With no ``token_budget`` given, an engine that sizes its budget
+    recv_interval, ...). With no budget given, prompts not chunked, an engine with a budget of
+    its own for that takes it (``unchunked_budget``: SGLang), and one that sizes its budget
     (``SchedulerDefaults.sized_budget``) and does not chunk prompts takes
     ``sized_token_budget`` for ``longest_prompt`` (its new tokens) beside ``running``
     sequences (default: the running limit), per rank."""
@@ -94,14 +95,13 @@ def engine_server(
     decode_tokens = 1 + (spec.draft_tokens if spec is not None else 0)
     # Limits an engine states per attention-DP rank (TensorRT-LLM) hold on every rank.
     ranks = deployment.attention_dp if scheduler.limits_per_rank else 1
+    # A budget given, as the option or as an engine setting, is the engine's flag: kept.
+    given = token_budget is not None or "token_budget" in (settings or {})
     if token_budget is not None:
         scheduler = replace(scheduler, token_budget=token_budget)
-    elif (
-        scheduler.sized_budget
-        and not scheduler.chunked_prefill
-        and longest_prompt
-        and "token_budget" not in (settings or {})  # a budget set as a setting is given too
-    ):
+    elif not given and not scheduler.chunked_prefill and scheduler.unchunked_budget:
+        scheduler = replace(scheduler, token_budget=scheduler.unchunked_budget)
+    elif not given and scheduler.sized_budget and not scheduler.chunked_prefill and longest_prompt:
         slots = max_batch or scheduler.max_running  # per rank
         per_rank = -(-(running or slots * ranks) // deployment.attention_dp)
         budget = sized_token_budget(

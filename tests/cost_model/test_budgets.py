@@ -114,6 +114,9 @@ def test_sglang_runs_a_longer_prompt_alone_and_later_ones_only_while_shorter() -
     assert config.chunks(0, [100, 8091]) == [100, 8091]
     check_budget([RequestShape(20000, 1000)], config)  # never refused
     assert starvation_warning(config, 8192, 64) is None  # prompts run in steps of their own
+    # Without chunking its cap is max_prefill_tokens (16384), not chunked_prefill_size.
+    _, unchunked = engine_server("sglang", DEPLOYMENT, settings={"chunked_prefill": False})
+    assert unchunked.token_budget == 16384
 
 
 def test_tensorrt_llm_refuses_a_prompt_longer_than_its_budget_in_one_line() -> None:

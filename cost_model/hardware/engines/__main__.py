@@ -79,11 +79,13 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "admission against a decaying estimate of the running requests' future tokens "
         "(new_token_ratio), retraction when decoding fills the cache; DeepSeek's shared "
         "experts fused into the routed experts' kernel (tensor-parallel experts, not FP4); "
-        "with chunked prefill off a prompt longer than the budget runs alone",
+        "with chunked prefill off the budget is max_prefill_tokens (16384) and a prompt "
+        "longer than it runs alone",
         _scheduler(
             max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
             cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.058,
             fuse_shared_experts=True, unchunked_limit="none", budget_setting="chunked_prefill_size",
+            unchunked_budget=16384,
         ),
     ),
     "tensorrt-llm": (

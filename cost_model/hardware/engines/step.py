@@ -88,7 +88,8 @@ class SchedulerDefaults:
     prompt beside the running sequences when prompts are not chunked (as deployments size
     TensorRT-LLM's max_num_tokens; ``serving.engines.sized_token_budget``);
     ``budget_setting``: the engine's name for its token budget, named in refusals and
-    warnings."""
+    warnings; ``unchunked_budget``: the budget per step when prompts are not chunked, where the
+    engine has another one for that (SGLang's max_prefill_tokens; 0: ``token_budget``)."""
 
     token_budget: int
     max_running: int
@@ -109,6 +110,7 @@ class SchedulerDefaults:
     unchunked_limit: str = "none"
     sized_budget: bool = False
     budget_setting: str = "token budget"
+    unchunked_budget: int = 0
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
