@@ -39,7 +39,7 @@ from idealized_runtime.cost_model.hardware.engines.step import (
 )
 from idealized_runtime.cost_model.hardware.estimate import hardware_model_estimate
 from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
-from idealized_runtime.cost_model.planning.search import plan
+from idealized_runtime.cost_model.planning.search import mean_request, plan, point_servers
 from idealized_runtime.cost_model.planning.space import Layout, token_budgets
 from idealized_runtime.cost_model.serving.engines import engine_server
 from idealized_runtime.cost_model.serving.simulator import (
@@ -48,6 +48,7 @@ from idealized_runtime.cost_model.serving.simulator import (
     simulate,
     starvation_warning,
 )
+from idealized_runtime.cost_model.serving.steady_state import running_requests
 from idealized_runtime.cost_model.serving.step_time import StepWork
 from idealized_runtime.cost_model.serving.workload import RequestShape
 from tests.servers import assert_refused_in_one_line, run_cli
@@ -264,6 +265,22 @@ def test_plan_refuses_in_one_line_when_every_budget_is_refused() -> None:
         "aggregated", "--max-gpus", "8", "--no-verify", "--token-budget", "2048,4096",
     )  # fmt: skip
     assert_refused_in_one_line(result, "refuses requests of 8192 tokens")
+
+
+@settings(max_examples=6, deadline=None)
+@given(prompt=st.integers(512, 20000), top=st.sampled_from([8, 64, 512, 2048]))
+def test_plan_never_picks_a_point_whose_prompts_would_starve(prompt: int, top: int) -> None:
+    request = _plan_request(
+        workload=PlanWorkload(prompt_tokens=prompt, output_tokens=64), concurrency=[1, top],
+        max_gpus=4,
+    )  # fmt: skip
+    result = plan(request)
+    for point in (p for frontier in result.frontiers for p in frontier.points):
+        assert point.token_budget is not None and point.token_budget >= prompt  # never refused
+        _, server, _ = point_servers(request, point)
+        # The sequences that run at once: the clients, as many as the batch and the KV hold.
+        (running,) = running_requests(server, mean_request(request), [point.concurrency])
+        assert starvation_warning(server.config, prompt, int(running)) is None
 
 
 # --- invariants -------------------------------------------------------------------------------
