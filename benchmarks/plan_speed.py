@@ -32,9 +32,8 @@ import numpy as np
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import Slo
 from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
-from idealized_runtime.cost_model.planning.search import plan, workload_shapes
-from idealized_runtime.cost_model.serving.disaggregated import Server, simulate_closed_loop
-from idealized_runtime.cost_model.serving.engines import default_precision, engine_server
+from idealized_runtime.cost_model.planning.search import plan, point_servers, workload_shapes
+from idealized_runtime.cost_model.serving.disaggregated import simulate_closed_loop
 from idealized_runtime.cost_model.serving.simulator import simulate
 from idealized_runtime.timing.summary import summarize_level
 
@@ -88,21 +87,13 @@ def searches() -> list[tuple[str, PlanRequest]]:
 def simulated(request: PlanRequest, point: PlanPoint, requests: int) -> tuple[float, ...]:
     """(seconds, median TTFT, median TPOT, output tokens/s) of ``point`` simulated."""
     arch = request.architecture
-    hardware = next(h for h in request.hardware if h.name == point.hardware)
-    from idealized_runtime.core.types import Deployment
-
-    deployment = Deployment(
-        architecture=arch, hardware=hardware, tp=point.tp, ep=point.ep,
-        attention_dp=point.attention_dp, disaggregation=point.disaggregation,
-        precision=default_precision(arch, weights=point.weights, kv_cache=point.kv_cache),
-    )  # fmt: skip
     shapes = workload_shapes(request, max(min(10 * point.concurrency, requests), point.concurrency))
-    decode = Server(*engine_server(point.stack, deployment.decode_instance()))
+    # The servers the plan evaluated: the point's token budget (or the engine's, sized).
+    deployment, decode, prefill = point_servers(request, point)
     start = time.perf_counter()
-    if deployment.disaggregation is None:
+    if prefill is None:
         rows = simulate(shapes, decode.step_time, decode.config, concurrency=point.concurrency)
     else:
-        prefill = Server(*engine_server(point.stack, deployment.prefill_instance()))
         rows = simulate_closed_loop(shapes, deployment, prefill, decode, point.concurrency).rows
     seconds = time.perf_counter() - start
     summary = summarize_level(arch.name, "plan", rows)

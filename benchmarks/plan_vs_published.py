@@ -180,11 +180,13 @@ def _mean(point: Published) -> MeanRequest:
 def same_deployment(point: Published) -> tuple[float, float]:
     """Predicted (tokens/s per user, output tokens/s per GPU) of the point's own deployment."""
     deployment, mean = _deployment(point), _mean(point)
-    decode = Server(*engine_server(point.engine, deployment.decode_instance()))
+    # The engine's defaults, its budget sized for the prompts where it sizes it (TensorRT-LLM).
+    sized = {"longest_prompt": point.prompt_tokens, "running": point.concurrency}
+    decode = Server(*engine_server(point.engine, deployment.decode_instance(), **sized))
     if deployment.disaggregation is None:
         state = aggregated_steady_state(decode, mean, [point.concurrency])
     else:
-        prefill = Server(*engine_server(point.engine, deployment.prefill_instance()))
+        prefill = Server(*engine_server(point.engine, deployment.prefill_instance(), **sized))
         state = disaggregated_steady_state(deployment, prefill, decode, mean, [point.concurrency])
     tokens = float(state.output_tokens_per_s(mean)[0])
     return 1.0 / float(state.tpot_s[0]), tokens / deployment.num_gpus

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Protocol
 
 from idealized_runtime.core.errors import InputError
@@ -343,21 +343,28 @@ def hardware_model_estimate(
     ideal: bool = False,
     stack: str | None = None,
     engine: str | None = None,
+    token_budget: int | None = None,
 ) -> tuple[Estimate, str]:
     """The hardware model's estimate as ``estimate --arch`` and the REST API give it: on a
     reference stack (source ``calibrated``; the stack's name is returned; default
     ``DEFAULT_STACK``), the ideal roofline (``ideal``: source ``analytic``, name ""), or an
     engine stack (``engine``: vllm, sglang, tensorrt-llm; source ``engine``, its name
-    returned; InputError in one line when its KV cache cannot hold the request).
+    returned; InputError in one line when its KV cache cannot hold the request, or when the
+    engine refuses the prompt for its token budget: ``token_budget``, else the engine's,
+    sized for the request where the engine sizes it, ``engines.step.sized_token_budget``).
     ``precision`` defaults to the checkpoint's own (``arch.precision``), else bf16."""
     precision = precision or arch.precision or BF16
     chosen_engine = None
     if ideal and (stack is not None or engine is not None):
         raise InputError("a stack and the ideal roofline exclude one another")
+    if token_budget is not None and engine is None:
+        raise InputError("--token-budget applies to an engine stack (vllm, sglang, tensorrt-llm)")
     if engine is not None:
         from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
 
-        chosen_engine = get_engine(engine)
+        chosen_engine = _with_budget(
+            get_engine(engine), token_budget, num_prompt_tokens, num_output_tokens, batch_size
+        )
         efficiency, calibration = IDEAL, chosen_engine.name
     elif ideal:
         efficiency, calibration = IDEAL, ""
@@ -381,6 +388,32 @@ def hardware_model_estimate(
         deployment, num_prompt_tokens, num_output_tokens, chosen_engine
     )
     return estimate, calibration
+
+
+def _with_budget(
+    engine: EngineStack, budget: int | None, prompt: int, output: int, batch: int
+) -> EngineStack:
+    """``engine`` at ``budget`` tokens per step (else its default, sized for ``batch`` prompts
+    sent together where the engine sizes it); InputError in one line when the engine refuses
+    the request for that budget (``budget_refusal``)."""
+    from idealized_runtime.cost_model.hardware.engines.step import (
+        budget_refusal,
+        sized_token_budget,
+    )
+
+    scheduler = engine.scheduler
+    if budget is not None and budget < 1:
+        raise InputError(f"--token-budget must be >= 1, got {budget}")
+    if budget is None and scheduler.sized_budget and not scheduler.chunked_prefill:
+        budget = sized_token_budget(scheduler.token_budget, prompt, batch - 1)
+    budget = budget or scheduler.token_budget
+    flag = f"--token-budget ({scheduler.budget_setting})"
+    refusal = budget_refusal(
+        scheduler.unchunked_limit, scheduler.chunked_prefill, budget, prompt, output, flag
+    )
+    if refusal:
+        raise InputError(refusal)
+    return replace(engine, scheduler=replace(scheduler, token_budget=budget))
 
 
 def _check_engine_cache(engine: EngineStack, deployment: Deployment, tokens: int) -> None:

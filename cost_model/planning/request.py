@@ -48,9 +48,11 @@ class PlanSettings(_Value):
     """What a plan searches, for ``workload`` under ``slo``: ``stacks`` (engine stacks and
     ``ideal``; default all), ``weights`` formats (default: the checkpoint's own and the smaller
     formats the GPU computes natively), layouts of up to ``max_gpus`` GPUs per replica, the
-    ``modes``, and closed-loop ``concurrency`` levels per replica; ``rate``: requests/s to size
-    the fleet for. ``verify``: simulate the best configuration request by request
-    (``requests_per_client`` requests per client, at most ``max_verify_requests``)."""
+    ``modes``, closed-loop ``concurrency`` levels per replica, and the engines' token budgets
+    per step (``token_budgets``; default: ``space.TOKEN_BUDGETS``, pruned per engine);
+    ``rate``: requests/s to size the fleet for. ``verify``: simulate the best configuration
+    request by request (``requests_per_client`` requests per client, at most
+    ``max_verify_requests``)."""
 
     stacks: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
     workload: PlanWorkload
@@ -64,6 +66,8 @@ class PlanSettings(_Value):
     max_gpus: Annotated[int, Field(ge=1, le=64)] = 16
     concurrency: Annotated[list[Annotated[int, Field(ge=1, le=65536)]], Field(min_length=1,
                            max_length=32)] = list(DEFAULT_CONCURRENCY)  # fmt: skip
+    token_budgets: Annotated[list[Annotated[int, Field(ge=64, le=MAX_TOKENS)]],
+                             Field(min_length=1, max_length=8)] | None = None  # fmt: skip
     verify: bool = True
     requests_per_client: Annotated[int, Field(ge=1, le=100)] = 5
     max_verify_requests: Annotated[int, Field(ge=1, le=100_000)] = 1000
@@ -91,6 +95,9 @@ class PlanPoint(_Value):
     ep: int = 1
     attention_dp: int = 1
     disaggregation: Disaggregation | None = None
+    # Tokens per step (per attention-DP rank where the engine counts so); None: the ideal
+    # server's, or the engine's default (sized for the prompts where it does not chunk them).
+    token_budget: int | None = None
     gpus: int  # per replica
     concurrency: int  # closed-loop clients per replica
     ttft_s: float
@@ -112,7 +119,8 @@ class PlanPoint(_Value):
 
     @property
     def label(self) -> str:
-        return f"{self.stack} {self.weights} {self.layout} c={self.concurrency}"
+        budget = f" budget {self.token_budget}" if self.token_budget is not None else ""
+        return f"{self.stack} {self.weights} {self.layout}{budget} c={self.concurrency}"
 
 
 class Frontier(_Value):

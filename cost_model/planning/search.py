@@ -47,6 +47,7 @@ from idealized_runtime.cost_model.serving.simulator import (
     ServerConfig,
     kv_capacity_tokens,
     simulate,
+    starved_budget,
 )
 from idealized_runtime.cost_model.serving.steady_state import (
     MeanRequest,
@@ -54,6 +55,7 @@ from idealized_runtime.cost_model.serving.steady_state import (
     StepTable,
     aggregated_steady_state,
     disaggregated_steady_state,
+    running_requests,
     step_table,
 )
 from idealized_runtime.cost_model.serving.step_time import HardwareStepTime
@@ -70,8 +72,10 @@ def plan(request: PlanRequest) -> PlanResult:
     stacks = _stacks(request)
     started = time.perf_counter()
     search = _Search(request)
-    for candidate in candidates(request, stacks):
+    left_out: list[str] = []  # token budgets the engines refuse for this workload
+    for candidate in candidates(request, stacks, left_out):
         search.evaluate(candidate)
+    search.refused.update(left_out)
     if not search.points:
         reasons = "; ".join(sorted({r for r, _ in search.refused.most_common(3)}))
         raise InputError(
@@ -154,14 +158,23 @@ class _Search:
         self.deployments = 0
         self.evaluated = 0
         self._servers: dict[tuple, Server | str] = {}
+        self._kv_tokens: dict[tuple, int | None] = {}
         self._tables: dict[tuple, StepTable] = {}
+        self._instance_of: dict[int, tuple] = {}  # id(server) -> its instance (any budget)
+        self._first_tables: dict[tuple, StepTable] = {}  # (instance, request) -> a table
 
-    def _server(self, stack: str, deployment: Deployment) -> Server:
-        key = (stack, deployment.hardware.name, deployment.precision, deployment.tp,
-               deployment.ep, deployment.attention_dp)  # fmt: skip
+    def _server(self, stack: str, deployment: Deployment, budget: int | None = None) -> Server:
+        instance = (stack, deployment.hardware.name, deployment.precision, deployment.tp,
+                    deployment.ep, deployment.attention_dp)  # fmt: skip
+        key = (*instance, budget)
         if key not in self._servers:
             try:
-                self._servers[key] = _build_server(stack, deployment)
+                # The KV cache is the instance's whatever its budget: planned once.
+                kv = self._kv_tokens.get(instance)
+                server = _build_server(stack, deployment, budget, self.request, kv)
+                self._kv_tokens[instance] = server.config.kv_capacity_tokens
+                self._servers[key] = server
+                self._instance_of[id(server)] = instance
             except InputError as error:
                 self._servers[key] = str(error)
         found = self._servers[key]
@@ -172,13 +185,20 @@ class _Search:
     def _table(self, server: Server, request: MeanRequest) -> StepTable:
         key = (id(server), request)
         if key not in self._tables:
-            self._tables[key] = step_table(server, request, self.levels)
+            table = step_table(server, request, self.levels)
+            # The instance's tables at other token budgets share its decode-only steps.
+            instance = (self._instance_of.get(id(server)), request)
+            if instance[0] is not None and instance in self._first_tables:
+                table.share_decode_steps(self._first_tables[instance])
+            elif instance[0] is not None:
+                self._first_tables[instance] = table
+            self._tables[key] = table
         return self._tables[key]
 
     def servers_of(self, point: PlanPoint) -> tuple[Deployment, Server, Server | None]:
         """The deployment of ``point`` and its (decode or only) and prefill servers."""
         deployment = _deployment_of(self.request, point)
-        decode = self._server(point.stack, deployment.decode_instance())
+        decode = self._server(point.stack, deployment.decode_instance(), point.token_budget)
         prefill = None
         if deployment.disaggregation is not None:
             prefill = self._server(point.stack, deployment.prefill_instance())
@@ -187,7 +207,9 @@ class _Search:
     def evaluate(self, candidate: Candidate) -> None:
         deployment, mean = candidate.deployment, self.mean
         try:
-            decode = self._server(candidate.stack, deployment.decode_instance())
+            decode = self._server(
+                candidate.stack, deployment.decode_instance(), candidate.token_budget
+            )
             if deployment.disaggregation is None:
                 state = aggregated_steady_state(
                     decode, mean, self.levels, self._table(decode, mean)
@@ -207,7 +229,24 @@ class _Search:
         if not bool(state.fits[0]):
             self.refused[f"{_describe(candidate)}: a request does not fit the KV cache"] += 1
             return
-        self.points += _points(self.request, candidate, state, mean)
+        points = _points(self.request, candidate, state, mean)
+        if deployment.disaggregation is None:
+            # Load levels at which the longest prompt waits for running decodes to end are left
+            # out, and said so: the engine serves them, but with TTFTs of whole requests.
+            running = running_requests(decode, mean, state.concurrency)
+            starved = starved_budget(decode.config, mean.longest_new, running)
+            if np.any(starved > 0):
+                clients = set(state.concurrency[starved > 0].astype(int).tolist())
+                kept = [p for p in points if p.concurrency not in clients]
+                config = decode.config
+                reason = (
+                    f"{_describe(candidate)} {config.budget_setting or 'token budget'} "
+                    f"{config.rank_budget}: prompts of {round(mean.longest_new)} tokens wait "
+                    "for running decodes to end (starved; a larger budget is searched)"
+                )
+                self.refused[reason] += len(points) - len(kept)
+                points = kept
+        self.points += points
 
     def frontiers(self) -> list[Frontier]:
         groups: dict[tuple[str, str], list[PlanPoint]] = {}
@@ -219,14 +258,35 @@ class _Search:
         ]
 
 
-def _build_server(stack: str, deployment: Deployment) -> Server:
-    """The step times and scheduler of one instance on ``stack``."""
+def _build_server(
+    stack: str,
+    deployment: Deployment,
+    budget: int | None,
+    request: PlanRequest,
+    kv_tokens: int | None = None,
+) -> Server:
+    """The step times and scheduler of one instance on ``stack`` at ``budget`` tokens per step
+    (None: the engine's default, sized for the workload's prompts beside the most clients
+    where the engine sizes it); ``kv_tokens``: its KV cache, when already planned."""
     if stack == IDEAL_STACK:
-        capacity = kv_capacity_tokens(deployment)
+        capacity = kv_tokens or kv_capacity_tokens(deployment)
         return Server(
             HardwareStepTime(deployment), replace(IDEAL_SERVER, kv_capacity_tokens=capacity)
         )
-    return Server(*engine_server(stack, deployment))
+    return Server(
+        *engine_server(
+            stack, deployment, token_budget=budget, kv_tokens=kv_tokens,
+            longest_prompt=request.workload.prompt_tokens, running=max(request.concurrency),
+        )
+    )  # fmt: skip
+
+
+def point_servers(
+    request: PlanRequest, point: PlanPoint
+) -> tuple[Deployment, Server, Server | None]:
+    """The deployment of a plan's ``point`` and its (decode or only) and prefill servers, as the
+    plan evaluated them (its token budget, or the engine's default sized for the workload)."""
+    return _Search(request).servers_of(point)
 
 
 def _describe(candidate: Candidate) -> str:
@@ -259,6 +319,7 @@ def _points(
                 ep=deployment.ep,
                 attention_dp=deployment.attention_dp,
                 disaggregation=deployment.disaggregation,
+                token_budget=candidate.token_budget,
                 gpus=gpus,
                 concurrency=int(clients),
                 ttft_s=ttft,

@@ -12,6 +12,11 @@
 
 The ``ideal`` stack (the roofline hardware model on an ideal server, the reference line)
 models tensor parallelism alone, aggregated.
+
+The engine's token budget per step (per attention-DP rank where the engine counts so) is a
+knob too, as AIConfigurator searches it: ``token_budgets`` (aggregated deployments; a
+disaggregated instance takes the engine's default, sized for the prompts where the engine does
+not chunk them, ``serving.engines.engine_server``).
 """
 
 from __future__ import annotations
@@ -27,6 +32,8 @@ from idealized_runtime.core.types import (
     Hardware,
     Precision,
 )
+from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
+from idealized_runtime.cost_model.hardware.engines.step import sized_token_budget
 from idealized_runtime.cost_model.hardware.planner import GPUS_PER_NODE, valid_tensor_parallel_sizes
 from idealized_runtime.cost_model.planning.request import IDEAL_STACK, PlanRequest
 from idealized_runtime.cost_model.serving.engines import default_precision
@@ -35,6 +42,8 @@ from idealized_runtime.cost_model.serving.engines import default_precision
 # small coprime ratios; a larger fleet repeats the pair).
 WORKER_PAIRS = ((1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (2, 3), (3, 2))
 NATIVE_FORMATS = (("fp8", "peak_fp8_tflops"), ("nvfp4", "peak_fp4_tflops"))
+# Token budgets per step a plan tries (the engines' defaults are 8192).
+TOKEN_BUDGETS = (4096, 8192, 16384)
 
 
 @dataclass(frozen=True)
@@ -48,10 +57,60 @@ class Layout:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A deployment to evaluate on one engine stack."""
+    """A deployment to evaluate on one engine stack, at a token budget per step (None: the
+    engine's default, or the ideal server's)."""
 
     stack: str
     deployment: Deployment
+    token_budget: int | None = None
+
+
+@dataclass(frozen=True)
+class BudgetChoice:
+    """The token budgets tried for one engine and layout, and those left out with why (one
+    line each)."""
+
+    budgets: list[int]
+    refused: list[str]
+
+
+def token_budgets(request: PlanRequest, stack: str, layout: Layout) -> BudgetChoice:
+    """The budgets (per attention-DP rank where the engine counts so) a plan tries for
+    ``stack`` on ``layout``, pruned analytically:
+
+    - an engine that chunks prompts: ``TOKEN_BUDGETS`` (``request.token_budgets`` when
+      given) up to the first that holds every client's prompt and every running sequence's
+      decode tokens in one step (a larger one schedules the same steps);
+    - an engine that does not: those the engine accepts (at least the prompt, or prompt +
+      output for vLLM; the others are refused, as the engine refuses such requests), of which
+      the smallest and the smallest on which the prompt joins a step beside every running
+      sequence at the highest load (``sized_token_budget`` when no listed budget does); load
+      levels that would starve on the smaller are dropped later (``search``)."""
+    scheduler = get_engine(stack).scheduler
+    workload = request.workload
+    listed = sorted(set(request.token_budgets or TOKEN_BUDGETS))
+    ranks = layout.attention_dp if scheduler.limits_per_rank else 1
+    running = -(-min(max(request.concurrency), scheduler.max_running * ranks) // ranks)
+    prompt = workload.prompt_tokens
+    if scheduler.chunked_prefill:
+        whole_step = max(request.concurrency) * prompt + running
+        kept = [b for b in listed if not any(k >= whole_step for k in listed if k < b)]
+        return BudgetChoice(kept, [])
+    limit = {"prompt": prompt, "sequence": prompt + workload.output_tokens}.get(
+        scheduler.unchunked_limit, 0
+    )
+    accepted = [b for b in listed if b >= limit]
+    refused = [
+        f"{stack} {scheduler.budget_setting} {b}: refuses requests of {limit} tokens "
+        "(it does not chunk prompts)"
+        for b in listed
+        if b < limit
+    ]
+    if request.token_budgets:
+        return BudgetChoice(accepted, refused)
+    need = prompt + max(running - 1, 0)
+    roomy = [b for b in accepted if b >= need] or [sized_token_budget(limit, prompt, running)]
+    return BudgetChoice(sorted({*accepted[:1], roomy[0]}), refused)
 
 
 def precisions(
@@ -83,10 +142,14 @@ def layouts(arch: Architecture, max_gpus: int) -> list[Layout]:
     return found
 
 
-def candidates(request: PlanRequest, stacks: list[str]) -> Iterator[Candidate]:
-    """Every deployment the plan evaluates (see the module docstring), GPU by GPU."""
+def candidates(
+    request: PlanRequest, stacks: list[str], refused: list[str] | None = None
+) -> Iterator[Candidate]:
+    """Every deployment the plan evaluates (see the module docstring), GPU by GPU; the
+    budgets left out are appended to ``refused``, one line each."""
     arch = request.architecture
     instance_layouts = layouts(arch, request.max_gpus)
+    choices: dict[tuple[str, Layout], BudgetChoice] = {}
     for hardware in request.hardware:
         for precision in precisions(arch, hardware, request.weights):
             for stack in stacks:
@@ -97,7 +160,17 @@ def candidates(request: PlanRequest, stacks: list[str]) -> Iterator[Candidate]:
                 base = Deployment(architecture=arch, hardware=hardware, precision=precision)
                 if "aggregated" in request.modes:
                     for lay in mine:
-                        yield Candidate(stack, _with_layout(base, lay))
+                        deployment = _with_layout(base, lay)
+                        if ideal:
+                            yield Candidate(stack, deployment)
+                            continue
+                        if (stack, lay) not in choices:
+                            choices[stack, lay] = token_budgets(request, stack, lay)
+                        choice = choices[stack, lay]
+                        if refused is not None:
+                            refused += choice.refused
+                        for budget in choice.budgets:
+                            yield Candidate(stack, deployment, budget)
                 if "disaggregated" in request.modes and not ideal:
                     yield from _disaggregated(stack, base, mine, request.max_gpus)
 

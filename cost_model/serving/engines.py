@@ -19,7 +19,10 @@ from idealized_runtime.core.catalog import data_path
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture, Deployment, Precision, parse_precision
 from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack, get_engine
-from idealized_runtime.cost_model.hardware.engines.step import kv_capacity_tokens
+from idealized_runtime.cost_model.hardware.engines.step import (
+    kv_capacity_tokens,
+    sized_token_budget,
+)
 from idealized_runtime.cost_model.serving.simulator import ServerConfig
 from idealized_runtime.cost_model.serving.step_time import EngineStepTime
 
@@ -65,12 +68,18 @@ def engine_server(
     token_budget: int | None = None,
     kv_tokens: int | None = None,
     settings: Mapping[str, Any] | None = None,
+    longest_prompt: int | None = None,
+    running: int | None = None,
 ) -> tuple[EngineStepTime, ServerConfig]:
     """The step times and the server of ``deployment`` on ``engine``; the options given
     override the engine's defaults (as its command-line flags would; per attention-DP rank where
     the engine states them so, ``limits_per_rank``): ``settings`` any of
     ``SchedulerDefaults``' fields (memory_fraction, cuda_graph_max_batch, admission,
-    recv_interval, ...)."""
+    recv_interval, ...). With no budget given, prompts not chunked, an engine with a budget of
+    its own for that takes it (``unchunked_budget``: SGLang), and one that sizes its budget
+    (``SchedulerDefaults.sized_budget``) and does not chunk prompts takes
+    ``sized_token_budget`` for ``longest_prompt`` (its new tokens) beside ``running``
+    sequences (default: the running limit), per rank."""
     stack = get_engine(engine) if isinstance(engine, str) else engine
     scheduler = stack.scheduler
     known = {f.name for f in fields(scheduler)}
@@ -82,12 +91,24 @@ def engine_server(
     for name, value in (settings or {}).items():
         _check_setting_kind(name, value, getattr(scheduler, name))
     scheduler = replace(scheduler, **dict(settings or {}))
-    if token_budget is not None:
-        scheduler = replace(scheduler, token_budget=token_budget)
-    model = replace(stack.step_model(deployment), scheduler=scheduler)
     spec = deployment.speculative
+    decode_tokens = 1 + (spec.draft_tokens if spec is not None else 0)
     # Limits an engine states per attention-DP rank (TensorRT-LLM) hold on every rank.
     ranks = deployment.attention_dp if scheduler.limits_per_rank else 1
+    # A budget given, as the option or as an engine setting, is the engine's flag: kept.
+    given = token_budget is not None or "token_budget" in (settings or {})
+    if token_budget is not None:
+        scheduler = replace(scheduler, token_budget=token_budget)
+    elif not given and not scheduler.chunked_prefill and scheduler.unchunked_budget:
+        scheduler = replace(scheduler, token_budget=scheduler.unchunked_budget)
+    elif not given and scheduler.sized_budget and not scheduler.chunked_prefill and longest_prompt:
+        slots = max_batch or scheduler.max_running  # per rank
+        per_rank = -(-(running or slots * ranks) // deployment.attention_dp)
+        budget = sized_token_budget(
+            scheduler.token_budget, longest_prompt, min(per_rank, slots), decode_tokens
+        )
+        scheduler = replace(scheduler, token_budget=budget)
+    model = replace(stack.step_model(deployment), scheduler=scheduler)
     config = ServerConfig(
         max_batch=(max_batch or scheduler.max_running) * ranks,
         token_budget=scheduler.token_budget * ranks,
@@ -98,9 +119,11 @@ def engine_server(
         admission=scheduler.admission,
         recv_interval=scheduler.recv_interval,
         dp_ranks=deployment.attention_dp,
-        decode_tokens=1 + (spec.draft_tokens if spec is not None else 0),
+        decode_tokens=decode_tokens,
         balance_timeout_steps=scheduler.balance_timeout_steps,
         request_overhead_s=scheduler.request_overhead_s,
+        unchunked_limit=scheduler.unchunked_limit,
+        budget_setting=scheduler.budget_setting,
     )
     return EngineStepTime(model), config
 

@@ -32,11 +32,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
 from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
+from idealized_runtime.cost_model.hardware.engines.step import UNCHUNKED_LIMITS, budget_refusal
 from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB
 from idealized_runtime.cost_model.serving.admission import KvCache, ceil_tokens, check_admission
 from idealized_runtime.cost_model.serving.step_time import StepTime, StepWork
@@ -121,9 +123,17 @@ class ServerConfig:
     # How an engine shares a step between prompts and decode tokens: ``prefill_first`` runs
     # waiting prompts in steps of their own (SGLang); otherwise decode tokens come first and
     # prompts get what is left of the budget (vLLM, TensorRT-LLM). Without
-    # ``chunked_prefill`` a prompt joins a step only whole (or alone, when it exceeds the budget).
+    # ``chunked_prefill`` a prompt joins a step only whole, first come first served: the first
+    # that does not fit what is left stops the prompts behind it (``chunks``).
     prefill_first: bool = False
     chunked_prefill: bool = True
+    # Without chunked prefill, what must fit the (rank's) token budget, else the engine refuses
+    # the request and ``simulate`` refuses the run (``check_budget``): "prompt" (TensorRT-LLM),
+    # "sequence", prompt + output (vLLM), or "none": a longer prompt runs alone in a step of
+    # its own (SGLang: the first prompt of a prefill batch, whatever its length).
+    unchunked_limit: str = "none"
+    # The engine's name for the token budget (e.g. max_num_tokens), for refusals and warnings.
+    budget_setting: str = ""
     # Output tokens a decoding sequence gains per step (speculative decoding: > 1, on average).
     tokens_per_step: float = 1.0
     # When a request comes into the KV cache and what happens when the cache runs out
@@ -168,6 +178,18 @@ class ServerConfig:
             raise InputError(f"a token budget of {self.token_budget} leaves a rank no token")
         if self.decode_tokens < 1 or self.balance_timeout_steps < 0:
             raise InputError("decode tokens must be >= 1 and the balance timeout >= 0 steps")
+        if self.unchunked_limit not in UNCHUNKED_LIMITS:
+            raise InputError(
+                f"unknown unchunked limit {self.unchunked_limit!r}; known: "
+                f"{', '.join(UNCHUNKED_LIMITS)}"
+            )
+
+    @property
+    def budget_flag(self) -> str:
+        """The option that sets the token budget, with the engine's name for it."""
+        return (
+            f"--token-budget ({self.budget_setting})" if self.budget_setting else "--token-budget"
+        )
 
     @property
     def rank_slots(self) -> int:
@@ -189,18 +211,79 @@ class ServerConfig:
     def chunks(self, num_decoding: int, prompt_left: list[int], budget: int = 0) -> list[int]:
         """Prompt tokens each waiting prompt reads in this step (the engine's rule), beside
         ``num_decoding`` decoding sequences, within ``budget`` tokens (default: the token
-        budget)."""
+        budget). Chunked: Dynamic SplitFuse (``prompt_chunks``). Whole prompts, first come
+        first served, the first that does not fit stopping the rest: within what the decode
+        tokens leave (TensorRT-LLM's micro-batch scheduler, vLLM's waiting queue); SGLang
+        (``unchunked_limit`` "none") takes the first prompt of a step whatever its length and
+        a later one only while it is shorter than what is left (PrefillAdder). A step's first
+        prompt longer than the budget runs alone under every rule (the refusing engines never
+        see one: ``check_budget``), so no request waits forever."""
         budget = budget or self.token_budget
         decode = num_decoding * self.decode_tokens
         if self.chunked_prefill:
             return prompt_chunks(decode, prompt_left, budget)
-        budget, sizes = budget - decode, []
+        room, sizes = budget - decode, []
+        strict = self.unchunked_limit == "none"
         for left in prompt_left:
-            if left > budget and (sizes or num_decoding):
+            first = not sizes and not num_decoding
+            if not first and (left >= room if strict else left > room):
                 break
             sizes.append(left)
-            budget -= left
+            room -= left
         return sizes
+
+
+def check_budget(shapes: Sequence[RequestShape], config: ServerConfig) -> None:
+    """InputError in one line when the engine would refuse a request for its token budget
+    (``budget_refusal``: without chunked prefill, a prompt or a prompt + output longer than a
+    rank's budget)."""
+    if config.chunked_prefill or config.unchunked_limit == "none" or not shapes:
+        return
+    whole = config.unchunked_limit == "sequence"
+    longest = max(shapes, key=lambda s: s.num_prompt_tokens + whole * s.num_output_tokens)
+    refusal = budget_refusal(
+        config.unchunked_limit, False, config.rank_budget, longest.num_prompt_tokens,
+        longest.num_output_tokens, config.budget_flag,
+    )  # fmt: skip
+    if refusal:
+        raise InputError(refusal)
+
+
+def starved_budget(config: ServerConfig, prompt_tokens: float, running: ArrayLike) -> np.ndarray:
+    """The budget a rank needs for prompts of ``prompt_tokens`` new tokens (the longest) to
+    join a step beside ``running`` running sequences (capped at the server's batch; split
+    evenly among the attention-DP ranks), where that exceeds the rank's budget, else 0 (also
+    for prefill-first engines, which run prompts in steps of their own: SGLang). Decode
+    tokens come first in a step (vLLM, TensorRT-LLM): a whole prompt joins only a step whose
+    decode tokens leave room for it, a chunk only one they do not fill; else the prompt waits
+    until enough requests have finished (TTFT of whole requests)."""
+    running = np.minimum(np.asarray(running, dtype=np.float64), config.max_batch)
+    if config.prefill_first:
+        return np.zeros_like(running)
+    beside = np.maximum(np.ceil(running / config.dp_ranks) - 1, 0)  # the others on the rank
+    need = beside * config.decode_tokens + (1 if config.chunked_prefill else prompt_tokens)
+    return np.where(need > config.rank_budget, need, 0.0)
+
+
+def starvation_warning(
+    config: ServerConfig, prompt_tokens: int, running: int | None = None
+) -> str | None:
+    """One line when prompts of ``prompt_tokens`` new tokens (the longest) wait for running
+    decodes to end beside ``running`` running sequences (default: the server's batch), naming
+    the setting to raise, else None (``starved_budget``)."""
+    running = config.max_batch if running is None else min(running, config.max_batch)
+    need = int(starved_budget(config, prompt_tokens, running))
+    if not need:
+        return None
+    beside = max(math.ceil(running / config.dp_ranks) - 1, 0)
+    room = max(config.rank_budget - (0 if config.chunked_prefill else prompt_tokens), 0)
+    room //= config.decode_tokens
+    what = "prompt chunks" if config.chunked_prefill else f"prompts of {prompt_tokens} tokens"
+    return (
+        f"{what} fit the {config.rank_budget}-token step budget beside at most {room} of the "
+        f"{beside} other running sequences: they wait for decodes to end (TTFT of whole "
+        f"requests); raise {config.budget_flag} to >= {need}"
+    )
 
 
 def simulate(
@@ -227,6 +310,7 @@ def simulate(
     thinks = think_times(think_time_s)
     if concurrency is None and any(thinks):
         raise InputError("--think-time applies to closed-loop clients (--concurrency) only")
+    check_budget(shapes, config)
     capacity = config.kv_capacity_tokens
     rows: list[dict[str, Any] | None] = [None] * len(shapes)
     # Heap of (when the scheduler sees it, request index, arrival time).

@@ -137,6 +137,13 @@ def _slots(server: Server, request: MeanRequest, clients: np.ndarray) -> tuple[n
     return np.maximum(slots, 1.0), kv_slots >= 1
 
 
+def running_requests(server: Server, request: MeanRequest, concurrency: ArrayLike) -> np.ndarray:
+    """Requests running at once per load level: min(clients, max batch, KV cache / (prompt +
+    output))."""
+    clients = np.atleast_1d(np.asarray(concurrency, dtype=np.float64))
+    return _slots(server, request, clients)[0]
+
+
 # Grid points of the tabulated step times (see ``StepTable``).
 DECODER_GRID = 24
 TOKEN_GRID = 28
@@ -159,6 +166,14 @@ class StepTable:
         self._decode: np.ndarray | None = None
         self._prompts: tuple[np.ndarray, np.ndarray] | None = None
         self._mixed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def share_decode_steps(self, other: StepTable) -> None:
+        """Take ``other``'s decode-only steps (tabulated now if need be) when it tabulates the
+        same mean request as far: a decode-only step holds no prompt, so the instance's token
+        budget, the only thing two such tables may differ in, does not change it."""
+        if other.request == self.request and other.max_decoders == self.max_decoders:
+            other.decode(np.ones(1))
+            self._decode = other._decode
 
     def _seconds(self, decoders: np.ndarray, prompt: np.ndarray, chunk: np.ndarray) -> np.ndarray:
         work = _work(decoders, self.context, prompt, self.request, chunk)

@@ -99,6 +99,12 @@ def estimate(
         help="Engine stack (vllm, sglang, tensorrt-llm) or reference stack (see 'stacks'); "
         "default: best-calibrated modern.",
     ),
+    token_budget: int | None = typer.Option(
+        None,
+        "--token-budget",
+        help="Engine stacks: tokens per step (default the engine's; tensorrt-llm: sized for "
+        "the prompts). An engine that does not chunk prompts refuses a longer one.",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON (for scripts)."),
 ) -> None:
     """Estimate one request: runtime, alpha, beta, GPUs, GPU-seconds, energy and dollars."""
@@ -118,6 +124,7 @@ def estimate(
             ideal,
             (weights, kv_cache, activations),
             stack,
+            token_budget,
         )
     except (InputError, UnknownNameError) as error:
         fail(str(error))
@@ -141,6 +148,7 @@ def _estimate(
     ideal: bool,
     precision_options: tuple[str | None, str | None, str | None] = (None, None, None),
     stack_name: str | None = None,
+    token_budget: int | None = None,
 ) -> tuple[Estimate, str]:
     from idealized_runtime.core.architectures import load_architecture
     from idealized_runtime.core.catalog import get_hardware
@@ -161,6 +169,8 @@ def _estimate(
         raise InputError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPE_BYTES)}")
     # An unknown stack fails first, whatever else is wrong.
     reference_stack, engine = split_stack(stack_name)
+    if token_budget is not None and engine is None:
+        raise InputError("--token-budget applies to an engine stack (vllm, sglang, tensorrt-llm)")
     if stack_name is not None:
         if arch_name is None:
             raise InputError("--stack applies to the hardware model (--arch) only")
@@ -210,6 +220,7 @@ def _estimate(
         ideal=ideal,
         stack=reference_stack,
         engine=engine,
+        token_budget=token_budget,
     )
     if notes:
         result = Estimate(**{**result.__dict__, "notes": (*result.notes, *notes)})

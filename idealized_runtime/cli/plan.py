@@ -16,6 +16,7 @@ import typer
 
 from idealized_runtime.cli.app import app
 from idealized_runtime.cli.common import fail
+from idealized_runtime.core.errors import InputError
 
 
 def _names(values: list[str]) -> list[str]:
@@ -57,6 +58,12 @@ def plan_command(
     concurrency: list[str] = typer.Option(
         [], "--concurrency", help="closed-loop clients per replica to try (list)"
     ),
+    token_budget: list[str] = typer.Option(
+        [],
+        "--token-budget",
+        help="engine token budgets per step to try (list; default 4096,8192,16384, pruned per "
+        "engine: a budget the engine would refuse for the prompts is left out)",
+    ),
     verify: bool = typer.Option(
         True, "--verify/--no-verify", help="simulate the best configuration request by request"
     ),
@@ -87,11 +94,15 @@ def plan_command(
     if report is not None and report.exists() and not report.is_dir():
         fail(f"{report}: not a folder; --report names the folder to write plan.html in")
     levels = parse_load_levels(concurrency, "--concurrency", integer=True) if concurrency else None
+    budgets = (
+        parse_load_levels(token_budget, "--token-budget", integer=True) if token_budget else None
+    )
     options = {
         "stacks": _names(stack) or None, "weights": _names(weights) or None, "rate": rate,
         "slo": parse_slo(slo) if slo else Slo(), "max_gpus": max_gpus, "verify": verify,
         **({"modes": _names(mode)} if mode else {}),
         **({"concurrency": levels} if levels else {}),
+        **({"token_budgets": budgets} if budgets else {}),
     }  # fmt: skip
     lengths = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens,
                "min_length_fraction": min_length, "shared_prefix_tokens": shared_prefix,
@@ -107,7 +118,10 @@ def plan_command(
         problem = error.errors()[0]
         field = ".".join(map(str, problem["loc"]))
         fail(f"{field}: {problem['msg'].removeprefix('Value error, ')}")
-    result = plan(request)
+    try:
+        result = plan(request)
+    except InputError as error:
+        fail(str(error))
     if report is not None:
         write_plan_report(result, report)
     if as_json:

@@ -70,7 +70,8 @@ def simulate_command(
         None,
         "--token-budget",
         min=1,
-        help="tokens per step: decode tokens + prompt chunks (default 256, or the engine's; per "
+        help="tokens per step: decode tokens + prompt chunks (default 256, or the engine's; "
+        "tensorrt-llm: sized for the longest prompt beside every running sequence; per "
         "attention-DP rank where the engine counts so: tensorrt-llm, vllm)",
     ),
     ep: int = typer.Option(1, "--ep", min=1, help="expert-parallel size (engine stacks)"),
@@ -136,10 +137,20 @@ def simulate_command(
         layout = _Layout(tp, ep, attention_dp, draft_tokens, acceptance)
         engine = _engine_stack(stack, fit)
         settings = _engine_settings(engine_settings)
+        levels = _levels(
+            workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
+            duration, seed,
+        )  # fmt: skip
         if engine is not None:
+            # An engine that sizes its budget sizes it for the longest prompt beside the most
+            # clients (every running sequence under open-loop arrivals).
+            longest = max((s.num_prompt_tokens for _, shapes, _, _ in levels for s in shapes),
+                          default=None)  # fmt: skip
+            clients = [c for _, _, c, _ in levels]
+            running = None if None in clients else max(clients, default=None)
             step_time, model, config = _engine_setup(
                 engine, str(arch), str(hardware), layout, (weights, kv_cache, activations),
-                dtype, max_batch, token_budget, kv_tokens, settings,
+                dtype, max_batch, token_budget, kv_tokens, settings, (longest, running),
             )  # fmt: skip
         else:
             if settings:
@@ -158,12 +169,12 @@ def simulate_command(
                 fail("--save-fit needs --fit")
             with atomic_writer(save_fit) as handle:
                 json.dump(step_time.to_dict(), handle, indent=1)
-        levels = _levels(
-            workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
-            duration, seed,
-        )  # fmt: skip
         rows: list[dict[str, Any]] = []
+        warnings: dict[str, str] = {}
         for label, shapes, clients, stop_after in levels:
+            warning = _starvation(config, shapes, clients)
+            if warning:
+                warnings[label] = warning
             level_rows = simulate(
                 shapes,
                 step_time,
@@ -184,9 +195,27 @@ def simulate_command(
         for row in rows:
             handle.write(json.dumps(row, separators=(",", ":")) + "\n")
     summaries = summarize(rows)
-    typer.echo(
-        json.dumps(summaries_to_json(summaries), indent=1) if as_json else format_table(summaries)
-    )
+    if as_json:
+        payload = summaries_to_json(summaries)
+        for summary in payload:  # the summaries summarize prints, a level's warning beside
+            if summary["load"] in warnings:
+                summary["warning"] = warnings[summary["load"]]
+        typer.echo(json.dumps(payload, indent=1))
+        return
+    typer.echo(format_table(summaries))
+    for label, warning in warnings.items():
+        typer.echo(f"warning ({label}): {warning}")
+
+
+def _starvation(config: Any, shapes: list[Any], clients: int | None) -> str | None:
+    """The simulator's starvation warning for one load level (its longest prompt's new
+    tokens beside its clients, or the whole batch under open-loop arrivals)."""
+    from idealized_runtime.cost_model.serving.simulator import starvation_warning
+
+    if not shapes:
+        return None
+    longest = max(s.num_prompt_tokens - s.cached_tokens for s in shapes)
+    return starvation_warning(config, longest, clients)
 
 
 @dataclass(frozen=True)
@@ -223,9 +252,11 @@ def _engine_setup(
     token_budget: int | None,
     kv_tokens: int | None,
     settings: dict[str, Any],
+    workload: tuple[int | None, int | None] = (None, None),
 ) -> tuple[Any, str, Any]:
     """Step times and server of a deployment on an engine stack (its defaults, overridden by
-    the options given)."""
+    the options given; ``workload``: the longest prompt and the most clients, which an
+    engine that sizes its budget sizes it for)."""
     from pydantic import ValidationError
 
     from idealized_runtime.core.catalog import get_hardware
@@ -258,7 +289,7 @@ def _engine_setup(
         raise InputError(message) from None
     step_time, config = engine_server(
         engine, deployment, max_batch=max_batch, token_budget=token_budget, kv_tokens=kv_tokens,
-        settings=settings,
+        settings=settings, longest_prompt=workload[0], running=workload[1],
     )  # fmt: skip
     return step_time, architecture.name, config
 

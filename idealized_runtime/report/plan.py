@@ -99,8 +99,8 @@ def _frontier_marks(axes: Axes, frontier: Frontier, colour: str, index: int) -> 
 
 
 POINT_COLUMNS = (
-    "GPU", "stack", "weights", "layout", "GPUs", "clients", "TTFT s", "TPOT ms", "tok/s/user",
-    "tok/s/GPU", "$/1M tok", "MJ/1M tok", "SLO",
+    "GPU", "stack", "weights", "layout", "budget", "GPUs", "clients", "TTFT s", "TPOT ms",
+    "tok/s/user", "tok/s/GPU", "$/1M tok", "MJ/1M tok", "SLO",
 )  # fmt: skip
 
 
@@ -109,7 +109,8 @@ def point_cells(p: PlanPoint) -> list[str]:
     usd = "–" if p.usd_per_million_tokens is None else f"{p.usd_per_million_tokens:.2f}"
     energy = p.joules_per_million_tokens
     return [
-        p.hardware, p.stack, p.weights, p.layout, str(p.gpus), str(p.concurrency),
+        p.hardware, p.stack, p.weights, p.layout,
+        "–" if p.token_budget is None else str(p.token_budget), str(p.gpus), str(p.concurrency),
         f"{p.ttft_s:.3g}", f"{p.tpot_s * 1e3:.3g}", f"{p.tokens_per_s_per_user:.1f}",
         f"{p.output_tokens_per_s_per_gpu:.0f}", usd,
         "–" if energy is None else f"{energy / 1e6:.2f}", "yes" if p.meets_slo else "no",

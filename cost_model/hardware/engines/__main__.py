@@ -63,11 +63,14 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "gpu_memory_utilization 0.9, CUDA graphs up to batch 512; a request is admitted when "
         "the KV cache holds the prompt tokens it reads now, and the newest is preempted "
         "(recomputed later) when decoding fills the cache; under data parallelism each "
-        "engine core (rank) takes max_num_seqs and max_num_batched_tokens",
+        "engine core (rank) takes max_num_seqs and max_num_batched_tokens; with chunked "
+        "prefill off it will not start unless max_num_batched_tokens holds max_model_len "
+        "(prompt + output)",
         _scheduler(
             max_running=1024, chunked_prefill=True, prefill_first=False, memory_fraction=0.9,
             cuda_graph_max_batch=512, admission="allocated", request_overhead_s=0.0,
-            limits_per_rank=True,
+            limits_per_rank=True, unchunked_limit="sequence",
+            budget_setting="max_num_batched_tokens",
         ),
     ),
     "sglang": (
@@ -75,11 +78,14 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "prefill of 8192 tokens, mem_fraction_static 0.88, CUDA graphs up to batch 256; "
         "admission against a decaying estimate of the running requests' future tokens "
         "(new_token_ratio), retraction when decoding fills the cache; DeepSeek's shared "
-        "experts fused into the routed experts' kernel (tensor-parallel experts, not FP4)",
+        "experts fused into the routed experts' kernel (tensor-parallel experts, not FP4); "
+        "with chunked prefill off the budget is max_prefill_tokens (16384) and a prompt "
+        "longer than it runs alone",
         _scheduler(
             max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
             cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.058,
-            fuse_shared_experts=True,
+            fuse_shared_experts=True, unchunked_limit="none", budget_setting="chunked_prefill_size",
+            unchunked_budget=16384,
         ),
     ),
     "tensorrt-llm": (
@@ -88,11 +94,14 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "max_batch_size 2048, KV cache 0.9 of the memory the weights leave, CUDA graphs up "
         "to batch 128; GUARANTEED_NO_EVICT: a request is admitted when the cache holds its "
         "whole sequence beside the running ones'; under attention DP max_batch_size and "
-        "max_num_tokens hold per rank",
+        "max_num_tokens hold per rank; a prompt longer than max_num_tokens is refused, and "
+        "unless the budget is given it is sized as deployments size max_num_tokens: the "
+        "longest prompt beside every running sequence, + 64, in 64s, at least 8192",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
             of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.106,
-            limits_per_rank=True,
+            limits_per_rank=True, unchunked_limit="prompt", sized_budget=True,
+            budget_setting="max_num_tokens",
         ),
     ),
 }  # fmt: skip

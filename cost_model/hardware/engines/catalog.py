@@ -76,7 +76,7 @@ class EngineStack:
             return cls(
                 name=str(data["name"]),
                 description=str(data.get("description", "")),
-                scheduler=SchedulerDefaults(**dict(data["scheduler"])),
+                scheduler=_scheduler(data["scheduler"]),
                 gpus={gpu: GpuKernels.from_json(gpu, k) for gpu, k in dict(data["gpus"]).items()},
                 provenance=dict(data.get("provenance", {})),
                 notes=str(data.get("notes", "")),
@@ -85,6 +85,13 @@ class EngineStack:
             if isinstance(error, InputError):
                 raise
             raise InputError(f"not an engine stack file: missing or bad {error}") from None
+
+
+def _scheduler(block: Mapping[str, Any]) -> SchedulerDefaults:
+    """A stack file's scheduler block: fields it lacks take their defaults, and fields this
+    version does not know (a file written by a newer one) are left out."""
+    known = {f.name for f in fields(SchedulerDefaults)}
+    return SchedulerDefaults(**{k: v for k, v in dict(block).items() if k in known})
 
 
 def engines_dir() -> Path:

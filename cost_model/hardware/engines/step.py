@@ -49,6 +49,11 @@ GB = 1e9
 # decaying estimate of future tokens with retraction, or SGLang's exact forecast for requests
 # that ignore end-of-sequence tokens with its prefix cache off.
 ADMISSIONS = ("reserve", "allocated", "ratio", "forecast")
+# What an engine that does not chunk prompts holds to its token budget (``SchedulerDefaults.
+# unchunked_limit``): the prompt (TensorRT-LLM refuses a longer one), the whole sequence (vLLM
+# will not start with max_model_len above max_num_batched_tokens), or nothing (SGLang runs a
+# longer prompt alone, first of its prefill batch).
+UNCHUNKED_LIMITS = ("prompt", "sequence", "none")
 
 
 @dataclass(frozen=True)
@@ -77,7 +82,14 @@ class SchedulerDefaults:
     notes); ``fuse_shared_experts``: a MoE layer's shared experts run as more routed experts
     that every token picks, inside the grouped MoE kernel (SGLang's shared-experts fusion for
     DeepSeek-V3/R1, which it turns off with expert parallelism, attention DP and FP4 experts),
-    else as GEMMs of their own."""
+    else as GEMMs of their own; ``unchunked_limit``: without chunked prefill, what must fit
+    the token budget (``UNCHUNKED_LIMITS``), else the engine refuses the request;
+    ``sized_budget``: unless the budget is given, it is sized for the workload's longest
+    prompt beside the running sequences when prompts are not chunked (as deployments size
+    TensorRT-LLM's max_num_tokens; ``serving.engines.sized_token_budget``);
+    ``budget_setting``: the engine's name for its token budget, named in refusals and
+    warnings; ``unchunked_budget``: the budget per step when prompts are not chunked, where the
+    engine has another one for that (SGLang's max_prefill_tokens; 0: ``token_budget``)."""
 
     token_budget: int
     max_running: int
@@ -95,6 +107,10 @@ class SchedulerDefaults:
     limits_per_rank: bool = False
     request_overhead_s: float = 0.0
     fuse_shared_experts: bool = False
+    unchunked_limit: str = "none"
+    sized_budget: bool = False
+    budget_setting: str = "token budget"
+    unchunked_budget: int = 0
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
@@ -107,6 +123,11 @@ class SchedulerDefaults:
             )
         if self.recv_interval < 1:
             raise InputError("an engine's receive interval must be >= 1 step")
+        if self.unchunked_limit not in UNCHUNKED_LIMITS:
+            raise InputError(
+                f"unknown unchunked limit {self.unchunked_limit!r}; known: "
+                f"{', '.join(UNCHUNKED_LIMITS)}"
+            )
 
     def graph_batch(self, sequences: np.ndarray) -> np.ndarray:
         """The captured graph's batch a decode-only step of ``sequences`` runs at."""
@@ -114,6 +135,43 @@ class SchedulerDefaults:
         step = float(self.cuda_graph_step)
         padded = np.where(sequences <= step, small, np.ceil(sequences / step) * step)
         return np.where(sequences <= self.cuda_graph_max_batch, padded, sequences)
+
+
+# Deployments size a budget for their prompts in whole multiples of this many tokens, with
+# this many to spare (InferenceX's TensorRT-LLM launch scripts: max_num_tokens =
+# ceil64(clients + prompt + 64), at least the engine's 8192).
+BUDGET_GRAIN = 64
+
+
+def sized_token_budget(
+    default: int, prompt_tokens: int, running: int, decode_tokens: int = 1
+) -> int:
+    """The token budget a deployment sets so that its longest prompt joins a step beside every
+    running sequence's decode tokens: ceil64(prompt + running x decode tokens + 64), at least
+    the engine's ``default`` (per attention-DP rank)."""
+    need = prompt_tokens + running * decode_tokens + BUDGET_GRAIN
+    return max(default, -(-need // BUDGET_GRAIN) * BUDGET_GRAIN)
+
+
+def budget_refusal(
+    limit: str, chunked: bool, budget: int, prompt_tokens: int, output_tokens: int, flag: str
+) -> str | None:
+    """The one line an engine that does not chunk prompts refuses a request with when it does
+    not fit ``budget`` (``UNCHUNKED_LIMITS``: the prompt, TensorRT-LLM's request check; prompt +
+    output, vLLM's start-up check of max_model_len against max_num_batched_tokens), naming the
+    setting to raise (``flag``); None when the engine serves it."""
+    if chunked or limit == "none":
+        return None
+    whole = limit == "sequence"
+    tokens = prompt_tokens + (output_tokens if whole else 0)
+    if tokens <= budget:
+        return None
+    what = "prompt + output" if whole else "prompt"
+    return (
+        f"a {what} of {tokens} tokens exceeds the {budget}-token step budget of an engine "
+        f"that does not chunk prompts, which refuses it: raise {flag} to >= {tokens} or chunk "
+        "prompts (engine setting chunked_prefill)"
+    )
 
 
 def kernel_format(precision: Precision, experts: bool = False) -> str:
