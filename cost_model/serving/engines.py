@@ -101,6 +101,7 @@ def engine_server(
         decode_tokens=1 + (spec.draft_tokens if spec is not None else 0),
         balance_timeout_steps=scheduler.balance_timeout_steps,
         request_overhead_s=scheduler.request_overhead_s,
+        request_path=scheduler.request_path,
     )
     return EngineStepTime(model), config
 
