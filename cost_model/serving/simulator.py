@@ -129,7 +129,7 @@ class ServerConfig:
     request_overhead_s: float = 0.0
     # The engine's request path: front end, tokenization, look-ahead, delivery (``RequestPath``;
     # all zero for the ideal server).
-    request_path: RequestPath = RequestPath()
+    request_path: RequestPath = field(default_factory=RequestPath)
     # How an engine shares a step between prompts and decode tokens: ``prefill_first`` runs
     # waiting prompts in steps of their own (SGLang); otherwise decode tokens come first and
     # prompts get what is left of the budget (vLLM, TensorRT-LLM). Without
@@ -225,13 +225,16 @@ def simulate(
     load: str = "simulated",
     stop_after_s: float | None = None,
     think_time_s: float | Sequence[float] = 0.0,
+    latencies: bool = True,
 ) -> list[dict[str, Any]]:
     """Serve ``shapes`` (with arrival times, or closed loop with ``concurrency`` clients) and
     return one row per request served, in request order (see the module docstring). Closed
     loop: clients send no new request after ``stop_after_s``; a client sends its next request
     ``think_time_s`` after its previous one ended (the client's own time to read the answer
     and send again): one value for every request, or one per re-submission in order (the k-th
-    request sent after an end waits the k-th, cycled), e.g. a real client's measured gaps."""
+    request sent after an end waits the k-th, cycled), e.g. a real client's measured gaps.
+    ``latencies=False`` leaves each row's inter-token latencies empty (summaries of TTFT, TPOT
+    and throughput need none; a long run at load then holds a few numbers per request)."""
     if concurrency is not None and concurrency < 1:
         raise InputError(f"--concurrency must be >= 1, got {concurrency}")
     if concurrency is None and any(s.arrival_s is None for s in shapes):
@@ -275,7 +278,7 @@ def simulate(
 
     def finish(request: _Request, ok: bool, error: str | None = None) -> None:
         nonlocal next_closed
-        rows[request.index] = _row(request, model, load, ok, error, now, delivery)
+        rows[request.index] = _row(request, model, load, ok, error, now, delivery, latencies)
         read = now + delivery if ok else now  # the client has the last token
         more = stop_after_s is None or read < stop_after_s
         if concurrency is not None and next_closed < len(shapes) and more:
@@ -548,6 +551,7 @@ def _row(
     error: str | None,
     now: float,
     delivery: float = 0.0,
+    latencies: bool = True,
 ) -> dict[str, Any]:
     """The request's row; each token read by the client ``delivery`` seconds after its step."""
     shape = request.shape
@@ -564,7 +568,7 @@ def _row(
         "error": error,
         "runtime_s": times[-1] - request.arrival_s if ok else None,
         "ttft_s": times[0] - request.arrival_s if ok else None,
-        "inter_token_latencies_s": [float(x) for x in np.diff(times)] if ok else [],
+        "inter_token_latencies_s": np.diff(times).tolist() if ok and latencies else [],
         "started_at_s": request.arrival_s,
         "finished_at_s": times[-1] if ok else now,
         "request_index": request.index,

@@ -78,10 +78,10 @@ class SchedulerDefaults:
     ``schedule_ahead_steps``: the request path outside the forward passes (``request_path``;
     ``engines.request_path``); ``request_overhead_s``: what the request path and the kernels
     leave of published TTFTs, fitted across models (0 where fewer than two models have
-    figures; see the stack's notes); ``fuse_shared_experts``: a MoE layer's shared experts run as more routed experts
-    that every token picks, inside the grouped MoE kernel (SGLang's shared-experts fusion for
-    DeepSeek-V3/R1, which it turns off with expert parallelism, attention DP and FP4 experts),
-    else as GEMMs of their own."""
+    figures; see the stack's notes); ``fuse_shared_experts``: a MoE layer's shared experts run
+    as more routed experts that every token picks, inside the grouped MoE kernel (SGLang's
+    shared-experts fusion for DeepSeek-V3/R1, which it turns off with expert parallelism,
+    attention DP and FP4 experts), else as GEMMs of their own."""
 
     token_budget: int
     max_running: int
