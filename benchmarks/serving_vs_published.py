@@ -10,32 +10,41 @@ else the engine's defaults, the KV cache in the engine's default for the checkpo
 benchmark client's workload (ten requests per client, prompt and output lengths drawn from
 80-100% of the stated ones, ignore_eos). Speculative decoding (``mtp``) accepts its drafts at
 the published rate for the model (``data/speculative/acceptance.csv``). The engine stacks come
-from kernel measurements and the engines' rules; the one figure fitted on serving measurements,
-each engine's request overhead (TTFT that the kernels do not explain: HTTP, tokenization,
-first-token delivery), is fitted for each point on the other sources' points only
-(``held_out_overheads``: leave one source out), so every figure printed is held out by source.
+from kernel measurements, the engines' rules and their request path (``RequestPath``: front
+end, tokenization, the wait for the scheduler's step boundary, detokenization and streaming;
+from the engines' code and measurements, none fitted here). The one figure fitted on serving
+measurements, each engine's residual request overhead (what the request path and the kernels
+leave of published TTFTs), is fitted for each point without the point's model AND its source
+family (``held_out_residuals``: the median of the engine's residuals at concurrency <= 8 of
+other models from other sources); where no other model's points are left, the point gets the
+stack's own value (fitted across models only; 0 while one model has figures at load), and the
+run says on how many points. So every figure printed is held out by source and by model.
 
-Printed per engine, GPU and model family: median and 90th percentile of |predicted / published
-- 1| for median TTFT, median TPOT and output throughput per GPU, at concurrency >= 8 and at
-all concurrencies; beside them, with ``--aiconfigurator PYTHON`` (an interpreter with
+Printed per engine and GPU, engine and model, engine and prompt length, source family, engine
+and all: median, 90th percentile and signed median of predicted / published - 1 for median
+TTFT, median TPOT and output throughput per GPU, at concurrency >= 8 and at all
+concurrencies; beside them, with ``--aiconfigurator PYTHON`` (an interpreter with
 ``aiconfigurator==0.12.0``, e.g. a venv under a git-ignored folder), the same figures from
 NVIDIA's AIConfigurator on the points it covers, and both on the points both cover.
 Rows the model cannot express are counted with the one-line reason; so are the published
 serving figures whose load is a dataset with unstated per-request lengths (MLPerf's OpenOrca
 runs, the engines' README runs over ShareGPT), which no simulation can replay.
 
-With ``--offline`` (or ``--only-offline``) it also simulates the engines' published offline
-max-throughput runs, every request queued at once with fixed lengths, and compares output
-tokens/s per GPU over the whole run, as the tools count it: TensorRT-LLM's perf overviews
-(0.17, 0.19, 1.0; at the batch size, tokens per step and chunked prompts ``trtllm-bench``
-sets itself: ``trtllm_bench_launch``) and vLLM 0.13's ``vllm bench throughput`` runs in
-torchao's README (at the offline engine's defaults).
+Where the time goes: a point at C clients simulates 10 C requests; at 512 clients (5,120
+requests) one point took 144 s of one core (SGLang's admission forecast 33 s, per-token
+bookkeeping 25 s, step times 21 s), and the rows kept every inter-token latency (51 MB at 128
+clients). The rows now keep none (``simulate(..., latencies=False)``: 1.8 MB, the same
+figures), points run on ``--jobs`` processes, the largest first, and a point is simulated
+again only when its held-out residual is not 0. ``--only TEXT`` (repeatable) keeps the points
+whose label contains every TEXT, to iterate on a subset; ``--no-request-path`` simulates the
+ideal server's request path (an ablation).
 
 ``--reuse OUT`` takes our predictions from an earlier ``--json OUT`` (to rerun the comparison
 without simulating again).
 
 Usage: python benchmarks/serving_vs_published.py [--aiconfigurator PYTHON] [--min-concurrency 8]
-       [--json OUT] [--reuse OUT] [--offline | --only-offline]
+       [--json OUT] [--reuse OUT] [--offline | --only-offline] [--only TEXT]... [--jobs N]
+       [--no-request-path]
 """
 
 from __future__ import annotations
@@ -73,7 +82,15 @@ REQUESTS_PER_CLIENT = 10
 LENGTH_RANGE = 0.8  # the client draws lengths from 80-100% of the stated ones
 AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm"}
 AIC_BACKENDS = {"sglang": "sglang", "tensorrt-llm": "trtllm", "vllm": "vllm"}
-AIC_MODELS = {"deepseek-r1": "deepseek-ai/DeepSeek-R1"}
+# AIConfigurator's model paths (its model_configs); Llama-3.3-70B has Llama-3.1-70B's shapes.
+AIC_MODELS = {
+    "deepseek-r1": "deepseek-ai/DeepSeek-R1", "deepseek-v3": "deepseek-ai/DeepSeek-V3",
+    "llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B",
+    "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+    "llama-3.3-70b": "meta-llama/Meta-Llama-3.1-70B", "qwen3-8b": "Qwen/Qwen3-8B",
+    "qwen3-32b": "Qwen/Qwen3-32B", "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+    "gpt-oss-120b": "openai/gpt-oss-120b",
+}  # fmt: skip
 AIC_FORMATS = {"fp8-block": "fp8_block", "nvfp4": "nvfp4", "fp8": "fp8", "bf16": "bfloat16"}
 
 
