@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
+from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack, get_engine
 from idealized_runtime.cost_model.hardware.engines.request import request_times
 from idealized_runtime.cost_model.hardware.engines.request_path import (
     RequestPath,
@@ -173,3 +173,18 @@ def test_a_held_out_median_never_sees_the_held_out_models_own_residual(
     assert held_out_median(residuals, "held", "s0") == pytest.approx(float(np.median(others)))
     # One model only: nothing to fit on.
     assert held_out_median(residuals[:2], "held", "s9") is None
+
+
+def test_an_engine_file_of_the_previous_release_still_loads_without_a_request_path() -> None:
+    shipped = get_engine("vllm").to_json()
+    old = {k: v for k, v in shipped["scheduler"].items() if k in OLD_SCHEDULER_FIELDS}
+    stack = EngineStack.from_json({**shipped, "scheduler": old})
+    assert stack.scheduler.request_path == RequestPath()  # the ideal server's path
+
+
+OLD_SCHEDULER_FIELDS = (
+    "token_budget", "max_running", "chunked_prefill", "prefill_first", "memory_fraction",
+    "of_free", "cuda_graph_max_batch", "cuda_graph_step", "decode_overhead_s",
+    "step_overhead_s", "admission", "recv_interval", "balance_timeout_steps",
+    "limits_per_rank", "request_overhead_s", "fuse_shared_experts",
+)  # fmt: skip
