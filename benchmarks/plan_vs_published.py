@@ -21,10 +21,10 @@ throughput per GPU. Two comparisons, each point predicted without anything from 
 
 The workload is the client's: lengths drawn from 80-100% of the stated ones, taken at their
 means; multi-token prediction as 3 draft tokens accepted at 0.7 (the sources state neither).
-Nothing in the engine stacks, the estimator or the plan is fitted on serving measurements but
-the engines' request overhead (a TTFT constant from InferenceX runs at concurrency <= 8, which
-moves these figures by at most 1.9 points), so every source is held out of its own prediction;
-the table per source shows it.
+Nothing in the engine stacks, the estimator or the plan is fitted on these measurements (the
+engines' request path comes from their code and measurements; their residual request overhead
+is fitted across models only, 0 while one model has figures at load), so every source is held
+out of its own prediction; the table per source shows it.
 
 Usage: python benchmarks/plan_vs_published.py [--sources]
 """

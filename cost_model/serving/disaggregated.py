@@ -144,6 +144,11 @@ def _serve(
     assert split is not None
     order = sorted(range(len(shapes)), key=lambda i: (shapes[i].arrival_s, i))
     prompts = [replace(s, num_output_tokens=1) for s in shapes]
+    # The request path: front end and tokenization before the prefill instance; the decode
+    # instance streams every token (its delivery added to the user's times in ``_user_row``).
+    path = prefill.config.request_path
+    reads = replace(path, detokenize_s_per_token=0.0, stream_s=0.0)
+    prefill = Server(prefill.step_time, replace(prefill.config, request_path=reads))
     first_token = _pool(prompts, order, split.prefill_workers, prefill)
     transfer = kv_transfer_seconds(deployment, [s.num_prompt_tokens for s in shapes])
     ready = {
@@ -163,10 +168,16 @@ def _serve(
     by_ready = sorted(continued, key=lambda i: (ready[i], i))
     # The request's overhead (HTTP, tokenization) was spent on the prefill instance; the KV
     # cache arrives at the decode instance's scheduler directly.
-    direct = Server(decode.step_time, replace(decode.config, request_overhead_s=0.0))
+    streams = decode.config.request_path
+    delivery = streams.delivery_s
+    inner = replace(streams, http_s=0.0, tokenize_s_per_token=0.0, detokenize_s_per_token=0.0,
+                    stream_s=0.0)  # fmt: skip
+    direct = Server(
+        decode.step_time, replace(decode.config, request_overhead_s=0.0, request_path=inner)
+    )
     decoded = _pool(continued, by_ready, split.decode_workers, direct)
     return [
-        _user_row(first_token[i], shape, ready.get(i), decoded.get(i), model, load, i)
+        _user_row(first_token[i], shape, ready.get(i), decoded.get(i), model, load, i, delivery)
         for i, shape in enumerate(shapes)
     ]
 
@@ -198,9 +209,11 @@ def _user_row(
     model: str,
     load: str,
     index: int,
+    delivery: float = 0.0,
 ) -> dict[str, Any]:
     """The user's view of one request: the prefill instance's row, with the first token when
-    the KV cache reached the decode instance (``ready``) and the rest as that one made them."""
+    the KV cache reached the decode instance (``ready``) and the rest as that one made them,
+    each read by the client ``delivery`` seconds later (the decode instance streams them)."""
     row = {**first, "model": model, "load": load, "request_index": index,
            "requested_output_tokens": shape.num_output_tokens}  # fmt: skip
     if ready is None:  # the prompt never fitted the prefill instance
@@ -212,7 +225,7 @@ def _user_row(
         return row
     gaps = [] if decoded is None else [decoded["ttft_s"], *decoded["inter_token_latencies_s"]]
     end = ready if decoded is None else decoded["finished_at_s"]
-    arrival = first["started_at_s"]
+    arrival, ready, end = first["started_at_s"], ready + delivery, end + delivery
     row.update(num_output_tokens=shape.num_output_tokens, ttft_s=ready - arrival,
                runtime_s=end - arrival, inter_token_latencies_s=[float(g) for g in gaps],
                finished_at_s=end)  # fmt: skip

@@ -124,6 +124,7 @@ def engine_server(
         request_overhead_s=scheduler.request_overhead_s,
         unchunked_limit=scheduler.unchunked_limit,
         budget_setting=scheduler.budget_setting,
+        request_path=scheduler.request_path,
     )
     return EngineStepTime(model), config
 

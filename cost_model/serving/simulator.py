@@ -12,6 +12,14 @@ later step.
 
 A step's duration comes from a ``StepTime`` (``step_time``).
 
+The request path (``RequestPath``, ``hardware.engines.request_path``): a request reaches the
+scheduler's queue after the front end and its prompt's tokenization (plus any fitted
+``request_overhead_s``); a busy scheduler takes it in only at a step boundary (an engine that
+schedules a step ahead, at the boundary after the first step that started after it arrived);
+an idle one at once. Every token reaches the client ``delivery_s`` after its step ends
+(detokenization, the streamed chunk), and a closed-loop client sends again when the last one
+has.
+
 Load (``workload``): open-loop arrival times (Poisson at a rate, or a trace's timestamps), or
 closed-loop clients (``concurrency``: each client sends its next request ``think_time_s`` after
 the previous one ends; a real client's re-submit time, one value or the measured sequence
@@ -38,6 +46,7 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scheduling import DEFAULT_TOKEN_BUDGET, prompt_chunks
 from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
+from idealized_runtime.cost_model.hardware.engines.request_path import RequestPath
 from idealized_runtime.cost_model.hardware.engines.step import UNCHUNKED_LIMITS, budget_refusal
 from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB
 from idealized_runtime.cost_model.serving.admission import KvCache, ceil_tokens, check_admission
@@ -117,9 +126,12 @@ class ServerConfig:
     max_batch: int = 64
     token_budget: int = DEFAULT_TOKEN_BUDGET
     kv_capacity_tokens: int | None = None  # None: unlimited
-    # Seconds from a request's arrival until the scheduler sees it (a real server's HTTP
-    # parsing and tokenization; 0 for the ideal server).
+    # Seconds from a request's arrival until the scheduler sees it beyond the request path's
+    # own (a fitted residual, or a measured server's overhead; 0 for the ideal server).
     request_overhead_s: float = 0.0
+    # The engine's request path: front end, tokenization, look-ahead, delivery (``RequestPath``;
+    # all zero for the ideal server).
+    request_path: RequestPath = field(default_factory=RequestPath)
     # How an engine shares a step between prompts and decode tokens: ``prefill_first`` runs
     # waiting prompts in steps of their own (SGLang); otherwise decode tokens come first and
     # prompts get what is left of the budget (vLLM, TensorRT-LLM). Without
@@ -296,13 +308,16 @@ def simulate(
     load: str = "simulated",
     stop_after_s: float | None = None,
     think_time_s: float | Sequence[float] = 0.0,
+    latencies: bool = True,
 ) -> list[dict[str, Any]]:
     """Serve ``shapes`` (with arrival times, or closed loop with ``concurrency`` clients) and
     return one row per request served, in request order (see the module docstring). Closed
     loop: clients send no new request after ``stop_after_s``; a client sends its next request
     ``think_time_s`` after its previous one ended (the client's own time to read the answer
     and send again): one value for every request, or one per re-submission in order (the k-th
-    request sent after an end waits the k-th, cycled), e.g. a real client's measured gaps."""
+    request sent after an end waits the k-th, cycled), e.g. a real client's measured gaps.
+    ``latencies=False`` leaves each row's inter-token latencies empty (summaries of TTFT, TPOT
+    and throughput need none; a long run at load then holds a few numbers per request)."""
     if concurrency is not None and concurrency < 1:
         raise InputError(f"--concurrency must be >= 1, got {concurrency}")
     if concurrency is None and any(s.arrival_s is None for s in shapes):
@@ -313,19 +328,25 @@ def simulate(
     check_budget(shapes, config)
     capacity = config.kv_capacity_tokens
     rows: list[dict[str, Any] | None] = [None] * len(shapes)
-    # Heap of (when the scheduler sees it, request index, arrival time).
+    # Heap of (when the scheduler's queue holds it, request index, arrival time).
     arrivals: list[tuple[float, int, float]] = []
-    delay = config.request_overhead_s
+    path = config.request_path
+    delays = (
+        config.request_overhead_s
+        + path.to_scheduler_s([s.num_prompt_tokens for s in shapes])
+    ).tolist()  # fmt: skip
+    delivery = path.delivery_s
+    ahead = path.schedule_ahead_steps
     next_closed = 0
     if concurrency is None:
         arrivals = [
-            (float(s.arrival_s) + delay, i, float(s.arrival_s))  # type: ignore[arg-type]
+            (float(s.arrival_s) + delays[i], i, float(s.arrival_s))  # type: ignore[arg-type]
             for i, s in enumerate(shapes)
         ]
         heapq.heapify(arrivals)
     else:
         for _ in range(min(concurrency, len(shapes))):
-            heapq.heappush(arrivals, (delay, next_closed, 0.0))
+            heapq.heappush(arrivals, (delays[next_closed], next_closed, 0.0))
             next_closed += 1
 
     waiting: deque[_Request] = deque()
@@ -335,20 +356,24 @@ def simulate(
     since_receive = config.recv_interval  # decode steps since the scheduler took requests in
     balance_count = 0  # the attention-DP balance's counter (steps)
     now = 0.0
+    # Requests queued by this time are in the next step: the step's start, or with a
+    # scheduler a step ahead, the start of the step before (an idle engine: now).
+    seen_until = 0.0
 
     def finish(request: _Request, ok: bool, error: str | None = None) -> None:
         nonlocal next_closed
-        rows[request.index] = _row(request, model, load, ok, error, now)
-        more = stop_after_s is None or now < stop_after_s
+        rows[request.index] = _row(request, model, load, ok, error, now, delivery, latencies)
+        read = now + delivery if ok else now  # the client has the last token
+        more = stop_after_s is None or read < stop_after_s
         if concurrency is not None and next_closed < len(shapes) and more:
-            sent = now + thinks[(next_closed - concurrency) % len(thinks)]
-            heapq.heappush(arrivals, (sent + delay, next_closed, sent))
+            sent = read + thinks[(next_closed - concurrency) % len(thinks)]
+            heapq.heappush(arrivals, (sent + delays[next_closed], next_closed, sent))
             next_closed += 1
 
     while arrivals or waiting or running:
         if not running or since_receive >= config.recv_interval:
             since_receive = 0
-            while arrivals and arrivals[0][0] <= now:
+            while arrivals and arrivals[0][0] <= seen_until:
                 _, index, arrival = heapq.heappop(arrivals)
                 request = _Request(index, shapes[index], arrival, shapes[index].cached_tokens)
                 if capacity is not None and request.need > capacity:
@@ -374,6 +399,7 @@ def simulate(
             if not arrivals:
                 break
             now = max(now, arrivals[0][0])
+            seen_until = now  # an idle engine takes a request in as it arrives
             continue
 
         decoding, chunks = _step_plan(running, config)
@@ -389,7 +415,8 @@ def simulate(
         contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
         if chunks:
             work = StepWork.of(contexts, [(n, r.prefilled) for r, n in chunks])
-            now += float(step_time.seconds(work)[0])
+            started, now = now, now + float(step_time.seconds(work)[0])
+            seen_until = started if ahead else now
             _decode(decoding, config, np.array([now]))
             for request, n in chunks:
                 request.prefilled += n
@@ -402,9 +429,10 @@ def simulate(
                 limit = min(limit, _RATIO_RECHECK_STEPS)  # the decaying ratio may admit one
             if held_back:
                 limit = min(limit, held_back)
-            now, steps = _decode_until_change(
+            started, now, steps = _decode_until_change(
                 decoding, contexts, config, step_time, now, arrivals, max(limit, 1), since_receive
             )
+            seen_until = started if ahead else now
             # The scheduler polled for requests every recv_interval steps: what is left.
             total, interval = since_receive + steps, config.recv_interval
             since_receive = total if total <= interval else (total % interval or interval)
@@ -565,12 +593,13 @@ def _decode_until_change(
     arrivals: list[tuple[float, int, float]],
     limit: int,
     since_receive: int,
-) -> tuple[float, int]:
+) -> tuple[float, float, int]:
     """Decode-only steps: nothing changes the batch until a request ends, one arrives (and the
     scheduler, which polls for requests every ``recv_interval`` steps, ``since_receive`` of
-    them gone, sees it) or the KV cache fills (``limit`` steps), so the steps up to then are
-    computed at once (contexts grow by the tokens each step yields). Returns the time and the
-    steps taken."""
+    them gone, sees it: at the end of the step it arrived in, or with a scheduler a step ahead,
+    of the first step that started after it arrived) or the KV cache fills (``limit`` steps),
+    so the steps up to then are computed at once (contexts grow by the tokens each step
+    yields). Returns the last step's start, its end and the steps taken."""
     left = np.array([r.shape.num_output_tokens - len(r.token_times) for r in decoding])
     rate = config.tokens_per_step
     steps = max(1, int(np.min(np.ceil(left / rate))))  # the first to end may need a step more
@@ -583,20 +612,34 @@ def _decode_until_change(
         np.full(steps, size), context + size,
     )  # fmt: skip
     ends = now + np.cumsum(step_time.seconds(work))
-    if arrivals:  # stop at the first poll after the step during which the next one arrives
-        arrives = int(np.searchsorted(ends, arrivals[0][0])) + 1
+    if arrivals:  # stop at the first poll after the step that can take the next one in
+        if config.request_path.schedule_ahead_steps:
+            starts = np.concatenate(([now], ends[:-1]))
+            arrives = int(np.searchsorted(starts, arrivals[0][0])) + 1
+        else:
+            arrives = int(np.searchsorted(ends, arrivals[0][0])) + 1
         interval = config.recv_interval
         first_poll = max(interval - since_receive, 1)
         polls = -(-max(arrives - first_poll, 0) // interval)
         steps = min(steps, first_poll + polls * interval)
     _decode(decoding, config, ends[:steps])
-    return float(ends[steps - 1]), steps
+    started = float(ends[steps - 2]) if steps > 1 else now
+    return started, float(ends[steps - 1]), steps
 
 
 def _row(
-    request: _Request, model: str, load: str, ok: bool, error: str | None, now: float
+    request: _Request,
+    model: str,
+    load: str,
+    ok: bool,
+    error: str | None,
+    now: float,
+    delivery: float = 0.0,
+    latencies: bool = True,
 ) -> dict[str, Any]:
-    shape, times = request.shape, request.token_times
+    """The request's row; each token read by the client ``delivery`` seconds after its step."""
+    shape = request.shape
+    times = [t + delivery for t in request.token_times] if delivery else request.token_times
     row: dict[str, Any] = {
         "model": model,
         "load": load,
@@ -609,7 +652,7 @@ def _row(
         "error": error,
         "runtime_s": times[-1] - request.arrival_s if ok else None,
         "ttft_s": times[0] - request.arrival_s if ok else None,
-        "inter_token_latencies_s": [float(x) for x in np.diff(times)] if ok else [],
+        "inter_token_latencies_s": np.diff(times).tolist() if ok and latencies else [],
         "started_at_s": request.arrival_s,
         "finished_at_s": times[-1] if ok else now,
         "request_index": request.index,

@@ -13,7 +13,9 @@ KV cache / (prompt + output)) requests run, the other C - n wait for a slot. Per
 prompt's new tokens p' (prompt less its cached prefix) in chunks of the step's budget, then
 D = ceil((o - 1) / tokens per step) decode steps. Closed-loop clients resubmit the instant a
 request ends, so a prompt arrives at a step boundary and joins the next step (after the
-engine's request overhead h, HTTP and tokenization: it holds no slot and adds to the TTFT). With the
+engine's request path h: front end, tokenization, the first token's delivery, and on a busy
+engine the wait for the scheduler: half a step when h puts the request mid-step, one step more
+for a scheduler that plans a step ahead; it holds no slot and adds to the TTFT). With the
 throughput X (requests/s) the steady state satisfies Little's law, n = X x (time in the server),
 and is found by a damped fixed-point iteration on X:
 
@@ -255,7 +257,21 @@ def aggregated_steady_state(
     slots, fits = _slots(server, request, clients)
     decode = decode_steps(request, config.tokens_per_step)
     budget, new = float(config.token_budget), request.new_tokens
-    overhead = config.request_overhead_s  # before the scheduler sees a request: no slot held
+    # Outside the server's slots: the request path to the scheduler's queue (front end,
+    # tokenization, any fitted overhead), the wait for the scheduler on a busy engine (to the
+    # step boundary when the request comes mid-step, plus the steps the scheduler plans ahead)
+    # and the first token's delivery (each token's: the client resends after the last).
+    path = config.request_path
+    before = config.request_overhead_s + float(path.to_scheduler_s(request.prompt_tokens))
+    waits = path.boundary_wait_steps(mid_step=before > 0)
+
+    def outside(step: np.ndarray, lifetime: np.ndarray) -> np.ndarray:
+        """Seconds a request spends on the request path: the wait counts when another
+        client's request keeps the engine busy (each is in the server ``lifetime`` of its
+        cycle)."""
+        cycle = before + path.delivery_s + lifetime
+        busy = -np.expm1((clients - 1) * np.log1p(-np.minimum(lifetime / cycle, 1 - 1e-12)))
+        return before + path.delivery_s + busy * waits * step
 
     def prompts_first(x: np.ndarray, d: np.ndarray, mean: np.ndarray) -> tuple[np.ndarray, ...]:
         """(mean step a decoder sees, TTFT in the server) when prompts run on their own."""
@@ -290,7 +306,7 @@ def aggregated_steady_state(
         mean = mean + DAMPING * (step_mean - mean)
         lifetime = first + decode * mean
         following = np.minimum(slots / lifetime, cap / np.maximum(decode * mean, 1e-12))
-        following = np.minimum(following, clients / (overhead + lifetime))
+        following = np.minimum(following, clients / (outside(mean, lifetime) + lifetime))
         moved = np.abs(following - x) / x
         x = x + DAMPING * (following - x)
         if np.all(moved < TOLERANCE):
@@ -298,12 +314,13 @@ def aggregated_steady_state(
     # The throughput of the final step times (the damped iterate lags them a little, and TTFT
     # below is a small difference of large times).
     in_server = decode * mean
+    overhead = outside(mean, first + in_server)
     x = np.minimum(slots / (first + in_server), cap / np.maximum(in_server, 1e-12))
     x = np.minimum(x, clients / (overhead + first + in_server))
     if not (config.chunked_prefill or config.prefill_first):
         x, in_server = _waves(table, slots, x, in_server)
-    # Clients beyond the requests running wait for a slot: C = X x (overhead + wait + time in
-    # the server); the request overhead is part of the TTFT a client sees.
+    # Clients beyond the requests running wait for a slot: C = X x (request path + wait + time
+    # in the server); the request path is part of the TTFT a client sees.
     ttft = np.maximum(clients / x - in_server - overhead, first) + overhead
     tpot = in_server / max(request.output_tokens - 1, 1)
     return SteadyState(clients, ttft, tpot, x, np.full(clients.shape, fits))
@@ -363,7 +380,13 @@ def disaggregated_steady_state(
     steps = decode_steps(request, decode.config.tokens_per_step)
     new, budget = request.new_tokens, float(prefill.config.token_budget)
     transfer = float(kv_transfer_seconds(deployment, request.prompt_tokens))
-    overhead = prefill.config.request_overhead_s  # the prefill instance receives the request
+    # The prefill instance receives the request (front end, tokenization, any fitted
+    # overhead); the decode instance streams the tokens.
+    overhead = (
+        prefill.config.request_overhead_s
+        + float(prefill.config.request_path.to_scheduler_s(request.prompt_tokens))
+        + decode.config.request_path.delivery_s
+    )
 
     def prompt_steps(prompts: np.ndarray) -> np.ndarray:
         """Seconds to read ``prompts`` prompts together, in steps of the budget."""

@@ -29,11 +29,19 @@ from idealized_runtime.cost_model.hardware.engines.kernel_fit import (
 from idealized_runtime.cost_model.hardware.engines.step import SchedulerDefaults
 
 # Each engine's defaults as its OpenAI-compatible server starts on a datacenter GPU (>= 80 GB);
-# the host times per step are a priori figures; the request overheads are what
-# benchmarks/serving_vs_published.py fits on InferenceX's DeepSeek-R1 points at concurrency <= 8
-# (median of published minus simulated TTFT; no vLLM points there: 0).
+# the host times per step are a priori figures. The request path (hardware.engines.request_path):
+# tokenization and incremental detokenization per token as benchmarks/tokenizer_costs.py
+# measures a Hugging Face fast tokenizer (a 128k-token byte-level BPE, random-token prompts of
+# 1k-8k tokens: encode 1.2-5.0 us per token, decode 1.8-2.3 us; medians rounded); the front end's
+# hand-offs a priori, about 0.5 ms per Python process hop the engine's code makes (below); the
+# scheduler's look-ahead from the engines' overlap schedulers. No residual request overhead: it
+# is fitted across models (benchmarks/serving_vs_published.py, leave one model out), and the
+# published serving figures at load hold one model (DeepSeek-R1), so none is fitted yet.
 DECODE_OVERHEAD_S = 0.5e-3  # a decode step replayed from a CUDA graph: schedule, sample, launch
 STEP_OVERHEAD_S = 2.0e-3  # a step with prompt chunks runs outside the graphs
+TOKENIZE_S_PER_TOKEN = 3.0e-6
+DETOKENIZE_S_PER_TOKEN = 2.0e-6
+HOP_S = 0.5e-3  # one hand-off between an engine's Python processes (ZMQ/IPC, pickling)
 
 
 def _scheduler(**own: Any) -> SchedulerDefaults:
@@ -44,6 +52,9 @@ def _scheduler(**own: Any) -> SchedulerDefaults:
         cuda_graph_step=8,
         decode_overhead_s=DECODE_OVERHEAD_S,
         step_overhead_s=STEP_OVERHEAD_S,
+        tokenize_s_per_token=TOKENIZE_S_PER_TOKEN,
+        detokenize_s_per_token=DETOKENIZE_S_PER_TOKEN,
+        request_overhead_s=0.0,
         **own,
     )
 
@@ -51,10 +62,13 @@ def _scheduler(**own: Any) -> SchedulerDefaults:
 NOTES = (
     "Kernel parameters fitted on the engine's measured kernels (held-out shapes: errors per "
     "operation); scheduler defaults and admission rule from the engine's documented defaults "
-    "and source; host times per step a priori; request_overhead_s (TTFT the kernels do not "
-    "explain: HTTP, tokenization, first-token delivery) fitted by "
-    "benchmarks/serving_vs_published.py as the median of published minus simulated TTFT over "
-    "the engine's InferenceX DeepSeek-R1 points at concurrency <= 8 (none for vLLM: 0)"
+    "and source; host times per step a priori; the request path from the engine's code and "
+    "measurements: tokenize_s_per_token and detokenize_s_per_token measured on a Hugging Face "
+    "fast tokenizer (benchmarks/tokenizer_costs.py), request_http_s and stream_s a priori "
+    "(0.5 ms per hand-off between the engine's processes), schedule_ahead_steps from the "
+    "engine's overlap scheduler; request_overhead_s (what the request path and the kernels "
+    "leave of published TTFTs) is fitted across models only (benchmarks/serving_vs_published.py, "
+    "leave one model out): 0 while the published serving figures at load hold one model"
 )
 ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
     "vllm": (
@@ -68,9 +82,9 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "(prompt + output)",
         _scheduler(
             max_running=1024, chunked_prefill=True, prefill_first=False, memory_fraction=0.9,
-            cuda_graph_max_batch=512, admission="allocated", request_overhead_s=0.0,
-            limits_per_rank=True, unchunked_limit="sequence",
-            budget_setting="max_num_batched_tokens",
+            cuda_graph_max_batch=512, admission="allocated", limits_per_rank=True,
+            unchunked_limit="sequence", budget_setting="max_num_batched_tokens",
+            request_http_s=HOP_S, stream_s=HOP_S, schedule_ahead_steps=0,
         ),
     ),
     "sglang": (
@@ -83,9 +97,9 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "longer than it runs alone",
         _scheduler(
             max_running=4096, chunked_prefill=True, prefill_first=True, memory_fraction=0.88,
-            cuda_graph_max_batch=256, admission="ratio", request_overhead_s=0.058,
-            fuse_shared_experts=True, unchunked_limit="none", budget_setting="chunked_prefill_size",
-            unchunked_budget=16384,
+            cuda_graph_max_batch=256, admission="ratio", fuse_shared_experts=True,
+            unchunked_limit="none", budget_setting="chunked_prefill_size", unchunked_budget=16384,
+            request_http_s=HOP_S, stream_s=2 * HOP_S, schedule_ahead_steps=1,
         ),
     ),
     "tensorrt-llm": (
@@ -99,9 +113,9 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "longest prompt beside every running sequence, + 64, in 64s, at least 8192",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
-            of_free=True, cuda_graph_max_batch=128, admission="reserve", request_overhead_s=0.106,
-            limits_per_rank=True, unchunked_limit="prompt", sized_budget=True,
-            budget_setting="max_num_tokens",
+            of_free=True, cuda_graph_max_batch=128, admission="reserve", limits_per_rank=True,
+            unchunked_limit="prompt", sized_budget=True, budget_setting="max_num_tokens",
+            request_http_s=2 * HOP_S, stream_s=HOP_S, schedule_ahead_steps=1,
         ),
     ),
 }  # fmt: skip

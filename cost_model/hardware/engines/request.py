@@ -1,8 +1,10 @@
 """One request (the deployment's batch of identical sequences, sent together to an idle engine)
-through an engine's steps: the engine's request overhead (HTTP, tokenization), its prompts
-read in steps of the engine's token budget (in chunks, or whole prompts for engines that do
-not chunk), then one decode step per token (fewer with speculative decoding), each timed by the
-engine's step model.
+through an engine's steps: the engine's request path to the scheduler (HTTP, tokenization:
+``request_path``) and any fitted request overhead, its prompts read in steps of the engine's
+token budget (in chunks, or whole prompts for engines that do not chunk), then one decode step
+per token (fewer with speculative decoding), each timed by the engine's step model, and each
+token's way back to the client (detokenization, the streamed chunk). An idle engine takes the
+request in as it arrives: no wait for a step boundary.
 
 ``request_times`` gives the time to the first token and to the last; ``estimate --stack vllm``
 and the REST API's hardware-model estimate report them.
@@ -48,7 +50,10 @@ def request_times(
     """(seconds to the first token, seconds to the last) of ``model.deployment.batch_size``
     identical requests sent together to an idle engine."""
     batch = model.deployment.batch_size
-    first = model.scheduler.request_overhead_s + prompt_steps(model, batch, prompt_tokens)
+    path = model.scheduler.request_path
+    first = model.scheduler.request_overhead_s + path.first_token_s(
+        prompt_tokens, prompt_steps(model, batch, prompt_tokens)
+    )
     spec = model.deployment.speculative
     rate = spec.tokens_per_step if spec is not None else 1.0
     steps = math.ceil(max(output_tokens - 1, 0) / rate - 1e-9)

@@ -28,6 +28,7 @@ padded up to the graph's size), ``step_overhead_s`` for a step with prompt chunk
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -42,6 +43,7 @@ from idealized_runtime.cost_model.hardware.counts import (
     layer_weights,
 )
 from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels, decode_layout
+from idealized_runtime.cost_model.hardware.engines.request_path import RequestPath
 
 GB = 1e9
 # How a server lets requests into its KV cache (``cost_model.serving.admission``): whole
@@ -77,16 +79,18 @@ class SchedulerDefaults:
     (TensorRT-LLM's ``max_batch_size`` and ``max_num_tokens``; each of vLLM's data-parallel
     engine cores takes ``max_num_seqs`` and ``max_num_batched_tokens``), else for the whole
     instance, shared among its ranks (SGLang divides its flags among them);
-    ``request_overhead_s``: seconds from a request's arrival until the scheduler sees it (HTTP,
-    tokenization, first-token delivery; fitted on serving measurements, see the stack's
-    notes); ``fuse_shared_experts``: a MoE layer's shared experts run as more routed experts
-    that every token picks, inside the grouped MoE kernel (SGLang's shared-experts fusion for
-    DeepSeek-V3/R1, which it turns off with expert parallelism, attention DP and FP4 experts),
-    else as GEMMs of their own; ``unchunked_limit``: without chunked prefill, what must fit
-    the token budget (``UNCHUNKED_LIMITS``), else the engine refuses the request;
-    ``sized_budget``: unless the budget is given, it is sized for the workload's longest
-    prompt beside the running sequences when prompts are not chunked (as deployments size
-    TensorRT-LLM's max_num_tokens; ``serving.engines.sized_token_budget``);
+    ``request_http_s``, ``tokenize_s_per_token``, ``detokenize_s_per_token``, ``stream_s``,
+    ``schedule_ahead_steps``: the request path outside the forward passes (``request_path``;
+    ``engines.request_path``); ``request_overhead_s``: what the request path and the kernels
+    leave of published TTFTs, fitted across models (0 where fewer than two models have
+    figures; see the stack's notes); ``fuse_shared_experts``: a MoE layer's shared experts run
+    as more routed experts that every token picks, inside the grouped MoE kernel (SGLang's
+    shared-experts fusion for DeepSeek-V3/R1, which it turns off with expert parallelism,
+    attention DP and FP4 experts), else as GEMMs of their own; ``unchunked_limit``: without
+    chunked prefill, what must fit the token budget (``UNCHUNKED_LIMITS``), else the engine
+    refuses the request; ``sized_budget``: unless the budget is given, it is sized for the
+    workload's longest prompt beside the running sequences when prompts are not chunked (as
+    deployments size TensorRT-LLM's max_num_tokens; ``serving.engines.sized_token_budget``);
     ``budget_setting``: the engine's name for its token budget, named in refusals and
     warnings; ``unchunked_budget``: the budget per step when prompts are not chunked, where the
     engine has another one for that (SGLang's max_prefill_tokens; 0: ``token_budget``)."""
@@ -111,6 +115,11 @@ class SchedulerDefaults:
     sized_budget: bool = False
     budget_setting: str = "token budget"
     unchunked_budget: int = 0
+    request_http_s: float = 0.0
+    tokenize_s_per_token: float = 0.0
+    detokenize_s_per_token: float = 0.0
+    stream_s: float = 0.0
+    schedule_ahead_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
@@ -128,6 +137,21 @@ class SchedulerDefaults:
                 f"unknown unchunked limit {self.unchunked_limit!r}; known: "
                 f"{', '.join(UNCHUNKED_LIMITS)}"
             )
+        if not (math.isfinite(self.request_overhead_s) and self.request_overhead_s >= 0):
+            raise InputError(f"request overhead must be >= 0 s, got {self.request_overhead_s}")
+        _ = self.request_path  # checks the path's figures
+
+    @property
+    def request_path(self) -> RequestPath:
+        """The engine's request path (HTTP, tokenization, detokenization, streaming, the
+        scheduler's look-ahead)."""
+        return RequestPath(
+            http_s=self.request_http_s,
+            tokenize_s_per_token=self.tokenize_s_per_token,
+            detokenize_s_per_token=self.detokenize_s_per_token,
+            stream_s=self.stream_s,
+            schedule_ahead_steps=self.schedule_ahead_steps,
+        )
 
     def graph_batch(self, sequences: np.ndarray) -> np.ndarray:
         """The captured graph's batch a decode-only step of ``sequences`` runs at."""

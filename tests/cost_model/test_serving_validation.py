@@ -1,0 +1,82 @@
+"""The serving benchmark's held-out fit (``benchmarks/serving_vs_published.py``): each point's
+residual request overhead comes from other models' points of other sources of its engine, never
+its own model's or source's, on synthetic residuals where the held-out model's own would move
+the fit."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+BENCHMARK: dict[str, Any] = runpy.run_path(
+    str(Path(__file__).parents[2] / "benchmarks" / "serving_vs_published.py")
+)
+Point, Residual = BENCHMARK["Point"], BENCHMARK["Residual"]
+held_out_residuals = BENCHMARK["held_out_residuals"]
+
+
+def _point(model: str, source: str, engine: str = "tensorrt-llm", clients: int = 16) -> Any:
+    return Point(engine, "h200", model, "fp8", 8, 1, False, "", 1024, 1024, clients, source)
+
+
+def _residuals(own: float) -> list[Any]:
+    return [
+        Residual("tensorrt-llm", "llama-3.1-70b", "inferencex", own),
+        Residual("tensorrt-llm", "llama-3.1-70b", "vendor-a", own),
+        Residual("tensorrt-llm", "gpt-oss-120b", "inferencex", 0.030),
+        Residual("tensorrt-llm", "gpt-oss-120b", "vendor-b", 0.010),
+        Residual("tensorrt-llm", "deepseek-r1", "vendor-c", 0.020),
+        Residual("sglang", "qwen3-32b", "vendor-d", 5.0),  # another engine: never used
+    ]
+
+
+@settings(max_examples=30, deadline=None)
+@given(own=st.floats(-5.0, 5.0, allow_nan=False))
+def test_the_held_out_models_own_residual_never_moves_its_fit(own: float) -> None:
+    point = _point("llama-3.1-70b", "vendor-x")
+    held = held_out_residuals([point], _residuals(own))[point]
+    # Median of the other models' 30, 10 and 20 ms, whatever llama's own residual is.
+    assert held.fitted and held.seconds == pytest.approx(0.020)
+    assert (held.points, held.models) == (3, 2)
+
+
+def test_nor_its_sources_other_models() -> None:
+    # An InferenceX point of gpt-oss: gpt-oss's residuals and InferenceX's llama ones are left
+    # out, leaving llama's from vendor-a and DeepSeek's from vendor-c.
+    point = _point("gpt-oss-120b", "inferencex-run-123")
+    held = held_out_residuals([point], _residuals(0.5))[point]
+    assert held.fitted and held.seconds == pytest.approx((0.5 + 0.020) / 2)
+    assert (held.points, held.models) == (2, 2)
+
+
+def test_one_model_leaves_nothing_to_fit_and_the_engines_own_value_is_used() -> None:
+    only = [Residual("sglang", "deepseek-r1", "inferencex", 0.2)] * 3
+    point = _point("deepseek-r1", "inferencex-run-9", engine="sglang")
+    held = held_out_residuals([point], only)[point]
+    assert not held.fitted and held.seconds == 0.0  # the shipped stack fits none yet
+    said = BENCHMARK["fitted_across_models"](only)
+    assert said["sglang"].startswith("not fitted: 3 points of one model")
+
+
+def test_a_residual_fitted_below_zero_is_none() -> None:
+    residuals = [Residual("vllm", "a", "s1", -0.2), Residual("vllm", "b", "s2", -0.1)]
+    point = _point("c", "s3", engine="vllm")
+    assert held_out_residuals([point], residuals)[point].seconds == 0.0
+
+
+def test_residuals_are_taken_at_low_load_from_the_bare_predictions() -> None:
+    low, high = _point("m", "inferencex-run-1", clients=4), _point("m", "inferencex-run-1")
+    measured = {low: {"ttft_s": 0.30}, high: {"ttft_s": 0.50}}
+    bare = {low: {"ttft_s": 0.25}, high: {"ttft_s": 0.40}}
+    (residual,) = BENCHMARK["residuals_of"]([low, high], measured, bare)
+    assert residual.source == "inferencex" and residual.seconds == pytest.approx(0.05)
+
+
+def test_only_selects_points_by_their_label() -> None:
+    label = BENCHMARK["_label"](_point("llama-3.1-70b", "vendor-a", clients=8))
+    assert "tensorrt-llm h200 llama-3.1-70b" in label and label.endswith(" c8")
