@@ -28,13 +28,13 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     MLA_LATENT,
     MLA_QK_DIM,
     MLA_V_DIM,
-    MOE_MEASURED_FROM_TOKENS,
     GpuKernels,
     MeasuredCurve,
     MeasuredGrid,
     OpFit,
     decode_layout,
     moe_layout,
+    moe_measured_from,
 )
 
 if TYPE_CHECKING:
@@ -519,8 +519,9 @@ def _moe_curves(
     frame: pandas.DataFrame, layouts: set[tuple[int, int, int, int]]
 ) -> tuple[dict[str, MeasuredCurve], dict]:
     """The measured MoE curve over prompt-sized token counts (from the largest measured below
-    ``MOE_MEASURED_FROM_TOKENS`` up) of every layout of a shipped architecture, per format and
-    MoE TP / EP split, keyed by ``moe_layout``. Held out: every fifth inner point predicted from
+    ``MOE_MEASURED_FROM_TOKENS`` up; MXFP4 formats over every count, ``moe_measured_from``) of
+    every layout of a shipped architecture, per format and MoE TP / EP split, keyed by
+    ``moe_layout``. Held out: every fifth inner point predicted from
     its curve without it."""
     columns = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size"]
     shipped = _rows_of(frame, columns[:4], layouts)
@@ -531,10 +532,12 @@ def _moe_curves(
         for layout, group in rows.groupby(columns):
             fastest = group.groupby("num_tokens")["latency"].min()
             tokens = fastest.index.to_numpy(dtype=np.float64)
-            below = tokens[tokens <= MOE_MEASURED_FROM_TOKENS]
-            if below.size == 0:
-                continue
-            keep = tokens >= below.max()
+            keep = np.ones(tokens.size, dtype=bool)  # every size (MXFP4)
+            if moe_measured_from(fmt) > 0:
+                below = tokens[tokens <= moe_measured_from(fmt)]
+                if below.size == 0:
+                    continue
+                keep = tokens >= below.max()
             if keep.sum() < 3:
                 continue
             tokens, seconds = tokens[keep], fastest.to_numpy(dtype=np.float64)[keep] * MS

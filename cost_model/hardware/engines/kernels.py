@@ -24,7 +24,8 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   over tokens instead (log-log; beyond the largest measured, linear in tokens): compute-bound
   grouped GEMMs run at an efficiency set by the exact shape (tiles over the expert width and
   the tokens per expert), which the one formula fitted on every layout misses (DeepSeek's at
-  TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens);
+  TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens); MXFP4 experts read it at every size
+  (``MOE_MEASURED_EVERY_SIZE``);
 - all-reduce and all-to-all: at a GPU count the engine measured, its measured latency curve
   over message sizes (interpolated in log-log; beyond the largest message, at that message's
   bandwidth): the curve bends where the algorithm changes (one-shot, two-shot, NVLS rings),
@@ -80,6 +81,17 @@ MLA_QK_DIM, MLA_V_DIM = 192, 128  # per head: nope 128 + rope 64 for q.k, 128 fo
 # over every layout follow; the measured decode-sized curves put the TPOT of TensorRT-LLM's
 # tensor-parallel fp8 DeepSeek runs on B200 27-36% over the published (docs/benchmarks.md).
 MOE_MEASURED_FROM_TOKENS = 1024
+# MXFP4 experts (gpt-oss) read their layout's measured curve at every size, decode batches
+# included: each table's MXFP4 rows mix the kernels of other checkpoints (Marlin for
+# compressed-tensors MXFP4 beside FlashInfer's or triton_kernels' gpt-oss path), so the one
+# formula over the format's rows misses the gpt-oss path by 15-75% at 8-256 tokens (vLLM on
+# B200, 32 tokens at TP 1: 0.34 ms against 0.20 ms measured), where its curve is the served path.
+MOE_MEASURED_EVERY_SIZE = ("mxfp4", "mxfp4_mxfp8")
+
+
+def moe_measured_from(fmt: str) -> float:
+    """Tokens from which a MoE step of kernel format ``fmt`` reads its layout's measured curve."""
+    return 0.0 if fmt in MOE_MEASURED_EVERY_SIZE else float(MOE_MEASURED_FROM_TOKENS)
 
 
 def moe_layout(
@@ -391,7 +403,8 @@ class GpuKernels:
         if self.moe_curves and all(np.ndim(v) == 0 for v in layout):
             curve = self.moe_curves.get(moe_layout(measured, *(float(v) for v in layout)))
             if curve is not None:
-                seconds = np.where(t >= MOE_MEASURED_FROM_TOKENS, curve.at(t), seconds)
+                start = max(moe_measured_from(measured), curve.sizes[0])  # never below it
+                seconds = np.where(t >= start, curve.at(t), seconds)
         return np.where(t > 0, seconds, 0.0)
 
     def context_attention_time(
