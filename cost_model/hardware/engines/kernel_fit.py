@@ -28,13 +28,13 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     MLA_LATENT,
     MLA_QK_DIM,
     MLA_V_DIM,
-    MOE_MEASURED_FROM_TOKENS,
     GpuKernels,
     MeasuredCurve,
     MeasuredGrid,
     OpFit,
     decode_layout,
     moe_layout,
+    moe_measured_from,
 )
 
 if TYPE_CHECKING:
@@ -64,6 +64,29 @@ MOE_FORMATS: dict[str, str] = {
     "nvfp4": "nvfp4",
     "int4_wo": "int4_wo",
     "w4a16_mxfp4": "mxfp4",
+    "w4a8_mxfp4_mxfp8": "mxfp4_mxfp8",
+}
+# The measured MoE format an engine runs a checkpoint format's experts in on a GPU, where it is
+# not the format's own. On Blackwell (SM100) TensorRT-LLM and SGLang serve MXFP4 experts
+# (gpt-oss) with MXFP8 activations: TensorRT-LLM's default MXFP4 algorithm there is
+# W4A8_MXFP4_MXFP8 (W4A16_MXFP4 on Hopper), SGLang's flashinfer_mxfp4 runner quantizes the
+# activations to MXFP8 at its default --flashinfer-mxfp4-moe-precision. TensorRT-LLM's W4A16
+# table times a path 4-5x slower at decode batches (gpt-oss-120b's experts, 32 tokens: 0.62 ms
+# against 0.15 ms on B200). vLLM keeps FlashInfer's MXFP4 x BF16 kernels there.
+BLACKWELL_GPUS = ("b200_sxm", "b300_sxm", "gb200")
+MOE_SERVED: dict[tuple[str, str], dict[str, str]] = {
+    (engine, gpu): {"mxfp4": "mxfp4_mxfp8"}
+    for engine in ("trtllm", "sglang")
+    for gpu in BLACKWELL_GPUS
+}
+# Whose measured MoE kernels stand for an engine's in a format on a GPU, where the engine's own
+# table times another kernel than it serves with: (owner engine, a kernel_source substring).
+# SGLang serves gpt-oss's MXFP4 experts on Hopper with OpenAI's triton_kernels (its
+# moe_runner_backend "triton_kernel" for GPT-OSS at EP 1); its Hopper tables time its generic
+# fused Triton MoE instead (gpt-oss-120b's experts, 32 tokens on H100: 1.13 ms), vLLM's the
+# triton_kernels path it also serves gpt-oss with there (0.38 ms).
+MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
+    ("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")
 }
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 MS = 1e-3  # the database's latencies are milliseconds
@@ -261,6 +284,8 @@ def _latency_s(shapes: pandas.DataFrame) -> np.ndarray:
 
 
 def _gemm_fit(frame: pandas.DataFrame, hardware: Hardware, fmt: str) -> tuple[OpFit, dict]:
+    """The GEMM formula with its rate growing in M, and also in N and K where that predicts
+    the held-out shapes better (a lower median error, no higher 90th percentile)."""
     shapes = _sample(_fastest(frame, ["m", "n", "k"]))
     rows = shapes[["m", "n", "k"]].to_numpy(dtype=np.float64)
     seconds = _latency_s(shapes)
@@ -270,18 +295,20 @@ def _gemm_fit(frame: pandas.DataFrame, hardware: Hardware, fmt: str) -> tuple[Op
         kernels = replace(dummy, gemm={fmt: fit})
         return kernels.gemm_time(hardware, x[:, 0], x[:, 1], x[:, 2], fmt)
 
-    return _fit(
-        [
-            _Parameter("latency_s", 5e-6, 5e-7, 1e-4),
-            _Parameter("compute", 0.7, 0.05, 1.0),
-            _Parameter("half", 32.0, 0.5, 4096.0),
-            _Parameter("bandwidth", 0.7, 0.05, 1.0),
-            _Parameter("sharpness", 3.0, 1.0, 20.0),
-        ],
-        predict,
-        rows,
-        seconds,
-    )
+    parameters = [
+        _Parameter("latency_s", 5e-6, 5e-7, 1e-4),
+        _Parameter("compute", 0.7, 0.05, 1.0),
+        _Parameter("half", 32.0, 0.5, 4096.0),
+        _Parameter("bandwidth", 0.7, 0.05, 1.0),
+        _Parameter("sharpness", 3.0, 1.0, 20.0),
+    ]
+    fit, errors = _fit(parameters, predict, rows, seconds)
+    widths = [_Parameter("half_n", 64.0, 1.0, 65536.0), _Parameter("half_k", 64.0, 1.0, 65536.0)]
+    shaped, shaped_errors = _fit([*parameters, *widths], predict, rows, seconds)
+    better = shaped_errors.get("median", 1.0) < errors.get("median", 0.0)
+    if better and shaped_errors["p90"] <= errors["p90"]:
+        return shaped, shaped_errors
+    return fit, errors
 
 
 def _moe_fit(frame: pandas.DataFrame, hardware: Hardware, fmt: str) -> tuple[OpFit, dict]:
@@ -492,8 +519,9 @@ def _moe_curves(
     frame: pandas.DataFrame, layouts: set[tuple[int, int, int, int]]
 ) -> tuple[dict[str, MeasuredCurve], dict]:
     """The measured MoE curve over prompt-sized token counts (from the largest measured below
-    ``MOE_MEASURED_FROM_TOKENS`` up) of every layout of a shipped architecture, per format and
-    MoE TP / EP split, keyed by ``moe_layout``. Held out: every fifth inner point predicted from
+    ``MOE_MEASURED_FROM_TOKENS`` up; MXFP4 formats over every count, ``moe_measured_from``) of
+    every layout of a shipped architecture, per format and MoE TP / EP split, keyed by
+    ``moe_layout``. Held out: every fifth inner point predicted from
     its curve without it."""
     columns = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size"]
     shipped = _rows_of(frame, columns[:4], layouts)
@@ -504,10 +532,12 @@ def _moe_curves(
         for layout, group in rows.groupby(columns):
             fastest = group.groupby("num_tokens")["latency"].min()
             tokens = fastest.index.to_numpy(dtype=np.float64)
-            below = tokens[tokens <= MOE_MEASURED_FROM_TOKENS]
-            if below.size == 0:
-                continue
-            keep = tokens >= below.max()
+            keep = np.ones(tokens.size, dtype=bool)  # every size (MXFP4)
+            if moe_measured_from(fmt) > 0:
+                below = tokens[tokens <= moe_measured_from(fmt)]
+                if below.size == 0:
+                    continue
+                keep = tokens >= below.max()
             if keep.sum() < 3:
                 continue
             tokens, seconds = tokens[keep], fastest.to_numpy(dtype=np.float64)[keep] * MS
@@ -622,6 +652,8 @@ def _allreduce_frame(root: Path, gpu: str, engine: str) -> tuple[Any, Path] | No
 
 def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardware) -> GpuKernels:
     """Fit every operation of ``engine`` (a database engine folder) on ``database_gpu``."""
+    import pandas
+
     files: list[Path] = []
     errors: dict[str, dict[str, float]] = {}
 
@@ -644,6 +676,18 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
     if widest is not None:
         moe_path, moe_frame = widest
         files.append(moe_path)
+        for dtype, (owner, kernel) in MOE_OWNERS.get((engine, database_gpu), {}).items():
+            owned = _widest_moe_table(root, database_gpu, owner)
+            if owned is None:
+                continue
+            owner_path, owner_frame = owned
+            rows = owner_frame[
+                (owner_frame["moe_dtype"] == dtype)
+                & owner_frame["kernel_source"].astype(str).str.contains(kernel)
+            ]
+            if len(rows):
+                files.append(owner_path)
+                moe_frame = pandas.concat([moe_frame[moe_frame["moe_dtype"] != dtype], rows])
         for distribution in MOE_DISTRIBUTIONS:
             chosen = moe_frame[moe_frame["distribution"] == distribution]
             if len(chosen):
@@ -693,6 +737,11 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
     alltoall, errors["alltoall"] = _collective_fit(
         nccl_frame[nccl_frame["op_name"] == "alltoall"], hardware, lambda n: (n - 1) / n
     )
+    served = {
+        own: measured
+        for own, measured in MOE_SERVED.get((engine, database_gpu), {}).items()
+        if measured in moe
+    }
     return GpuKernels(
         gpu=DATABASE_GPUS.get(database_gpu, database_gpu),
         version=gemm_path.parent.name,
@@ -707,6 +756,7 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         mla_decode_grids=grids,
         decode_grids=decode_grids,
         moe_curves=moe_curves,
+        moe_served=served,
         files=tuple(str(p.relative_to(root)) for p in files),
         errors=errors,
     )

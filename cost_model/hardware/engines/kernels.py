@@ -6,7 +6,9 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
 - GEMM (M tokens x K -> N): ``latency + soft_max(flops / (peak x compute x M / (M + m_half)),
   bytes / (bandwidth x HBM))`` with softness ``sharpness`` (the roofline's max as it grows);
   flops at the format's tensor-core peak (bf16, fp8 per-tensor and block-scaled, nvfp4, and
-  weight-only int4 / mxfp4 at the bf16 peak).
+  weight-only int4 / mxfp4 at the bf16 peak). Where it predicts held-out shapes better (fp8
+  above all: a 4096 x 4096 weight runs at 60% of the rate of a 65536-wide one at the same M),
+  the rate grows with N and K too, ``x N / (N + n_half) x K / (K + k_half)``.
 - attention of prompt chunks (FlashAttention / FlashInfer style): ``latency + flops / (peak x
   compute x S / (S + s_half))``, causal flops over the attended positions;
 - attention of decode tokens: ``latency + KV bytes / (bandwidth x HBM) + per_sequence x
@@ -22,7 +24,8 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   over tokens instead (log-log; beyond the largest measured, linear in tokens): compute-bound
   grouped GEMMs run at an efficiency set by the exact shape (tiles over the expert width and
   the tokens per expert), which the one formula fitted on every layout misses (DeepSeek's at
-  TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens);
+  TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens); MXFP4 experts read it at every size
+  (``MOE_MEASURED_EVERY_SIZE``);
 - all-reduce and all-to-all: at a GPU count the engine measured, its measured latency curve
   over message sizes (interpolated in log-log; beyond the largest message, at that message's
   bandwidth): the curve bends where the algorithm changes (one-shot, two-shot, NVLS rings),
@@ -56,6 +59,7 @@ WEIGHT_BYTES: dict[str, float] = {
     "nvfp4": 0.5625,
     "int4_wo": 0.53125,
     "mxfp4": 0.53125,
+    "mxfp4_mxfp8": 0.53125,
 }
 ACTIVATION_BYTES: dict[str, float] = {
     "bf16": 2.0,
@@ -64,9 +68,11 @@ ACTIVATION_BYTES: dict[str, float] = {
     "nvfp4": 0.5625,
     "int4_wo": 2.0,
     "mxfp4": 2.0,
+    "mxfp4_mxfp8": 1.03125,  # MXFP8: a one-byte scale per 32 values
 }
-# Formats whose matmuls run on the fp8 / fp4 tensor cores; the others at the bf16 peak.
-FP8_FORMATS = ("fp8", "fp8_block")
+# Formats whose matmuls run on the fp8 / fp4 tensor cores; the others at the bf16 peak (MXFP4
+# weights times MXFP8 activations run at the fp8 rate on Blackwell).
+FP8_FORMATS = ("fp8", "fp8_block", "mxfp4_mxfp8")
 FP4_FORMATS = ("nvfp4",)
 MLA_LATENT = 576  # DeepSeek's kv_lora_rank 512 + RoPE key 64, cached per token and layer
 MLA_QK_DIM, MLA_V_DIM = 192, 128  # per head: nope 128 + rope 64 for q.k, 128 for values
@@ -75,6 +81,17 @@ MLA_QK_DIM, MLA_V_DIM = 192, 128  # per head: nope 128 + rope 64 for q.k, 128 fo
 # over every layout follow; the measured decode-sized curves put the TPOT of TensorRT-LLM's
 # tensor-parallel fp8 DeepSeek runs on B200 27-36% over the published (docs/benchmarks.md).
 MOE_MEASURED_FROM_TOKENS = 1024
+# MXFP4 experts (gpt-oss) read their layout's measured curve at every size, decode batches
+# included: each table's MXFP4 rows mix the kernels of other checkpoints (Marlin for
+# compressed-tensors MXFP4 beside FlashInfer's or triton_kernels' gpt-oss path), so the one
+# formula over the format's rows misses the gpt-oss path by 15-75% at 8-256 tokens (vLLM on
+# B200, 32 tokens at TP 1: 0.34 ms against 0.20 ms measured), where its curve is the served path.
+MOE_MEASURED_EVERY_SIZE = ("mxfp4", "mxfp4_mxfp8")
+
+
+def moe_measured_from(fmt: str) -> float:
+    """Tokens from which a MoE step of kernel format ``fmt`` reads its layout's measured curve."""
+    return 0.0 if fmt in MOE_MEASURED_EVERY_SIZE else float(MOE_MEASURED_FROM_TOKENS)
 
 
 def moe_layout(
@@ -121,6 +138,8 @@ class OpFit:
     latency_s: float = 0.0
     compute: float = 1.0  # fraction of the format's tensor-core peak at full occupancy
     half: float = 0.0  # rows (tokens, positions) at which the matmul rate is half of that
+    half_n: float = 0.0  # GEMMs: output width N at which the rate is half (0: not a factor)
+    half_k: float = 0.0  # GEMMs: inner width K at which the rate is half (0: not a factor)
     bandwidth: float = 1.0  # fraction of peak HBM bandwidth
     sharpness: float = 4.0  # soft max between compute and memory time (large: the max)
     per_sequence_s: float = 0.0  # decode attention: per sequence in the batch
@@ -141,6 +160,16 @@ class OpFit:
         math_s = flops / rate
         memory_s = nbytes / (hbm * self.bandwidth)
         return self.latency_s + _soft_max(math_s, memory_s, self.sharpness)
+
+    def shape_efficiency(self, n: ArrayLike, k: ArrayLike) -> Array:
+        """The share of the matmul rate a GEMM of output width ``n`` and inner width ``k``
+        reaches (1 where the fit has no such factors)."""
+        share = np.ones_like(np.asarray(n, dtype=np.float64) * np.asarray(k, dtype=np.float64))
+        if self.half_n > 0:
+            share = share * n / (n + self.half_n)
+        if self.half_k > 0:
+            share = share * k / (k + self.half_k)
+        return share
 
     def collective(
         self, message_bytes: Array, gpus: int, ring: float, link_bytes_s: float
@@ -181,6 +210,9 @@ class OpFit:
                 "link",
             )
         }
+        for name in ("half_n", "half_k"):  # only where fitted: the other fits stay as they were
+            if getattr(self, name):
+                data[name] = round(float(getattr(self, name)), 9)
         if self.latency_by_gpus:
             data["latency_by_gpus"] = {str(n): round(v, 9) for n, v in self.latency_by_gpus.items()}
         if self.curve_by_gpus:
@@ -305,6 +337,10 @@ class GpuKernels:
     decode_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
     # MoE measured over tokens, by ``moe_layout`` (prompt-sized steps read them)
     moe_curves: dict[str, MeasuredCurve] = field(default_factory=dict)
+    # The measured MoE format the engine runs a checkpoint format's experts in, where it is
+    # not the format's own kernels (TensorRT-LLM on Blackwell: MXFP4 experts times MXFP8
+    # activations, "mxfp4" -> "mxfp4_mxfp8")
+    moe_served: dict[str, str] = field(default_factory=dict)
     files: tuple[str, ...] = ()
     errors: dict[str, dict[str, float]] = field(default_factory=dict)
 
@@ -314,7 +350,9 @@ class GpuKernels:
         return _nearest(self.gemm, fmt)
 
     def moe_fit(self, fmt: str) -> tuple[OpFit, str]:
-        return _nearest(self.moe, fmt)
+        """The fit of the MoE kernels the engine serves ``fmt`` experts with (``moe_served``),
+        or of the nearest format measured, and the format it is."""
+        return _nearest(self.moe, self.moe_served.get(fmt, fmt))
 
     # --- operation times (seconds, arrays broadcast) ----------------------------------------
 
@@ -323,7 +361,7 @@ class GpuKernels:
         m = np.asarray(m, dtype=np.float64)
         flops = 2.0 * m * n * k
         nbytes = n * k * WEIGHT_BYTES[measured] + m * k * ACTIVATION_BYTES[measured] + 2.0 * m * n
-        peak = peak_flops(hardware, measured)
+        peak = peak_flops(hardware, measured) * fit.shape_efficiency(n, k)
         hbm = hardware.memory_bandwidth_gbps * 1e9
         return np.where(
             m > 0, fit.compute_memory(flops, np.maximum(m, 1.0), nbytes, peak, hbm), 0.0
@@ -365,7 +403,8 @@ class GpuKernels:
         if self.moe_curves and all(np.ndim(v) == 0 for v in layout):
             curve = self.moe_curves.get(moe_layout(measured, *(float(v) for v in layout)))
             if curve is not None:
-                seconds = np.where(t >= MOE_MEASURED_FROM_TOKENS, curve.at(t), seconds)
+                start = max(moe_measured_from(measured), curve.sizes[0])  # never below it
+                seconds = np.where(t >= start, curve.at(t), seconds)
         return np.where(t > 0, seconds, 0.0)
 
     def context_attention_time(
@@ -443,6 +482,8 @@ class GpuKernels:
             data["moe_curves"] = {
                 key: curve.to_json() for key, curve in sorted(self.moe_curves.items())
             }
+        if self.moe_served:
+            data["moe_served"] = dict(sorted(self.moe_served.items()))
         return data
 
     @classmethod
@@ -475,6 +516,7 @@ class GpuKernels:
                     key: MeasuredCurve.from_json(curve)
                     for key, curve in dict(data.get("moe_curves", {})).items()
                 },
+                moe_served={str(k): str(v) for k, v in dict(data.get("moe_served", {})).items()},
                 **optional,
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
@@ -490,6 +532,7 @@ _STAND_INS: dict[str, tuple[str, ...]] = {
     "nvfp4": ("nvfp4", "fp8_block", "fp8", "bf16"),
     "int4_wo": ("int4_wo", "mxfp4", "bf16"),
     "mxfp4": ("mxfp4", "int4_wo", "bf16"),
+    "mxfp4_mxfp8": ("mxfp4_mxfp8", "mxfp4", "int4_wo", "bf16"),
 }
 
 

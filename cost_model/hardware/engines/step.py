@@ -278,20 +278,41 @@ class EngineStepModel:
         kv_heads = max(arch.kv_heads / tp, 1.0)
         return decode_layout(arch.num_heads / tp, element, kv_heads, arch.dim_per_head)
 
+    @cached_property
+    def _layer_groups(self) -> list[tuple[int, bool, int]]:
+        """(a layer of the group, whether its attention slides, layers in the group): the
+        layers grouped by MLP (dense or MoE) and attention kind (full or sliding window),
+        built once."""
+        arch = self.deployment.architecture
+        groups: dict[tuple[bool, bool], list[int]] = {}
+        for layer in range(arch.num_layers):
+            sliding = arch.attention_kind(layer) == "sliding" and bool(arch.sliding_window)
+            groups.setdefault((arch.is_moe_layer(layer), sliding), []).append(layer)
+        return [(layers[-1], sliding, len(layers)) for (_, sliding), layers in groups.items()]
+
     def _layers(self, work: tuple[np.ndarray, ...]) -> np.ndarray:
         """All layers over ``work``: (tokens, decode tokens, decode attended positions, prompt
-        tokens, prompt attended positions, mean chunk length, decoding sequences)."""
-        tokens = work[0]
-        arch = self.deployment.architecture
-        dense = min(arch.first_k_dense_layers, arch.num_layers) if arch.num_experts > 1 else 0
-        total = 0.0 * tokens
-        kinds = [(0, dense), (arch.num_layers - 1, arch.num_layers - dense)]
-        if arch.num_experts <= 1:
-            kinds = [(0, arch.num_layers)]
-        for layer, count in kinds:
-            if count:
-                total = total + count * self._layer(layer, work)
+        tokens, prompt attended positions, mean chunk length, decoding sequences). A sliding-
+        window layer (gpt-oss: every other) attends to at most the window per token."""
+        total = 0.0 * work[0]
+        for layer, sliding, count in self._layer_groups:
+            total = total + count * self._layer(layer, self._windowed(work) if sliding else work)
         return total
+
+    def _windowed(self, work: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """``work`` as a sliding-window layer sees it: each decode token and prompt token
+        attends to at most the window (the mean context standing for each sequence's)."""
+        tokens, decode_tokens, decode_attended, prompt, prompt_attended, chunk, sequences = work
+        window = float(self.deployment.architecture.sliding_window or 0)
+        return (
+            tokens,
+            decode_tokens,
+            np.minimum(decode_attended, decode_tokens * window),
+            prompt,
+            np.minimum(prompt_attended, prompt * window),
+            chunk,
+            sequences,
+        )
 
     def _layer(self, layer: int, work: tuple[np.ndarray, ...]) -> np.ndarray:
         tokens, decode_tokens, decode_attended, _, prompt_attended, chunk, sequences = work
