@@ -16,6 +16,7 @@ from idealized_runtime.core.types import (
     Hardware,
     Name,
     Slo,
+    SpeculativeDecoding,
     layout_label,
 )
 
@@ -47,16 +48,20 @@ class PlanWorkload(_Value):
 class PlanSettings(_Value):
     """What a plan searches, for ``workload`` under ``slo``: ``stacks`` (engine stacks and
     ``ideal``; default all), ``weights`` formats (default: the checkpoint's own and the smaller
-    formats the GPU computes natively), layouts of up to ``max_gpus`` GPUs per replica, the
-    ``modes``, and closed-loop ``concurrency`` levels per replica; ``rate``: requests/s to size
-    the fleet for. ``verify``: simulate the best configuration request by request
-    (``requests_per_client`` requests per client, at most ``max_verify_requests``)."""
+    formats the GPU computes natively; ``kv_cache``: the KV-cache format, default the engines'),
+    layouts of up to ``max_gpus`` GPUs per replica, the ``modes``, and closed-loop
+    ``concurrency`` levels per replica (refined between them around each deployment's knee);
+    ``rate``: requests/s to size the fleet for. ``verify``: simulate the best configuration
+    request by request (``requests_per_client`` requests per client, at most
+    ``max_verify_requests``); when its simulation misses the SLO, the next best, up to
+    ``verify_candidates`` in all."""
 
     stacks: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
     workload: PlanWorkload
     slo: Slo = Slo()
     rate: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
     weights: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
+    kv_cache: Name | None = None  # None: the engines' default for the weights
     modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = [
         "aggregated",
         "disaggregated",
@@ -67,6 +72,8 @@ class PlanSettings(_Value):
     verify: bool = True
     requests_per_client: Annotated[int, Field(ge=1, le=100)] = 5
     max_verify_requests: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    # Candidates simulated, best estimate first, until one meets the SLO in its simulation.
+    verify_candidates: Annotated[int, Field(ge=1, le=100)] = 8
 
 
 class PlanRequest(PlanSettings):
@@ -91,6 +98,8 @@ class PlanPoint(_Value):
     ep: int = 1
     attention_dp: int = 1
     disaggregation: Disaggregation | None = None
+    speculative: SpeculativeDecoding | None = None  # multi-token prediction
+    memory_fraction: float | None = None  # the engine's KV memory fraction (None: default)
     gpus: int  # per replica
     concurrency: int  # closed-loop clients per replica
     ttft_s: float
@@ -108,6 +117,10 @@ class PlanPoint(_Value):
         text = layout_label(self.tp, self.ep, self.attention_dp)
         if self.disaggregation is not None:
             text = f"{self.disaggregation.label} {text}"
+        if self.speculative is not None:
+            text += f" mtp{self.speculative.draft_tokens}"
+        if self.memory_fraction is not None:
+            text += f" kv{self.memory_fraction:g}"
         return text
 
     @property
@@ -145,7 +158,8 @@ class Refusal(_Value):
 
 class PlanResult(_Value):
     """The answer: frontiers per GPU and engine, the best configuration under the SLO (None
-    when none meets it) and the best per GPU, the fleet for the rate, and the search's size."""
+    when none meets it; with ``verify``, the best whose simulation meets it) and the best per
+    GPU, the fleet for the rate, and the search's size."""
 
     model: Name
     workload: PlanWorkload
@@ -157,6 +171,10 @@ class PlanResult(_Value):
     replicas: int | None = None
     gpus_for_rate: int | None = None
     verification: Verification | None = None
+    # Candidates simulated to find ``best`` (0: not verified); those whose simulation missed the
+    # SLO, best estimate first. With every candidate tried missing it, ``best`` is None.
+    verified: int = 0
+    rejected: list[PlanPoint] = []
     deployments: int  # configurations searched
     evaluated: int  # (configuration, load) points
     seconds: float  # search time, verification excluded

@@ -23,7 +23,7 @@ import numpy as np
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Deployment
-from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
+from idealized_runtime.cost_model.hardware.engines.catalog import engine_names, get_engine
 from idealized_runtime.cost_model.hardware.estimate import cost_variants
 from idealized_runtime.cost_model.planning.frontier import (
     best_under_slo,
@@ -39,7 +39,7 @@ from idealized_runtime.cost_model.planning.request import (
     Refusal,
     Verification,
 )
-from idealized_runtime.cost_model.planning.space import Candidate, candidates
+from idealized_runtime.cost_model.planning.space import MEMORY_FRACTIONS, Candidate, candidates
 from idealized_runtime.cost_model.serving.disaggregated import Server, simulate_closed_loop
 from idealized_runtime.cost_model.serving.engines import engine_server
 from idealized_runtime.cost_model.serving.prefix_cache import PrefixSharing, apply_prefix_sharing
@@ -70,7 +70,7 @@ def plan(request: PlanRequest) -> PlanResult:
     stacks = _stacks(request)
     started = time.perf_counter()
     search = _Search(request)
-    for candidate in candidates(request, stacks):
+    for candidate in candidates(request, stacks, search.fits):
         search.evaluate(candidate)
     if not search.points:
         reasons = "; ".join(sorted({r for r, _ in search.refused.most_common(3)}))
@@ -87,21 +87,53 @@ def plan(request: PlanRequest) -> PlanResult:
         if (found := best_under_slo([p for p in real if p.hardware == hardware.name]))
     ]
     seconds = time.perf_counter() - started
+    verification, verified, rejected = None, 0, []
+    if best is not None and request.verify:
+        best, verification, verified, rejected = _verified_best(request, search, real)
     replicas = gpus = None
     if best is not None and request.rate is not None:
         replicas = math.ceil(request.rate / best.requests_per_s - 1e-9)
         gpus = replicas * best.gpus
-    verification = None
-    if best is not None and request.verify:
-        verification = verify(request, best, search.servers_of(best))
     refused = [Refusal(reason=r, count=n) for r, n in search.refused.most_common()]
     return PlanResult(
         model=request.architecture.name, workload=request.workload, slo=request.slo,
         rate=request.rate, frontiers=frontiers, best=best, best_per_hardware=per_hardware,
         replicas=replicas, gpus_for_rate=gpus, verification=verification,
-        deployments=search.deployments, evaluated=search.evaluated, seconds=seconds,
-        refused=refused,
+        verified=verified, rejected=rejected, deployments=search.deployments,
+        evaluated=search.evaluated, seconds=seconds, refused=refused,
     )  # fmt: skip
+
+
+def _verified_best(
+    request: PlanRequest, search: _Search, points: list[PlanPoint]
+) -> tuple[PlanPoint | None, Verification | None, int, list[PlanPoint]]:
+    """The best point whose simulation meets the SLO, trying the points that meet it on the
+    estimate, most tokens/s per GPU first, up to ``verify_candidates``: (that point or None,
+    its verification, candidates simulated, those that missed)."""
+    eligible = sorted(
+        (p for p in points if p.meets_slo),
+        key=lambda p: (-p.output_tokens_per_s_per_gpu, p.gpus, -p.tokens_per_s_per_user),
+    )
+    rejected: list[PlanPoint] = []
+    for tried, point in enumerate(eligible[: request.verify_candidates], start=1):
+        check = verify(request, point, search.servers_of(point))
+        if check.meets_slo:
+            return point, check, tried, rejected
+        rejected.append(point)
+    return None, None, len(rejected), rejected
+
+
+def estimate_point(
+    request: PlanRequest, stack: str, deployment: Deployment, concurrency: int
+) -> PlanPoint:
+    """One deployment at one concurrency on the plan's estimator, as the plan ranks it
+    (InputError in one line when the stack cannot serve it)."""
+    search = _Search(request.model_copy(update={"concurrency": [concurrency]}))
+    search.evaluate(Candidate(stack, deployment))
+    if not search.points:
+        reasons = "; ".join(search.refused) or "no finite estimate"
+        raise InputError(f"{stack} cannot serve this deployment: {reasons}")
+    return search.points[0]
 
 
 def _stacks(request: PlanRequest) -> list[str]:
@@ -143,7 +175,8 @@ def _sharing(request: PlanRequest) -> PrefixSharing:
 
 
 class _Search:
-    """The candidates' servers and step tables (built once per instance layout) and points."""
+    """The candidates' servers and step tables (built once per instance layout and engine
+    knobs) and points."""
 
     def __init__(self, request: PlanRequest) -> None:
         self.request = request
@@ -153,15 +186,19 @@ class _Search:
         self.refused: Counter[str] = Counter()
         self.deployments = 0
         self.evaluated = 0
+        self.best_so_far = 0.0  # tokens/s per GPU of the best point meeting the SLO yet
         self._servers: dict[tuple, Server | str] = {}
         self._tables: dict[tuple, StepTable] = {}
 
-    def _server(self, stack: str, deployment: Deployment) -> Server:
+    def _server(
+        self, stack: str, deployment: Deployment, memory_fraction: float | None = None
+    ) -> Server:
         key = (stack, deployment.hardware.name, deployment.precision, deployment.tp,
-               deployment.ep, deployment.attention_dp)  # fmt: skip
+               deployment.ep, deployment.attention_dp, deployment.speculative,
+               memory_fraction)  # fmt: skip
         if key not in self._servers:
             try:
-                self._servers[key] = _build_server(stack, deployment)
+                self._servers[key] = _build_server(stack, deployment, memory_fraction)
             except InputError as error:
                 self._servers[key] = str(error)
         found = self._servers[key]
@@ -169,45 +206,116 @@ class _Search:
             raise InputError(found)
         return found
 
-    def _table(self, server: Server, request: MeanRequest) -> StepTable:
+    def fits(self, stack: str, instance: Deployment) -> bool:
+        """Whether the instance's weights fit its GPUs on ``stack`` (refusals counted once)."""
+        try:
+            self._server(stack, instance)
+        except InputError as error:
+            self.refused[str(error)] += 1
+            return False
+        return True
+
+    def levels_of(self, deployment: Deployment) -> np.ndarray:
+        """The concurrency levels of a deployment: the request's, per attention-DP rank of a
+        (decode) instance (a rank's batch, as the engines' limits count it)."""
+        return self.levels * deployment.attention_dp
+
+    def _table(self, server: Server, request: MeanRequest, levels: np.ndarray) -> StepTable:
         key = (id(server), request)
         if key not in self._tables:
-            self._tables[key] = step_table(server, request, self.levels)
+            self._tables[key] = step_table(server, request, levels)
         return self._tables[key]
 
     def servers_of(self, point: PlanPoint) -> tuple[Deployment, Server, Server | None]:
         """The deployment of ``point`` and its (decode or only) and prefill servers."""
         deployment = _deployment_of(self.request, point)
-        decode = self._server(point.stack, deployment.decode_instance())
+        decode = self._server(point.stack, deployment.decode_instance(), point.memory_fraction)
         prefill = None
         if deployment.disaggregation is not None:
             prefill = self._server(point.stack, deployment.prefill_instance())
         return deployment, decode, prefill
 
-    def evaluate(self, candidate: Candidate) -> None:
+    def _state(self, candidate: Candidate, levels: np.ndarray) -> tuple[SteadyState, Server]:
         deployment, mean = candidate.deployment, self.mean
+        all_levels = self.levels_of(deployment)
+        decode = self._server(
+            candidate.stack, deployment.decode_instance(), candidate.memory_fraction
+        )
+        if deployment.disaggregation is None:
+            table = self._table(decode, mean, all_levels)
+            return aggregated_steady_state(decode, mean, levels, table), decode
+        prefill = self._server(candidate.stack, deployment.prefill_instance())
+        prompt_side = MeanRequest(mean.prompt_tokens, 1.0, mean.cached_tokens)
+        tables = (self._table(prefill, prompt_side, 1 + 0 * all_levels),
+                  self._table(decode, mean, all_levels))  # fmt: skip
+        state = disaggregated_steady_state(deployment, prefill, decode, mean, levels, tables)
+        return state, decode
+
+    def evaluate(self, candidate: Candidate) -> None:
+        """The candidate at every level, refined around its knee; again with a larger KV
+        memory fraction where the KV cache limits the requests running."""
+        levels = self.levels_of(candidate.deployment)
         try:
-            decode = self._server(candidate.stack, deployment.decode_instance())
-            if deployment.disaggregation is None:
-                state = aggregated_steady_state(
-                    decode, mean, self.levels, self._table(decode, mean)
-                )
-            else:
-                prefill = self._server(candidate.stack, deployment.prefill_instance())
-                prompt_side = MeanRequest(mean.prompt_tokens, 1.0, mean.cached_tokens)
-                tables = (self._table(prefill, prompt_side), self._table(decode, mean))
-                state = disaggregated_steady_state(
-                    deployment, prefill, decode, mean, self.levels, tables
-                )
+            state, decode = self._state(candidate, levels)
         except InputError as error:
             self.refused[str(error)] += 1
             return
         self.deployments += 1
-        self.evaluated += len(self.levels)
+        self.evaluated += len(levels)
         if not bool(state.fits[0]):
             self.refused[f"{_describe(candidate)}: a request does not fit the KV cache"] += 1
             return
-        self.points += _points(self.request, candidate, state, mean)
+        points = _points(self.request, candidate, state, self.mean)
+        points += self._refined(candidate, points)
+        self._keep(points)
+        if candidate.memory_fraction is None and candidate.stack != IDEAL_STACK:
+            self._more_memory(candidate, decode, levels)
+
+    def _keep(self, points: list[PlanPoint]) -> None:
+        self.points += points
+        for point in points:
+            if point.meets_slo:
+                self.best_so_far = max(self.best_so_far, point.output_tokens_per_s_per_gpu)
+
+    def _more_memory(self, candidate: Candidate, decode: Server, levels: np.ndarray) -> None:
+        """The candidate with each larger KV memory fraction, when its KV cache holds fewer
+        requests than its top level and its batch limit would run."""
+        capacity = decode.config.kv_capacity_tokens
+        if capacity is None:
+            return
+        per_instance = levels[-1]
+        split = candidate.deployment.disaggregation
+        if split is not None:
+            per_instance = math.ceil(per_instance / split.decode_workers)
+        limit = min(per_instance, decode.config.max_batch)
+        if capacity // self.mean.sequence_tokens >= limit:
+            return
+        engine = get_engine(candidate.stack).scheduler
+        for fraction in MEMORY_FRACTIONS:
+            if fraction > engine.memory_fraction:
+                self.evaluate(replace(candidate, memory_fraction=fraction))
+
+    def _refined(self, candidate: Candidate, points: list[PlanPoint]) -> list[PlanPoint]:
+        """Levels between the highest meeting the SLO and the next (which misses it), in
+        ``KNEE_ROUNDS`` rounds of ``KNEE_POINTS`` geometric steps, when the missing level's
+        tokens/s per GPU (the most any level below it serves) beats the best point yet."""
+        found: list[PlanPoint] = []
+        for _ in range(KNEE_ROUNDS):
+            knee = _knee(points + found)
+            if knee is None or knee[1].output_tokens_per_s_per_gpu <= self.best_so_far:
+                break
+            low, high = knee[0].concurrency, knee[1].concurrency
+            step = (high / low) ** (1 / (KNEE_POINTS + 1))
+            levels = sorted({round(low * step**k) for k in range(1, KNEE_POINTS + 1)} - {low, high})
+            if not levels:
+                break
+            try:
+                state, _ = self._state(candidate, np.array(levels, dtype=np.float64))
+            except InputError:
+                break
+            self.evaluated += len(levels)
+            found += _points(self.request, candidate, state, self.mean)
+        return found
 
     def frontiers(self) -> list[Frontier]:
         groups: dict[tuple[str, str], list[PlanPoint]] = {}
@@ -219,14 +327,39 @@ class _Search:
         ]
 
 
-def _build_server(stack: str, deployment: Deployment) -> Server:
-    """The step times and scheduler of one instance on ``stack``."""
+# Concurrency refined around a deployment's knee: rounds, and levels per round.
+KNEE_ROUNDS = 2
+KNEE_POINTS = 3
+
+
+def _knee(points: list[PlanPoint]) -> tuple[PlanPoint, PlanPoint] | None:
+    """(the highest level meeting the SLO, the next level up, which misses it), or None."""
+    meeting = [p for p in points if p.meets_slo]
+    if not meeting:
+        return None
+    below = max(meeting, key=lambda p: p.concurrency)
+    above = min(
+        (p for p in points if p.concurrency > below.concurrency),
+        key=lambda p: p.concurrency,
+        default=None,
+    )
+    if above is None or above.concurrency <= below.concurrency + 1:
+        return None
+    return below, above
+
+
+def _build_server(
+    stack: str, deployment: Deployment, memory_fraction: float | None = None
+) -> Server:
+    """The step times and scheduler of one instance on ``stack`` (``memory_fraction``: the
+    engine's KV memory fraction, None: its default)."""
     if stack == IDEAL_STACK:
         capacity = kv_capacity_tokens(deployment)
         return Server(
             HardwareStepTime(deployment), replace(IDEAL_SERVER, kv_capacity_tokens=capacity)
         )
-    return Server(*engine_server(stack, deployment))
+    settings = {} if memory_fraction is None else {"memory_fraction": memory_fraction}
+    return Server(*engine_server(stack, deployment, settings=settings))
 
 
 def _describe(candidate: Candidate) -> str:
@@ -259,6 +392,8 @@ def _points(
                 ep=deployment.ep,
                 attention_dp=deployment.attention_dp,
                 disaggregation=deployment.disaggregation,
+                speculative=deployment.speculative,
+                memory_fraction=candidate.memory_fraction,
                 gpus=gpus,
                 concurrency=int(clients),
                 ttft_s=ttft,
@@ -278,6 +413,19 @@ def _points(
     return points
 
 
+def point_servers(
+    request: PlanRequest, point: PlanPoint
+) -> tuple[Deployment, Server, Server | None]:
+    """The deployment of ``point`` and its (decode or only) and prefill servers, as the plan
+    built them (``verify`` takes them)."""
+    deployment = _deployment_of(request, point)
+    decode = _build_server(point.stack, deployment.decode_instance(), point.memory_fraction)
+    prefill = None
+    if deployment.disaggregation is not None:
+        prefill = _build_server(point.stack, deployment.prefill_instance())
+    return deployment, decode, prefill
+
+
 def _deployment_of(request: PlanRequest, point: PlanPoint) -> Deployment:
     from idealized_runtime.cost_model.serving.engines import default_precision
 
@@ -287,7 +435,8 @@ def _deployment_of(request: PlanRequest, point: PlanPoint) -> Deployment:
     )
     layout = {"tp": point.tp, "ep": point.ep, "attention_dp": point.attention_dp}
     return Deployment(architecture=request.architecture, hardware=hardware, precision=precision,
-                      disaggregation=point.disaggregation, **layout)  # fmt: skip
+                      disaggregation=point.disaggregation, speculative=point.speculative,
+                      **layout)  # fmt: skip
 
 
 def workload_shapes(request: PlanRequest, count: int, seed: int = 0) -> list[RequestShape]:

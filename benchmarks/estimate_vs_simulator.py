@@ -1,0 +1,98 @@
+"""The plan's steady-state estimate against its own verification, on random frontier points.
+
+The plan ranks (deployment, load) points with the steady-state estimator
+(``serving.steady_state``) and verifies its answer with the request-by-request simulator
+(``planning.search.verify``: ``simulate``, or ``simulate_closed_loop`` for xPyD, at the point's
+concurrency, five requests per client, at most 1,000). Where the two disagree the simulator is the
+reference. This benchmark searches a few cases (dense and MoE, 1k-8k prompts, H100/H200/B200,
+every engine stack, aggregated and xPyD), pools the engine stacks' frontier points of up to
+``--max-clients`` clients, draws ``--points`` of them at random (seeded), verifies each, and
+prints per point and in all the median and p90 of |estimate / simulated - 1| of the median TTFT,
+the median TPOT and the output tokens/s per GPU.
+
+Usage: python benchmarks/estimate_vs_simulator.py [--points 30] [--seed 0] [--max-clients 256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.types import Slo
+from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
+from idealized_runtime.cost_model.planning.search import plan, point_servers, verify
+
+
+def cases() -> list[tuple[str, PlanRequest]]:
+    def request(model: str, gpu: str, prompt: int, output: int, **options: object) -> PlanRequest:
+        settings: dict[str, object] = {
+            "architecture": get_architecture(model),
+            "hardware": [get_hardware(gpu)],
+            "workload": PlanWorkload(
+                prompt_tokens=prompt, output_tokens=output, min_length_fraction=0.8
+            ),
+            "slo": Slo(ttft_s=2.0, tpot_s=0.05),
+            "max_gpus": 8,
+            "stacks": ["vllm", "sglang", "tensorrt-llm"],
+            "verify": False,
+        }
+        return PlanRequest(**{**settings, **options})  # type: ignore[arg-type]
+
+    return [
+        ("llama-3.3-70b fp8 8k/1k h200", request("llama-3.3-70b", "h200", 8192, 1024,
+                                                 weights=["fp8"])),
+        ("qwen3-32b 4000/500 h100", request("qwen3-32b", "h100-sxm", 4000, 500,
+                                            weights=["fp8"])),
+        ("deepseek-v3 fp8 1k/1k h200", request("deepseek-v3", "h200", 1024, 1024)),
+        ("gpt-oss-120b 1k/8k b200", request("gpt-oss-120b", "b200", 1024, 8192)),
+    ]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--points", type=int, default=30)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-clients", type=int, default=256)
+    args = parser.parse_args()
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    pool: list[tuple[PlanRequest, PlanPoint]] = []
+    for label, request in cases():
+        result = plan(request)
+        points = [
+            p for f in result.frontiers for p in f.points if p.concurrency <= args.max_clients
+        ]
+        print(f"{label}: {result.deployments} deployments, {len(points)} frontier points")
+        pool += [(request, p) for p in points]
+    rng = np.random.default_rng(args.seed)
+    chosen = [pool[i] for i in sorted(rng.choice(len(pool), args.points, replace=False))]
+    errors = []
+    for request, point in chosen:
+        start = time.perf_counter()
+        check = verify(request, point, point_servers(request, point))
+        seconds = time.perf_counter() - start
+        ratios = (
+            point.ttft_s / check.ttft_p50_s,
+            point.tpot_s / check.tpot_p50_s,
+            point.output_tokens_per_s_per_gpu / check.output_tokens_per_s_per_gpu,
+        )
+        errors.append([abs(r - 1) for r in ratios])
+        print(f"  {request.architecture.name:<14} {point.hardware:<8} {point.label:<46} "
+              f"TTFT {point.ttft_s:7.3f}/{check.ttft_p50_s:7.3f} s  "
+              f"est/sim TTFT {ratios[0]:5.2f} TPOT {ratios[1]:5.2f} tok/s {ratios[2]:5.2f} "
+              f"({seconds:.1f} s)")  # fmt: skip
+    table = np.array(errors)
+    print(f"{len(errors)} points, |estimate / simulated - 1|:")
+    for column, name in enumerate(("TTFT (median)", "TPOT (median)", "output tok/s per GPU")):
+        print(
+            f"  {name:<22} median {np.median(table[:, column]):6.1%}  "
+            f"p90 {np.percentile(table[:, column], 90):6.1%}"
+        )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
