@@ -8,7 +8,11 @@ reference. This benchmark searches a few cases (dense and MoE, 1k-8k prompts, H1
 every engine stack, aggregated and xPyD), pools the engine stacks' frontier points of up to
 ``--max-clients`` clients, draws ``--points`` of them at random (seeded), verifies each, and
 prints per point and in all the median and p90 of |estimate / simulated - 1| of the median TTFT,
-the median TPOT and the output tokens/s per GPU.
+the median TPOT and the output tokens/s per GPU. Each case runs with the lengths fixed (the
+plan's default and AIConfigurator's: closed-loop clients stay in step) and drawn from 80-100%
+(InferenceX's client). Beside the estimate, the same points on the estimator without its
+closed-loop terms (``--baseline``: the lockstep waves, the full steps at chunk boundaries and
+the nearly even arrivals at a prefill instance, i.e. this project's estimator before them).
 
 Usage: python benchmarks/estimate_vs_simulator.py [--points 30] [--seed 0] [--max-clients 256]
 """
@@ -19,13 +23,25 @@ import argparse
 import os
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import Slo
-from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
-from idealized_runtime.cost_model.planning.search import plan, point_servers, verify
+from idealized_runtime.cost_model.planning.request import (
+    PlanPoint,
+    PlanRequest,
+    PlanWorkload,
+    Verification,
+)
+from idealized_runtime.cost_model.planning.search import (
+    estimate_point,
+    mean_request,
+    plan,
+    point_servers,
+    verify,
+)
 
 
 def cases() -> list[tuple[str, PlanRequest]]:
@@ -33,9 +49,7 @@ def cases() -> list[tuple[str, PlanRequest]]:
         settings: dict[str, object] = {
             "architecture": get_architecture(model),
             "hardware": [get_hardware(gpu)],
-            "workload": PlanWorkload(
-                prompt_tokens=prompt, output_tokens=output, min_length_fraction=0.8
-            ),
+            "workload": PlanWorkload(prompt_tokens=prompt, output_tokens=output),
             "slo": Slo(ttft_s=2.0, tpot_s=0.05),
             "max_gpus": 8,
             "stacks": ["vllm", "sglang", "tensorrt-llm"],
@@ -43,7 +57,8 @@ def cases() -> list[tuple[str, PlanRequest]]:
         }
         return PlanRequest(**{**settings, **options})  # type: ignore[arg-type]
 
-    return [
+    spread = PlanWorkload(prompt_tokens=1, output_tokens=1, min_length_fraction=0.8)
+    fixed = [
         ("llama-3.3-70b fp8 8k/1k h200", request("llama-3.3-70b", "h200", 8192, 1024,
                                                  weights=["fp8"])),
         ("qwen3-32b 4000/500 h100", request("qwen3-32b", "h100-sxm", 4000, 500,
@@ -51,6 +66,26 @@ def cases() -> list[tuple[str, PlanRequest]]:
         ("deepseek-v3 fp8 1k/1k h200", request("deepseek-v3", "h200", 1024, 1024)),
         ("gpt-oss-120b 1k/8k b200", request("gpt-oss-120b", "b200", 1024, 8192)),
     ]  # fmt: skip
+    drawn = [
+        (f"{label}, 80-100%", r.model_copy(update={"workload": r.workload.model_copy(
+            update={"min_length_fraction": spread.min_length_fraction})}))
+        for label, r in fixed
+    ]  # fmt: skip
+    return [(f"{label}, fixed", r) for label, r in fixed] + drawn
+
+
+def baseline(request: PlanRequest, point: PlanPoint) -> PlanPoint:
+    """The point on the estimator without its closed-loop terms (see the module docstring)."""
+    mean = replace(mean_request(request), same_lengths=False, length_cv2=None)
+    deployment = point_servers(request, point)[0]
+    return estimate_point(request, point.stack, deployment, point.concurrency, mean=mean,
+                          memory_fraction=point.memory_fraction)  # fmt: skip
+
+
+def _ratios(point: PlanPoint, check: Verification) -> tuple[float, float, float]:
+    """Estimate / simulated: median TTFT, median TPOT, output tokens/s per GPU."""
+    return (point.ttft_s / check.ttft_p50_s, point.tpot_s / check.tpot_p50_s,
+            point.output_tokens_per_s_per_gpu / check.output_tokens_per_s_per_gpu)  # fmt: skip
 
 
 def main() -> None:
@@ -70,17 +105,15 @@ def main() -> None:
         pool += [(request, p) for p in points]
     rng = np.random.default_rng(args.seed)
     chosen = [pool[i] for i in sorted(rng.choice(len(pool), args.points, replace=False))]
-    errors = []
+    errors, before = [], []
     for request, point in chosen:
         start = time.perf_counter()
         check = verify(request, point, point_servers(request, point))
         seconds = time.perf_counter() - start
-        ratios = (
-            point.ttft_s / check.ttft_p50_s,
-            point.tpot_s / check.tpot_p50_s,
-            point.output_tokens_per_s_per_gpu / check.output_tokens_per_s_per_gpu,
-        )
+
+        ratios = _ratios(point, check)
         errors.append([abs(r - 1) for r in ratios])
+        before.append([abs(r - 1) for r in _ratios(baseline(request, point), check)])
         print(f"  {request.architecture.name:<14} {point.hardware:<8} {point.label:<46} "
               f"TTFT {point.ttft_s:7.3f}/{check.ttft_p50_s:7.3f} s  "
               f"est/sim TTFT {ratios[0]:5.2f} TPOT {ratios[1]:5.2f} tok/s {ratios[2]:5.2f} "

@@ -247,8 +247,10 @@ def _cell(value: object, ok: object = None) -> str:
 
 
 def table(rows: list[dict]) -> list[str]:
-    head = ("| case | AIC pick | AIC's figure | ours on it (est) | sim of AIC pick | our pick | "
-            "our est | AIC on ours | sim of our pick | ours / AIC (sim) | AIC s | plan s (tried) |")  # fmt: skip
+    head = (
+        "| case | AIC pick | AIC's figure | ours on it (est) | sim of AIC pick | our pick | "
+        "our est | AIC on ours | sim of our pick | ours / AIC (sim) | AIC s | plan s (tried) |"
+    )
     lines = [head, "|" + " --- |" * 12]
     for r in rows:
         ratio = "-"

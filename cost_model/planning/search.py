@@ -72,6 +72,7 @@ def plan(request: PlanRequest) -> PlanResult:
     search = _Search(request)
     for candidate in candidates(request, stacks, search.fits):
         search.evaluate(candidate)
+    search.refused = Counter({_plan_flags(r, request): n for r, n in search.refused.items()})
     if not search.points:
         reasons = "; ".join(sorted({r for r, _ in search.refused.most_common(3)}))
         raise InputError(
@@ -124,16 +125,37 @@ def _verified_best(
 
 
 def estimate_point(
-    request: PlanRequest, stack: str, deployment: Deployment, concurrency: int
+    request: PlanRequest,
+    stack: str,
+    deployment: Deployment,
+    concurrency: int,
+    *,
+    mean: MeanRequest | None = None,
+    memory_fraction: float | None = None,
 ) -> PlanPoint:
     """One deployment at one concurrency on the plan's estimator, as the plan ranks it
-    (InputError in one line when the stack cannot serve it)."""
+    (``mean``: another mean request than the workload's; InputError in one line when the
+    stack cannot serve it)."""
     search = _Search(request.model_copy(update={"concurrency": [concurrency]}))
-    search.evaluate(Candidate(stack, deployment))
-    if not search.points:
-        reasons = "; ".join(search.refused) or "no finite estimate"
-        raise InputError(f"{stack} cannot serve this deployment: {reasons}")
-    return search.points[0]
+    search.mean = mean or search.mean
+    candidate = Candidate(stack, deployment, memory_fraction)
+    state, _ = search._state(candidate, np.array([float(concurrency)]))
+    points = _points(request, candidate, state, search.mean) if bool(state.fits[0]) else []
+    if not points:
+        raise InputError(f"{_describe(candidate)}: no request fits or no finite estimate")
+    return points[0]
+
+
+# What the lower layers tell a user of ``simulate``/``estimate`` to raise, and what plan has.
+_FLAGS = ("(raise --tp)", "(raise the GPU count)")
+
+
+def _plan_flags(reason: str, request: PlanRequest) -> str:
+    """A refusal in plan's terms: the GPUs per replica are ``--max-gpus`` (plan has no --tp)."""
+    for flag in _FLAGS:
+        if flag in reason:
+            return reason.replace(flag, f"(raise --max-gpus, now {request.max_gpus})")
+    return reason
 
 
 def _stacks(request: PlanRequest) -> list[str]:
@@ -162,7 +184,15 @@ def mean_request(request: PlanRequest) -> MeanRequest:
     prompt, output = mean(workload.prompt_tokens), mean(workload.output_tokens)
     cached = float(_sharing(request).cached(round(prompt), first_of_group=False))
     longest = workload.prompt_tokens - cached
-    return MeanRequest(prompt, output, cached, longest_new_tokens=longest)
+    same = (
+        workload.min_length_fraction == 1.0
+        and workload.shared_prefix_tokens == 0
+        and not workload.prefix_hit_rate
+    )
+    f = workload.min_length_fraction
+    spread = (1 - f) ** 2 / (3 * (1 + f) ** 2)
+    return MeanRequest(prompt, output, cached, longest_new_tokens=longest, same_lengths=same,
+                       length_cv2=spread)  # fmt: skip
 
 
 def _sharing(request: PlanRequest) -> PrefixSharing:

@@ -143,7 +143,7 @@ def render_plan_html(result: PlanResult) -> str:
             else ""
         )
         answer = (
-            f'<p id="plan-best"><strong>Best under the SLO:</strong> {escape(best.hardware)}, '
+            f'<p id="plan-best"><strong>{_best_rule(result)}:</strong> {escape(best.hardware)}, '
             f"{escape(best.label)} ({best.gpus} GPUs): "
             f"{best.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU at "
             f"{best.tokens_per_s_per_user:.1f} tokens/s per user, TTFT {best.ttft_s:.2f} s."
@@ -189,6 +189,14 @@ def write_plan_report(result: PlanResult, out_dir: str | Path) -> Path:
     return path
 
 
+def _best_rule(result: PlanResult) -> str:
+    """What the best configuration is the best of: under the SLO, or (none given) the most
+    output tokens/s per GPU at any latency."""
+    if any(value for value in result.slo.model_dump().values()):
+        return "Best under the SLO"
+    return "Highest throughput (no SLO given)"
+
+
 def plan_text(result: PlanResult, frontier_points: int = 8) -> str:
     """The plan as text (``plan``'s output): the question, the best configuration and its
     fleet, the best per GPU, each frontier (``frontier_points`` of its points, spread along it)
@@ -205,11 +213,18 @@ def plan_text(result: PlanResult, frontier_points: int = 8) -> str:
         "",
     ]
     best = result.best
-    if best is None:
+    if best is None and result.rejected:
+        lines.append(
+            f"no configuration meets the SLO in its simulation ({result.verified} candidates "
+            "simulated, best estimate first; the frontiers below show what is reached)"
+        )
+    elif best is None:
         lines.append("no configuration meets the SLO (the frontiers below show what is reached)")
     else:
+        rule = _best_rule(result)
         lines.append(
-            f"best under the SLO: {best.hardware}, {best.label} ({best.gpus} GPUs per replica)"
+            f"{rule[0].lower()}{rule[1:]}: {best.hardware}, {best.label} "
+            f"({best.gpus} GPUs per replica)"
         )
         lines.append(
             f"  TTFT {best.ttft_s:.3g} s, TPOT {best.tpot_s * 1e3:.3g} ms "
@@ -231,8 +246,9 @@ def plan_text(result: PlanResult, frontier_points: int = 8) -> str:
             )
         check = result.verification
         if check is not None:
+            tried = f", {result.verified} candidates simulated" if result.verified > 1 else ""
             lines.append(
-                f"  simulated request by request ({check.requests} requests): TTFT p50 "
+                f"  simulated request by request ({check.requests} requests{tried}): TTFT p50 "
                 f"{check.ttft_p50_s:.3g} s (p90 {check.ttft_p90_s:.3g}), TPOT p50 "
                 f"{check.tpot_p50_s * 1e3:.3g} ms (p90 {check.tpot_p90_s * 1e3:.3g}), "
                 f"{check.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU; SLO "
