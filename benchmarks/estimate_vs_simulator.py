@@ -11,8 +11,9 @@ prints per point and in all the median and p90 of |estimate / simulated - 1| of 
 the median TPOT and the output tokens/s per GPU. Each case runs with the lengths fixed (the
 plan's default and AIConfigurator's: closed-loop clients stay in step) and drawn from 80-100%
 (InferenceX's client). Beside the estimate, the same points on the estimator without its
-closed-loop terms (``--baseline``: the lockstep waves, the full steps at chunk boundaries and
-the nearly even arrivals at a prefill instance, i.e. this project's estimator before them).
+closed-loop terms (the "baseline" column: without the lockstep waves, the full steps at chunk
+boundaries and the nearly even arrivals at a prefill instance, i.e. this project's estimator
+before them).
 
 Usage: python benchmarks/estimate_vs_simulator.py [--points 30] [--seed 0] [--max-clients 256]
 """
@@ -110,21 +111,22 @@ def main() -> None:
         start = time.perf_counter()
         check = verify(request, point, point_servers(request, point))
         seconds = time.perf_counter() - start
-
-        ratios = _ratios(point, check)
+        ratios, old = _ratios(point, check), _ratios(baseline(request, point), check)
         errors.append([abs(r - 1) for r in ratios])
-        before.append([abs(r - 1) for r in _ratios(baseline(request, point), check)])
+        before.append([abs(r - 1) for r in old])
         print(f"  {request.architecture.name:<14} {point.hardware:<8} {point.label:<46} "
               f"TTFT {point.ttft_s:7.3f}/{check.ttft_p50_s:7.3f} s  "
               f"est/sim TTFT {ratios[0]:5.2f} TPOT {ratios[1]:5.2f} tok/s {ratios[2]:5.2f} "
-              f"({seconds:.1f} s)")  # fmt: skip
-    table = np.array(errors)
-    print(f"{len(errors)} points, |estimate / simulated - 1|:")
+              f"(baseline TTFT {old[0]:5.2f}; {seconds:.1f} s)")  # fmt: skip
+    print(f"{len(errors)} points, |estimate / simulated - 1| (median, p90):")
+    print(f"  {'':<22} {'estimate':>16} {'baseline':>16}")
+    now, then = np.array(errors), np.array(before)
     for column, name in enumerate(("TTFT (median)", "TPOT (median)", "output tok/s per GPU")):
-        print(
-            f"  {name:<22} median {np.median(table[:, column]):6.1%}  "
-            f"p90 {np.percentile(table[:, column], 90):6.1%}"
-        )
+        cells = [
+            f"{np.median(t[:, column]):6.1%} {np.percentile(t[:, column], 90):7.1%}"
+            for t in (now, then)
+        ]
+        print(f"  {name:<22} {cells[0]:>16} {cells[1]:>16}")
 
 
 if __name__ == "__main__":

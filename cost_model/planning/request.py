@@ -144,7 +144,10 @@ class Verification(_Value):
     ttft_p90_s: float
     tpot_p50_s: float
     tpot_p90_s: float
+    # Output tokens/s per GPU while every client is in its steady cycle (the run's ramp-up and
+    # drain left out, ``search.steady_output_tokens_per_s``), and over the whole run.
     output_tokens_per_s_per_gpu: float
+    run_output_tokens_per_s_per_gpu: float | None = None
     meets_slo: bool  # the medians against the SLO
     passes: int = 1  # closed-loop passes of a disaggregated simulation
 

@@ -504,7 +504,8 @@ def verify(
         rows, passes = result.rows, result.passes
     summary = summarize_level(request.architecture.name, "plan", rows, request.slo)
     ttft, tpot = summary.ttft_s, summary.tpot_s
-    per_gpu = summary.output_tokens_per_s / point.gpus
+    steady = steady_output_tokens_per_s(rows, point.concurrency)
+    per_gpu = (steady or summary.output_tokens_per_s) / point.gpus
     p50 = (ttft.p50 or math.inf, tpot.p50 or 0.0)
     return Verification(
         requests=summary.requests,
@@ -513,6 +514,29 @@ def verify(
         tpot_p50_s=p50[1],
         tpot_p90_s=tpot.p90 or 0.0,
         output_tokens_per_s_per_gpu=per_gpu,
+        run_output_tokens_per_s_per_gpu=summary.output_tokens_per_s / point.gpus,
         meets_slo=meets(request.slo, p50[0], p50[1], request.workload.output_tokens),
         passes=passes,
     )
+
+
+def steady_output_tokens_per_s(rows: list[dict], concurrency: int) -> float | None:
+    """Output tokens/s of a closed-loop run while every client has a request in flight past
+    its first: from the end of the last of the first ``concurrency`` requests to the start of
+    the last request sent (the run's ramp-up, every client's first prompt at t = 0, and its
+    drain left out, as the steady-state estimate leaves them out); None when the run is too
+    short to have such a window."""
+    served = [r for r in rows if r["ok"]]
+    first = [r["finished_at_s"] for r in served if r["request_index"] < concurrency]
+    if not first or len(served) <= concurrency:
+        return None
+    begin, end = max(first), max(r["started_at_s"] for r in served)
+    if end <= begin:
+        return None
+    tokens = 0
+    for row in served:
+        gaps = np.asarray(row["inter_token_latencies_s"], dtype=np.float64)
+        start = row["started_at_s"] + row["ttft_s"]
+        times = start + np.concatenate([[0.0], np.cumsum(gaps)])
+        tokens += int(np.count_nonzero((times >= begin) & (times < end)))
+    return tokens / (end - begin)

@@ -19,6 +19,7 @@ from idealized_runtime.cost_model.planning.search import (
     mean_request,
     plan,
     point_servers,
+    steady_output_tokens_per_s,
     verify,
 )
 from idealized_runtime.cost_model.planning.space import (
@@ -200,3 +201,15 @@ def test_a_rate_without_an_slo_says_it_took_the_highest_throughput() -> None:
     text = plan_text(result)
     assert "highest throughput (no SLO given)" in text and "best under the SLO" not in text
     assert "best under the SLO" in plan_text(plan(request(verify=False)))
+
+
+def test_the_simulated_throughput_is_taken_while_every_client_cycles() -> None:
+    """One client, three requests of ten tokens at one token a second, back to back: the
+    window runs from the first request's end (10 s) to the last one's start (20 s)."""
+    rows = [
+        {"ok": True, "request_index": i, "started_at_s": 10.0 * i, "ttft_s": 1.0,
+         "inter_token_latencies_s": [1.0] * 9, "finished_at_s": 10.0 * i + 10.0}
+        for i in range(3)
+    ]  # fmt: skip
+    assert steady_output_tokens_per_s(rows, 1) == pytest.approx(1.0)
+    assert steady_output_tokens_per_s(rows[:1], 1) is None  # no window: one request per client
