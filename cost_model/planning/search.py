@@ -72,6 +72,7 @@ def plan(request: PlanRequest) -> PlanResult:
     search = _Search(request)
     for candidate in candidates(request, stacks, search.fits):
         search.evaluate(candidate)
+    search.finish()
     search.refused = Counter({_plan_flags(r, request): n for r, n in search.refused.items()})
     if not search.points:
         reasons = "; ".join(sorted({r for r, _ in search.refused.most_common(3)}))
@@ -109,19 +110,52 @@ def _verified_best(
     request: PlanRequest, search: _Search, points: list[PlanPoint]
 ) -> tuple[PlanPoint | None, Verification | None, int, list[PlanPoint]]:
     """The best point whose simulation meets the SLO, trying the points that meet it on the
-    estimate, most tokens/s per GPU first, up to ``verify_candidates``: (that point or None,
-    its verification, candidates simulated, those that missed)."""
+    estimate, most tokens/s per GPU first, up to ``verify_candidates`` simulated: (that point
+    or None, its verification, candidates simulated, those that missed). A miss teaches what
+    the estimate misses by: the deployment's other points are skipped at as many clients or
+    more, and its family's (``_family_key``) unless their TTFT and TPOT, scaled by the largest
+    simulated / estimated of the family's misses, still meet the SLO."""
     eligible = sorted(
         (p for p in points if p.meets_slo),
         key=lambda p: (-p.output_tokens_per_s_per_gpu, p.gpus, -p.tokens_per_s_per_user),
     )
     rejected: list[PlanPoint] = []
-    for tried, point in enumerate(eligible[: request.verify_candidates], start=1):
+    missed: dict[tuple, int] = {}  # deployment -> clients of its miss
+    ratios: dict[tuple, tuple[float, float]] = {}  # family -> simulated / estimated TTFT, TPOT
+    output = request.workload.output_tokens
+    for point in eligible:
+        if len(rejected) >= request.verify_candidates:
+            break
+        key, family = _deployment_key(point), _family_key(point)
+        if point.concurrency >= missed.get(key, math.inf):
+            continue
+        if family in ratios:
+            ttft_ratio, tpot_ratio = ratios[family]
+            if not meets(request.slo, point.ttft_s * ttft_ratio, point.tpot_s * tpot_ratio,
+                         output):  # fmt: skip
+                continue
         check = verify(request, point, search.servers_of(point))
         if check.meets_slo:
-            return point, check, tried, rejected
+            return point, check, len(rejected) + 1, rejected
         rejected.append(point)
+        missed[key] = point.concurrency
+        seen = ratios.get(family, (0.0, 0.0))
+        ratios[family] = (max(seen[0], check.ttft_p50_s / max(point.ttft_s, 1e-12)),
+                          max(seen[1], check.tpot_p50_s / max(point.tpot_s, 1e-12)))  # fmt: skip
     return None, None, len(rejected), rejected
+
+
+def _deployment_key(point: PlanPoint) -> tuple:
+    """What makes a point's deployment: all but its load and figures."""
+    return (point.hardware, point.stack, point.weights, point.kv_cache, point.layout)
+
+
+def _family_key(point: PlanPoint) -> tuple:
+    """Deployments whose estimates miss alike: the same GPU, engine, formats, mode, attention
+    groups and drafts (their scheduling is the same; expert splits and memory differ)."""
+    drafts = point.speculative.draft_tokens if point.speculative else 0
+    return (point.hardware, point.stack, point.weights, point.kv_cache, point.mode,
+            point.attention_dp, drafts)  # fmt: skip
 
 
 def estimate_point(
@@ -219,6 +253,7 @@ class _Search:
         self.best_so_far = 0.0  # tokens/s per GPU of the best point meeting the SLO yet
         self._servers: dict[tuple, Server | str] = {}
         self._tables: dict[tuple, StepTable] = {}
+        self._pending: list[tuple[Candidate, list[PlanPoint], Server]] = []
 
     def _server(
         self, stack: str, deployment: Deployment, memory_fraction: float | None = None
@@ -281,9 +316,9 @@ class _Search:
         state = disaggregated_steady_state(deployment, prefill, decode, mean, levels, tables)
         return state, decode
 
-    def evaluate(self, candidate: Candidate) -> None:
-        """The candidate at every level, refined around its knee; again with a larger KV
-        memory fraction where the KV cache limits the requests running."""
+    def evaluate(self, candidate: Candidate, *, defer: bool = True) -> None:
+        """The candidate at every level; its knee refined and a larger KV memory fraction
+        tried in ``finish`` (``defer``) or at once."""
         levels = self.levels_of(candidate.deployment)
         try:
             state, decode = self._state(candidate, levels)
@@ -296,10 +331,24 @@ class _Search:
             self.refused[f"{_describe(candidate)}: a request does not fit the KV cache"] += 1
             return
         points = _points(self.request, candidate, state, self.mean)
-        points += self._refined(candidate, points)
         self._keep(points)
-        if candidate.memory_fraction is None and candidate.stack != IDEAL_STACK:
-            self._more_memory(candidate, decode, levels)
+        if defer:
+            self._pending.append((candidate, points, decode))
+        else:
+            self._keep(self._refined(candidate, points))
+
+    def finish(self) -> None:
+        """After every candidate's levels, most tokens/s per GPU first: each knee refined and
+        each larger KV memory fraction tried only while what it could reach (the throughput of
+        the level above the knee; the top level's, scaled by the KV cache gained) beats the
+        best point meeting the SLO so far."""
+        pending = sorted(self._pending, key=lambda item: -_top(item[1]))
+        self._pending = []
+        for candidate, points, _ in pending:
+            self._keep(self._refined(candidate, points))
+        for candidate, points, decode in pending:
+            if candidate.memory_fraction is None and candidate.stack != IDEAL_STACK:
+                self._more_memory(candidate, decode, points)
 
     def _keep(self, points: list[PlanPoint]) -> None:
         self.points += points
@@ -307,13 +356,13 @@ class _Search:
             if point.meets_slo:
                 self.best_so_far = max(self.best_so_far, point.output_tokens_per_s_per_gpu)
 
-    def _more_memory(self, candidate: Candidate, decode: Server, levels: np.ndarray) -> None:
+    def _more_memory(self, candidate: Candidate, decode: Server, points: list[PlanPoint]) -> None:
         """The candidate with each larger KV memory fraction, when its KV cache holds fewer
-        requests than its top level and its batch limit would run."""
+        requests than its top level and its batch limit would run (see ``finish``)."""
         capacity = decode.config.kv_capacity_tokens
         if capacity is None:
             return
-        per_instance = levels[-1]
+        per_instance = self.levels_of(candidate.deployment)[-1]
         split = candidate.deployment.disaggregation
         if split is not None:
             per_instance = math.ceil(per_instance / split.decode_workers)
@@ -322,8 +371,16 @@ class _Search:
             return
         engine = get_engine(candidate.stack).scheduler
         for fraction in MEMORY_FRACTIONS:
-            if fraction > engine.memory_fraction:
-                self.evaluate(replace(candidate, memory_fraction=fraction))
+            if fraction <= engine.memory_fraction:
+                continue
+            more = replace(candidate, memory_fraction=fraction)
+            try:
+                larger = self._server(more.stack, more.deployment.decode_instance(), fraction)
+            except InputError:
+                continue
+            gained = (larger.config.kv_capacity_tokens or capacity) / capacity
+            if _top(points) * gained > self.best_so_far:
+                self.evaluate(more, defer=False)
 
     def _refined(self, candidate: Candidate, points: list[PlanPoint]) -> list[PlanPoint]:
         """Levels between the highest meeting the SLO and the next (which misses it), in
@@ -360,6 +417,11 @@ class _Search:
 # Concurrency refined around a deployment's knee: rounds, and levels per round.
 KNEE_ROUNDS = 2
 KNEE_POINTS = 3
+
+
+def _top(points: list[PlanPoint]) -> float:
+    """The most tokens/s per GPU among ``points`` (0 for none)."""
+    return max((p.output_tokens_per_s_per_gpu for p in points), default=0.0)
 
 
 def _knee(points: list[PlanPoint]) -> tuple[PlanPoint, PlanPoint] | None:
