@@ -149,6 +149,7 @@ def _slots(server: Server, request: MeanRequest, clients: np.ndarray) -> tuple[n
 # Grid points of the tabulated step times (see ``StepTable``).
 DECODER_GRID = 24
 TOKEN_GRID = 28
+EXACT_DECODERS = 1024
 
 
 class StepTable:
@@ -165,7 +166,7 @@ class StepTable:
         self.max_decoders = max(int(max_decoders), 1)
         self.context = request.prompt_tokens + (request.output_tokens - 1) / 2
         self.budget = float(server.config.token_budget)
-        self._decode: np.ndarray | None = None
+        self._decode: tuple[np.ndarray, np.ndarray] | None = None
         self._prompts: tuple[np.ndarray, np.ndarray] | None = None
         self._mixed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -183,10 +184,15 @@ class StepTable:
     def decode(self, decoders: np.ndarray) -> np.ndarray:
         """A decode-only step of ``decoders`` sequences (at least one)."""
         if self._decode is None:
-            whole = np.arange(1, self.max_decoders + 1, dtype=np.float64)
-            self._decode = self._seconds(whole, 0 * whole, 1 + 0 * whole)
+            # Every whole batch up to EXACT_DECODERS (a CUDA graph pads its batch in steps),
+            # beyond it a geometric grid (the graphs end there; the step grows smoothly).
+            whole = np.arange(1, min(self.max_decoders, EXACT_DECODERS) + 1, dtype=np.float64)
+            if self.max_decoders > EXACT_DECODERS:
+                tail = np.geomspace(EXACT_DECODERS, self.max_decoders, DECODER_GRID)[1:]
+                whole = np.concatenate([whole, tail])
+            self._decode = whole, self._seconds(whole, 0 * whole, 1 + 0 * whole)
         d = np.clip(decoders, 1.0, self.max_decoders)
-        return np.interp(d, np.arange(1, self.max_decoders + 1), self._decode)
+        return np.interp(d, *self._decode)
 
     def prompts(self, tokens: np.ndarray) -> np.ndarray:
         """A step of ``tokens`` prompt tokens alone (chunks of the prompt, within the budget)."""
