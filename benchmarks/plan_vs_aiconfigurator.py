@@ -153,13 +153,14 @@ def _kv(row: dict, mode: str) -> str | None:
     return AIC_KV.get(str(value)) if value else None
 
 
-def aic_layout(point: PlanPoint) -> tuple[str, dict]:
-    """Our pick as ``cli_estimate``'s mode and layout arguments (attention: tp x dp)."""
+def aic_layout(point: PlanPoint, moe: bool) -> tuple[str, dict]:
+    """Our pick as ``cli_estimate``'s mode and layout arguments (attention: tp x dp; a mixture
+    of experts' GPUs: moe_tp x ep)."""
 
     def fields(prefix: str, tp: int, ep: int, dp: int, batch: int) -> dict:
-        moe = {f"{prefix}moe_tp_size": tp // ep, f"{prefix}moe_ep_size": ep} if ep > 1 else {}
+        experts = {f"{prefix}moe_tp_size": tp // ep, f"{prefix}moe_ep_size": ep} if moe else {}
         return {f"{prefix}tp_size": tp // dp, f"{prefix}attention_dp_size": dp,
-                f"{prefix}batch_size": max(batch // dp, 1), **moe}  # fmt: skip
+                f"{prefix}batch_size": max(batch // dp, 1), **experts}  # fmt: skip
 
     if point.disaggregation is None:
         return "agg", fields("", point.tp, point.ep, point.attention_dp, point.concurrency)
@@ -210,7 +211,7 @@ def run_case(case: Case, python: str, cache: dict, cache_path: Path) -> dict:
             out.update(ours=best.label, ours_est=best.output_tokens_per_s_per_gpu,
                        ours_sim=result.verification.output_tokens_per_s_per_gpu,
                        ours_sim_ok=result.verification.meets_slo)  # fmt: skip
-            mode, layout = aic_layout(best)
+            mode, layout = aic_layout(best, request.architecture.num_experts > 1)
             theirs = aic(python, _job(case, op="estimate", mode=mode, layout=layout))
             if "error" in theirs:
                 out["ours_by_aic"] = theirs["error"][:60]

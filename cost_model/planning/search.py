@@ -113,8 +113,9 @@ def _verified_best(
     estimate, most tokens/s per GPU first, up to ``verify_candidates`` simulated: (that point
     or None, its verification, candidates simulated, those that missed). A miss teaches what
     the estimate misses by: the deployment's other points are skipped at as many clients or
-    more, and its family's (``_family_key``) unless their TTFT and TPOT, scaled by the largest
-    simulated / estimated of the family's misses, still meet the SLO."""
+    more, and, after a clear miss (``FAMILY_MISS``), its family's (``_family_key``) unless
+    their TTFT and TPOT, scaled by the largest simulated / estimated of the family's misses,
+    still meet the SLO."""
     eligible = sorted(
         (p for p in points if p.meets_slo),
         key=lambda p: (-p.output_tokens_per_s_per_gpu, p.gpus, -p.tokens_per_s_per_user),
@@ -139,10 +140,17 @@ def _verified_best(
             return point, check, len(rejected) + 1, rejected
         rejected.append(point)
         missed[key] = point.concurrency
-        seen = ratios.get(family, (0.0, 0.0))
-        ratios[family] = (max(seen[0], check.ttft_p50_s / max(point.ttft_s, 1e-12)),
-                          max(seen[1], check.tpot_p50_s / max(point.tpot_s, 1e-12)))  # fmt: skip
+        # A clear miss (the estimate off by more than FAMILY_MISS) speaks for the family; a
+        # marginal one for the deployment at as many clients only.
+        seen = ratios.get(family, (1.0, 1.0))
+        ttft_ratio = check.ttft_p50_s / max(point.ttft_s, 1e-12)
+        tpot_ratio = check.tpot_p50_s / max(point.tpot_s, 1e-12)
+        if max(ttft_ratio, tpot_ratio) > FAMILY_MISS:
+            ratios[family] = (max(seen[0], ttft_ratio), max(seen[1], tpot_ratio))
     return None, None, len(rejected), rejected
+
+
+FAMILY_MISS = 1.2  # simulated / estimated beyond which a miss is taken for the whole family
 
 
 def _deployment_key(point: PlanPoint) -> tuple:
@@ -151,10 +159,12 @@ def _deployment_key(point: PlanPoint) -> tuple:
 
 
 def _family_key(point: PlanPoint) -> tuple:
-    """Deployments whose estimates miss alike: the same GPU, engine, formats, mode, attention
-    groups and drafts (their scheduling is the same; expert splits and memory differ)."""
+    """Deployments whose estimates miss alike: the same GPU, engine, formats, instances, GPUs
+    and attention groups per instance and drafts (the same scheduling; only the experts' split
+    and the KV memory fraction differ)."""
     drafts = point.speculative.draft_tokens if point.speculative else 0
-    return (point.hardware, point.stack, point.weights, point.kv_cache, point.mode,
+    split = point.disaggregation.label if point.disaggregation else ""
+    return (point.hardware, point.stack, point.weights, point.kv_cache, split, point.tp,
             point.attention_dp, drafts)  # fmt: skip
 
 
@@ -385,11 +395,13 @@ class _Search:
     def _refined(self, candidate: Candidate, points: list[PlanPoint]) -> list[PlanPoint]:
         """Levels between the highest meeting the SLO and the next (which misses it), in
         ``KNEE_ROUNDS`` rounds of ``KNEE_POINTS`` geometric steps, when the missing level's
-        tokens/s per GPU (the most any level below it serves) beats the best point yet."""
+        tokens/s per GPU (the most any level below it serves) beats ``KNEE_MARGIN`` of the best
+        point yet."""
         found: list[PlanPoint] = []
         for _ in range(KNEE_ROUNDS):
             knee = _knee(points + found)
-            if knee is None or knee[1].output_tokens_per_s_per_gpu <= self.best_so_far:
+            reach = 0.0 if knee is None else knee[1].output_tokens_per_s_per_gpu
+            if reach <= KNEE_MARGIN * self.best_so_far:
                 break
             low, high = knee[0].concurrency, knee[1].concurrency
             step = (high / low) ** (1 / (KNEE_POINTS + 1))
@@ -417,6 +429,9 @@ class _Search:
 # Concurrency refined around a deployment's knee: rounds, and levels per round.
 KNEE_ROUNDS = 2
 KNEE_POINTS = 3
+# A knee is refined while what it could reach beats this share of the best point yet: the best
+# on the estimate may miss in its simulation, and the one below it be the answer.
+KNEE_MARGIN = 0.85
 
 
 def _top(points: list[PlanPoint]) -> float:
