@@ -309,7 +309,7 @@ def aggregated_steady_state(
     ttft = np.maximum(clients / x - in_server - overhead, first) + overhead
     tpot = in_server / max(request.output_tokens - 1, 1)
     if request.same_lengths:
-        ttft, tpot, x = _lockstep(table, clients, slots, decode, (ttft, tpot, x))
+        ttft, tpot, x = _lockstep(table, clients, slots, decode, overhead, (ttft, tpot, x))
     return SteadyState(clients, ttft, tpot, x, np.full(clients.shape, fits))
 
 
@@ -337,6 +337,7 @@ def _lockstep(
     clients: np.ndarray,
     slots: np.ndarray,
     decode: float,
+    overhead: float,
     steady: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(TTFT, TPOT, requests/s) of closed-loop clients with requests of the same lengths that
@@ -368,7 +369,6 @@ def _lockstep(
     # The median of n (the mean of the two middle ones when n is even).
     first = (done(np.floor((slots + 1) / 2)) + done(np.ceil((slots + 1) / 2))) / 2
     t_decode = table.decode(slots)
-    overhead = config.request_overhead_s
     cycle = overhead + burst + decode * t_decode
     x = slots / cycle
     after_first = burst - first + decode * t_decode
