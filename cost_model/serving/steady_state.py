@@ -34,12 +34,21 @@ steps of the prompts waiting (its utilization adds the mean wait), the KV transf
 (``kv_transfer_seconds``) follows, and each decode instance holds d = X / y x D x t_decode(d)
 sequences; X follows from C = X (TTFT + D t_decode).
 
-What the estimate leaves out: the ramp-up and drain of a finite run (every client's first
-request arrives at t = 0), the spread of the lengths (it takes their means) and FCFS waits
-for the KV cache beyond the mean, and the way a request overhead spreads resubmissions over
-the steps under load (prompts then queue behind one another: with a 78 ms overhead, the
-simulator's median TTFT at 32 clients was 1.5x the estimate's). Medians from ``simulate`` are
-the figures to compare it to.
+Closed-loop clients are not Poisson arrivals. With requests of the same lengths
+(``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
+requests on the same step they stay in step, each turn one burst of prompts then decoding
+together (``_lockstep``); elsewhere the first burst staggers their ends, prompts reach the
+scheduler one after another and every step is full (``_full_steps``), and a prefill instance
+receives the first burst's groups together on every turn. With lengths spread a little
+(``MeanRequest.length_cv2``) arrivals at a prefill instance are nearly evenly spaced, and the
+wait is Kingman's G/G/1 with that variability.
+
+What the estimate leaves out: the drain of the first burst over a finite run (every client's
+first request arrives at t = 0; near a prefill instance's saturation it takes a few turns), the
+spread of the lengths (it takes their means) and FCFS waits for the KV cache beyond the mean,
+TensorRT-LLM's whole prompts queueing behind staggered decoders, and the way a request overhead
+spreads resubmissions over the steps under load. Medians from ``simulate`` are the figures to
+compare it to (``benchmarks/estimate_vs_simulator.py``).
 """
 
 from __future__ import annotations
