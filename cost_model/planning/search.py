@@ -53,6 +53,7 @@ from idealized_runtime.cost_model.serving.steady_state import (
     SteadyState,
     StepTable,
     aggregated_steady_state,
+    decode_steps,
     disaggregated_steady_state,
     step_table,
 )
@@ -71,7 +72,8 @@ def plan(request: PlanRequest) -> PlanResult:
     started = time.perf_counter()
     search = _Search(request)
     for candidate in candidates(request, stacks, search.fits):
-        search.evaluate(candidate)
+        if not search.prefill_surplus(candidate):
+            search.evaluate(candidate)
     search.finish()
     search.refused = Counter({_plan_flags(r, request): n for r, n in search.refused.items()})
     if not search.points:
@@ -261,6 +263,7 @@ class _Search:
         self.deployments = 0
         self.evaluated = 0
         self.best_so_far = 0.0  # tokens/s per GPU of the best point meeting the SLO yet
+        self.pruned = 0  # xPyD candidates with a prefill instance to spare
         self._servers: dict[tuple, Server | str] = {}
         self._tables: dict[tuple, StepTable] = {}
         self._pending: list[tuple[Candidate, list[PlanPoint], Server]] = []
@@ -289,6 +292,38 @@ class _Search:
             self.refused[str(error)] += 1
             return False
         return True
+
+    def prefill_surplus(self, candidate: Candidate) -> bool:
+        """Whether an xPyD candidate has a prefill instance more than it can use: one fewer
+        would still read ``SURPLUS`` times the prompts its decode instances can take at their
+        most (every slot busy), so the pair with one fewer serves as much at every load on
+        fewer GPUs, its prefill instances at most 1 / SURPLUS busy (counted in ``pruned``)."""
+        deployment, split = candidate.deployment, candidate.deployment.disaggregation
+        if split is None or split.prefill_workers == 1:
+            return False
+        try:
+            prefill = self._server(candidate.stack, deployment.prefill_instance())
+            decode = self._server(candidate.stack, deployment.decode_instance())
+        except InputError:
+            return False
+        mean, levels = self.mean, self.levels_of(deployment)
+        prompt_side = MeanRequest(mean.prompt_tokens, 1.0, mean.cached_tokens)
+        prompts = self._table(prefill, prompt_side, 1 + 0 * levels)
+        budget = float(prefill.config.token_budget)
+        full = max(math.floor(budget / mean.new_tokens), 1)
+        steps = math.ceil(full * mean.new_tokens / budget)
+        step = float(prompts.prompts(np.array([full * mean.new_tokens / steps]))[0])
+        per_prefill = full / (steps * step)
+        table = self._table(decode, mean, levels)
+        capacity = decode.config.kv_capacity_tokens
+        kv = math.inf if capacity is None else capacity // mean.sequence_tokens
+        slots = float(max(min(decode.config.max_batch, kv, table.max_decoders), 1))
+        turn = decode_steps(mean, decode.config.tokens_per_step)
+        per_decode = slots / (turn * float(table.decode(np.array([slots]))[0]))
+        if (split.prefill_workers - 1) * per_prefill >= SURPLUS * split.decode_workers * per_decode:
+            self.pruned += 1
+            return True
+        return False
 
     def levels_of(self, deployment: Deployment) -> np.ndarray:
         """The concurrency levels of a deployment: the request's, per attention-DP rank of a
@@ -425,6 +460,8 @@ class _Search:
             for (hardware, stack), points in groups.items()
         ]
 
+
+SURPLUS = 1.5  # prefill capacity beyond the decode pool's at which an instance is spare
 
 # Concurrency refined around a deployment's knee: rounds, and levels per round.
 KNEE_ROUNDS = 2
