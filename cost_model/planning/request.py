@@ -62,6 +62,7 @@ class PlanSettings(_Value):
     rate: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
     weights: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
     kv_cache: Name | None = None  # None: the engines' default for the weights
+    mtp: bool = True  # search multi-token prediction where a model's acceptance is published
     modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = [
         "aggregated",
         "disaggregated",

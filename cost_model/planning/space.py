@@ -152,7 +152,8 @@ def candidates(
                     if (not ideal or lay.ep == lay.attention_dp == 1)
                     and fits(stack, _with_layout(base, lay))
                 ]
-                for speculative in speculative_options(arch, stack):
+                drafts = speculative_options(arch, stack) if request.mtp else [None]
+                for speculative in drafts:
                     drafted = base.model_copy(update={"speculative": speculative})
                     if "aggregated" in request.modes:
                         for lay in mine:

@@ -74,6 +74,8 @@ def test_multi_token_prediction_is_searched_where_its_acceptance_is_published() 
     drafts = {c.deployment.speculative and c.deployment.speculative.draft_tokens
               for c in candidates(deepseek, ["sglang"])}  # fmt: skip
     assert drafts == {None, 1, 3}
+    plain = deepseek.model_copy(update={"mtp": False})
+    assert all(c.deployment.speculative is None for c in candidates(plain, ["sglang"]))
     assert all(c.deployment.speculative is None for c in candidates(request(), ["vllm"]))
 
 
