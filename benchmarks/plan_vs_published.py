@@ -16,8 +16,8 @@ throughput per GPU. Two comparisons, each point predicted without anything from 
   weights, lengths and mode, its frontier's throughput per GPU at the published point's tokens/s
   per user (linear between frontier points; its top throughput below the frontier's slowest
   point; "beyond" when the published point is faster per user than any planned one). Points
-  with multi-token prediction are left out of this one (the plan does not search speculative
-  decoding).
+  with multi-token prediction are left out of this one (the plan searches without it here,
+  ``mtp=False``).
 
 The workload is the client's: lengths drawn from 80-100% of the stated ones, taken at their
 means; multi-token prediction as 3 draft tokens accepted at 0.7 (the sources state neither).
@@ -201,6 +201,7 @@ def planned_frontier(point: Published) -> list[tuple[float, float]]:
         workload=PlanWorkload(prompt_tokens=point.prompt_tokens,
                               output_tokens=point.output_tokens, min_length_fraction=SHORTEST),
         max_gpus=8 if point.prefill is None else 64, concurrency=LEVELS, verify=False,
+        mtp=False,  # the points compared ran without speculative decoding
     ))  # fmt: skip
     return [(p.tokens_per_s_per_user, p.output_tokens_per_s_per_gpu)
             for f in result.frontiers for p in f.points]  # fmt: skip

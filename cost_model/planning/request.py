@@ -16,6 +16,7 @@ from idealized_runtime.core.types import (
     Hardware,
     Name,
     Slo,
+    SpeculativeDecoding,
     layout_label,
 )
 
@@ -47,18 +48,22 @@ class PlanWorkload(_Value):
 class PlanSettings(_Value):
     """What a plan searches, for ``workload`` under ``slo``: ``stacks`` (engine stacks and
     ``ideal``; default all), ``weights`` formats (default: the checkpoint's own and the smaller
-    formats the GPU computes natively), layouts of up to ``max_gpus`` GPUs per replica, the
-    ``modes``, closed-loop ``concurrency`` levels per replica, and the engines' token budgets
-    per step (``token_budgets``; default: ``space.TOKEN_BUDGETS``, pruned per engine);
-    ``rate``: requests/s to size the fleet for. ``verify``: simulate the best configuration
-    request by request (``requests_per_client`` requests per client, at most
-    ``max_verify_requests``)."""
+    formats the GPU computes natively; ``kv_cache``: the KV-cache format, default the engines'),
+    layouts of up to ``max_gpus`` GPUs per replica, the ``modes``, closed-loop ``concurrency``
+    levels per replica (refined between them around each deployment's knee), and the engines'
+    token budgets per step (``token_budgets``; default: ``space.TOKEN_BUDGETS``, pruned per
+    engine); ``rate``: requests/s to size the fleet for. ``verify``: simulate the best
+    configuration request by request (``requests_per_client`` requests per client, at most
+    ``max_verify_requests``); when its simulation misses the SLO, the next best, up to
+    ``verify_candidates`` in all."""
 
     stacks: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
     workload: PlanWorkload
     slo: Slo = Slo()
     rate: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
     weights: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
+    kv_cache: Name | None = None  # None: the engines' default for the weights
+    mtp: bool = True  # search multi-token prediction where a model's acceptance is published
     modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = [
         "aggregated",
         "disaggregated",
@@ -71,6 +76,8 @@ class PlanSettings(_Value):
     verify: bool = True
     requests_per_client: Annotated[int, Field(ge=1, le=100)] = 5
     max_verify_requests: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    # Candidates simulated, best estimate first, until one meets the SLO in its simulation.
+    verify_candidates: Annotated[int, Field(ge=1, le=100)] = 8
 
 
 class PlanRequest(PlanSettings):
@@ -98,6 +105,8 @@ class PlanPoint(_Value):
     # Tokens per step (per attention-DP rank where the engine counts so); None: the ideal
     # server's, or the engine's default (sized for the prompts where it does not chunk them).
     token_budget: int | None = None
+    speculative: SpeculativeDecoding | None = None  # multi-token prediction
+    memory_fraction: float | None = None  # the engine's KV memory fraction (None: default)
     gpus: int  # per replica
     concurrency: int  # closed-loop clients per replica
     ttft_s: float
@@ -115,6 +124,10 @@ class PlanPoint(_Value):
         text = layout_label(self.tp, self.ep, self.attention_dp)
         if self.disaggregation is not None:
             text = f"{self.disaggregation.label} {text}"
+        if self.speculative is not None:
+            text += f" mtp{self.speculative.draft_tokens}"
+        if self.memory_fraction is not None:
+            text += f" kv{self.memory_fraction:g}"
         return text
 
     @property
@@ -139,7 +152,10 @@ class Verification(_Value):
     ttft_p90_s: float
     tpot_p50_s: float
     tpot_p90_s: float
+    # Output tokens/s per GPU while every client is in its steady cycle (the run's ramp-up and
+    # drain left out, ``search.steady_output_tokens_per_s``), and over the whole run.
     output_tokens_per_s_per_gpu: float
+    run_output_tokens_per_s_per_gpu: float | None = None
     meets_slo: bool  # the medians against the SLO
     passes: int = 1  # closed-loop passes of a disaggregated simulation
 
@@ -153,7 +169,8 @@ class Refusal(_Value):
 
 class PlanResult(_Value):
     """The answer: frontiers per GPU and engine, the best configuration under the SLO (None
-    when none meets it) and the best per GPU, the fleet for the rate, and the search's size."""
+    when none meets it; with ``verify``, the best whose simulation meets it) and the best per
+    GPU, the fleet for the rate, and the search's size."""
 
     model: Name
     workload: PlanWorkload
@@ -165,6 +182,10 @@ class PlanResult(_Value):
     replicas: int | None = None
     gpus_for_rate: int | None = None
     verification: Verification | None = None
+    # Candidates simulated to find ``best`` (0: not verified); those whose simulation missed the
+    # SLO, best estimate first. With every candidate tried missing it, ``best`` is None.
+    verified: int = 0
+    rejected: list[PlanPoint] = []
     deployments: int  # configurations searched
     evaluated: int  # (configuration, load) points
     seconds: float  # search time, verification excluded

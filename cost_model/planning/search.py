@@ -23,7 +23,7 @@ import numpy as np
 
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Deployment
-from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
+from idealized_runtime.cost_model.hardware.engines.catalog import engine_names, get_engine
 from idealized_runtime.cost_model.hardware.estimate import cost_variants
 from idealized_runtime.cost_model.planning.frontier import (
     best_under_slo,
@@ -39,7 +39,7 @@ from idealized_runtime.cost_model.planning.request import (
     Refusal,
     Verification,
 )
-from idealized_runtime.cost_model.planning.space import Candidate, candidates
+from idealized_runtime.cost_model.planning.space import MEMORY_FRACTIONS, Candidate, candidates
 from idealized_runtime.cost_model.serving.disaggregated import Server, simulate_closed_loop
 from idealized_runtime.cost_model.serving.engines import engine_server
 from idealized_runtime.cost_model.serving.prefix_cache import PrefixSharing, apply_prefix_sharing
@@ -54,6 +54,7 @@ from idealized_runtime.cost_model.serving.steady_state import (
     SteadyState,
     StepTable,
     aggregated_steady_state,
+    decode_steps,
     disaggregated_steady_state,
     running_requests,
     step_table,
@@ -73,9 +74,12 @@ def plan(request: PlanRequest) -> PlanResult:
     started = time.perf_counter()
     search = _Search(request)
     left_out: list[str] = []  # token budgets the engines refuse for this workload
-    for candidate in candidates(request, stacks, left_out):
-        search.evaluate(candidate)
+    for candidate in candidates(request, stacks, search.fits, left_out):
+        if not search.prefill_surplus(candidate):
+            search.evaluate(candidate)
+    search.finish()
     search.refused.update(left_out)
+    search.refused = Counter({_plan_flags(r, request): n for r, n in search.refused.items()})
     if not search.points:
         reasons = "; ".join(sorted({r for r, _ in search.refused.most_common(3)}))
         raise InputError(
@@ -91,21 +95,117 @@ def plan(request: PlanRequest) -> PlanResult:
         if (found := best_under_slo([p for p in real if p.hardware == hardware.name]))
     ]
     seconds = time.perf_counter() - started
+    verification, verified, rejected = None, 0, []
+    if best is not None and request.verify:
+        best, verification, verified, rejected = _verified_best(request, search, real)
     replicas = gpus = None
     if best is not None and request.rate is not None:
         replicas = math.ceil(request.rate / best.requests_per_s - 1e-9)
         gpus = replicas * best.gpus
-    verification = None
-    if best is not None and request.verify:
-        verification = verify(request, best, search.servers_of(best))
     refused = [Refusal(reason=r, count=n) for r, n in search.refused.most_common()]
     return PlanResult(
         model=request.architecture.name, workload=request.workload, slo=request.slo,
         rate=request.rate, frontiers=frontiers, best=best, best_per_hardware=per_hardware,
         replicas=replicas, gpus_for_rate=gpus, verification=verification,
-        deployments=search.deployments, evaluated=search.evaluated, seconds=seconds,
-        refused=refused,
+        verified=verified, rejected=rejected, deployments=search.deployments,
+        evaluated=search.evaluated, seconds=seconds, refused=refused,
     )  # fmt: skip
+
+
+def _verified_best(
+    request: PlanRequest, search: _Search, points: list[PlanPoint]
+) -> tuple[PlanPoint | None, Verification | None, int, list[PlanPoint]]:
+    """The best point whose simulation meets the SLO, trying the points that meet it on the
+    estimate, most tokens/s per GPU first, up to ``verify_candidates`` simulated: (that point
+    or None, its verification, candidates simulated, those that missed). A miss teaches what
+    the estimate misses by: the deployment's other points are skipped at as many clients or
+    more, and, after a clear miss (``FAMILY_MISS``), its family's (``_family_key``) unless
+    their TTFT and TPOT, scaled by the largest simulated / estimated of the family's misses,
+    still meet the SLO."""
+    eligible = sorted(
+        (p for p in points if p.meets_slo),
+        key=lambda p: (-p.output_tokens_per_s_per_gpu, p.gpus, -p.tokens_per_s_per_user),
+    )
+    rejected: list[PlanPoint] = []
+    missed: dict[tuple, int] = {}  # deployment -> clients of its miss
+    ratios: dict[tuple, tuple[float, float]] = {}  # family -> simulated / estimated TTFT, TPOT
+    output = request.workload.output_tokens
+    for point in eligible:
+        if len(rejected) >= request.verify_candidates:
+            break
+        key, family = _deployment_key(point), _family_key(point)
+        if point.concurrency >= missed.get(key, math.inf):
+            continue
+        if family in ratios:
+            ttft_ratio, tpot_ratio = ratios[family]
+            if not meets(request.slo, point.ttft_s * ttft_ratio, point.tpot_s * tpot_ratio,
+                         output):  # fmt: skip
+                continue
+        check = verify(request, point, search.servers_of(point))
+        if check.meets_slo:
+            return point, check, len(rejected) + 1, rejected
+        rejected.append(point)
+        missed[key] = point.concurrency
+        # A clear miss (the estimate off by more than FAMILY_MISS) speaks for the family; a
+        # marginal one for the deployment at as many clients only.
+        seen = ratios.get(family, (1.0, 1.0))
+        ttft_ratio = check.ttft_p50_s / max(point.ttft_s, 1e-12)
+        tpot_ratio = check.tpot_p50_s / max(point.tpot_s, 1e-12)
+        if max(ttft_ratio, tpot_ratio) > FAMILY_MISS:
+            ratios[family] = (max(seen[0], ttft_ratio), max(seen[1], tpot_ratio))
+    return None, None, len(rejected), rejected
+
+
+FAMILY_MISS = 1.2  # simulated / estimated beyond which a miss is taken for the whole family
+
+
+def _deployment_key(point: PlanPoint) -> tuple:
+    """What makes a point's deployment: all but its load and figures."""
+    return (point.hardware, point.stack, point.weights, point.kv_cache, point.layout)
+
+
+def _family_key(point: PlanPoint) -> tuple:
+    """Deployments whose estimates miss alike: the same GPU, engine, formats, instances, GPUs
+    and attention groups per instance and drafts (the same scheduling; only the experts' split
+    and the KV memory fraction differ)."""
+    drafts = point.speculative.draft_tokens if point.speculative else 0
+    split = point.disaggregation.label if point.disaggregation else ""
+    return (point.hardware, point.stack, point.weights, point.kv_cache, split, point.tp,
+            point.attention_dp, drafts)  # fmt: skip
+
+
+def estimate_point(
+    request: PlanRequest,
+    stack: str,
+    deployment: Deployment,
+    concurrency: int,
+    *,
+    mean: MeanRequest | None = None,
+    memory_fraction: float | None = None,
+) -> PlanPoint:
+    """One deployment at one concurrency on the plan's estimator, as the plan ranks it
+    (``mean``: another mean request than the workload's; InputError in one line when the
+    stack cannot serve it)."""
+    search = _Search(request.model_copy(update={"concurrency": [concurrency]}))
+    search.mean = mean or search.mean
+    candidate = Candidate(stack, deployment, memory_fraction=memory_fraction)
+    state, _ = search._state(candidate, np.array([float(concurrency)]))
+    points = _points(request, candidate, state, search.mean) if bool(state.fits[0]) else []
+    if not points:
+        raise InputError(f"{_describe(candidate)}: no request fits or no finite estimate")
+    return points[0]
+
+
+# What the lower layers tell a user of ``simulate``/``estimate`` to raise, and what plan has.
+_FLAGS = ("(raise --tp)", "(raise the GPU count)")
+
+
+def _plan_flags(reason: str, request: PlanRequest) -> str:
+    """A refusal in plan's terms: the GPUs per replica are ``--max-gpus`` (plan has no --tp)."""
+    for flag in _FLAGS:
+        if flag in reason:
+            return reason.replace(flag, f"(raise --max-gpus, now {request.max_gpus})")
+    return reason
 
 
 def _stacks(request: PlanRequest) -> list[str]:
@@ -134,7 +234,15 @@ def mean_request(request: PlanRequest) -> MeanRequest:
     prompt, output = mean(workload.prompt_tokens), mean(workload.output_tokens)
     cached = float(_sharing(request).cached(round(prompt), first_of_group=False))
     longest = workload.prompt_tokens - cached
-    return MeanRequest(prompt, output, cached, longest_new_tokens=longest)
+    same = (
+        workload.min_length_fraction == 1.0
+        and workload.shared_prefix_tokens == 0
+        and not workload.prefix_hit_rate
+    )
+    f = workload.min_length_fraction
+    spread = (1 - f) ** 2 / (3 * (1 + f) ** 2)
+    return MeanRequest(prompt, output, cached, longest_new_tokens=longest, same_lengths=same,
+                       length_cv2=spread)  # fmt: skip
 
 
 def _sharing(request: PlanRequest) -> PrefixSharing:
@@ -147,7 +255,8 @@ def _sharing(request: PlanRequest) -> PrefixSharing:
 
 
 class _Search:
-    """The candidates' servers and step tables (built once per instance layout) and points."""
+    """The candidates' servers and step tables (built once per instance layout and engine
+    knobs) and points."""
 
     def __init__(self, request: PlanRequest) -> None:
         self.request = request
@@ -157,21 +266,31 @@ class _Search:
         self.refused: Counter[str] = Counter()
         self.deployments = 0
         self.evaluated = 0
+        self.best_so_far = 0.0  # tokens/s per GPU of the best point meeting the SLO yet
+        self.pruned = 0  # xPyD candidates with a prefill instance to spare
         self._servers: dict[tuple, Server | str] = {}
-        self._kv_tokens: dict[tuple, int | None] = {}
         self._tables: dict[tuple, StepTable] = {}
+        self._pending: list[tuple[Candidate, list[PlanPoint], Server]] = []
+        self._kv_tokens: dict[tuple, int | None] = {}
         self._instance_of: dict[int, tuple] = {}  # id(server) -> its instance (any budget)
         self._first_tables: dict[tuple, StepTable] = {}  # (instance, request) -> a table
 
-    def _server(self, stack: str, deployment: Deployment, budget: int | None = None) -> Server:
+    def _server(
+        self,
+        stack: str,
+        deployment: Deployment,
+        memory_fraction: float | None = None,
+        budget: int | None = None,
+    ) -> Server:
         instance = (stack, deployment.hardware.name, deployment.precision, deployment.tp,
-                    deployment.ep, deployment.attention_dp)  # fmt: skip
+                    deployment.ep, deployment.attention_dp, deployment.speculative,
+                    memory_fraction)  # fmt: skip
         key = (*instance, budget)
         if key not in self._servers:
             try:
                 # The KV cache is the instance's whatever its budget: planned once.
                 kv = self._kv_tokens.get(instance)
-                server = _build_server(stack, deployment, budget, self.request, kv)
+                server = _build_server(stack, deployment, memory_fraction, budget, self.request, kv)
                 self._kv_tokens[instance] = server.config.kv_capacity_tokens
                 self._servers[key] = server
                 self._instance_of[id(server)] = instance
@@ -182,10 +301,56 @@ class _Search:
             raise InputError(found)
         return found
 
-    def _table(self, server: Server, request: MeanRequest) -> StepTable:
+    def fits(self, stack: str, instance: Deployment) -> bool:
+        """Whether the instance's weights fit its GPUs on ``stack`` (refusals counted once)."""
+        try:
+            self._server(stack, instance)
+        except InputError as error:
+            self.refused[str(error)] += 1
+            return False
+        return True
+
+    def prefill_surplus(self, candidate: Candidate) -> bool:
+        """Whether an xPyD candidate has a prefill instance more than it can use: one fewer
+        would still read ``SURPLUS`` times the prompts its decode instances can take at their
+        most (every slot busy), so the pair with one fewer serves as much at every load on
+        fewer GPUs, its prefill instances at most 1 / SURPLUS busy (counted in ``pruned``)."""
+        deployment, split = candidate.deployment, candidate.deployment.disaggregation
+        if split is None or split.prefill_workers == 1:
+            return False
+        try:
+            prefill = self._server(candidate.stack, deployment.prefill_instance())
+            decode = self._server(candidate.stack, deployment.decode_instance())
+        except InputError:
+            return False
+        mean, levels = self.mean, self.levels_of(deployment)
+        prompt_side = MeanRequest(mean.prompt_tokens, 1.0, mean.cached_tokens)
+        prompts = self._table(prefill, prompt_side, 1 + 0 * levels)
+        budget = float(prefill.config.token_budget)
+        full = max(math.floor(budget / mean.new_tokens), 1)
+        steps = math.ceil(full * mean.new_tokens / budget)
+        step = float(prompts.prompts(np.array([full * mean.new_tokens / steps]))[0])
+        per_prefill = full / (steps * step)
+        table = self._table(decode, mean, levels)
+        capacity = decode.config.kv_capacity_tokens
+        kv = math.inf if capacity is None else capacity // mean.sequence_tokens
+        slots = float(max(min(decode.config.max_batch, kv, table.max_decoders), 1))
+        turn = decode_steps(mean, decode.config.tokens_per_step)
+        per_decode = slots / (turn * float(table.decode(np.array([slots]))[0]))
+        if (split.prefill_workers - 1) * per_prefill >= SURPLUS * split.decode_workers * per_decode:
+            self.pruned += 1
+            return True
+        return False
+
+    def levels_of(self, deployment: Deployment) -> np.ndarray:
+        """The concurrency levels of a deployment: the request's, per attention-DP rank of a
+        (decode) instance (a rank's batch, as the engines' limits count it)."""
+        return self.levels * deployment.attention_dp
+
+    def _table(self, server: Server, request: MeanRequest, levels: np.ndarray) -> StepTable:
         key = (id(server), request)
         if key not in self._tables:
-            table = step_table(server, request, self.levels)
+            table = step_table(server, request, levels)
             # The instance's tables at other token budgets share its decode-only steps.
             instance = (self._instance_of.get(id(server)), request)
             if instance[0] is not None and instance in self._first_tables:
@@ -198,55 +363,149 @@ class _Search:
     def servers_of(self, point: PlanPoint) -> tuple[Deployment, Server, Server | None]:
         """The deployment of ``point`` and its (decode or only) and prefill servers."""
         deployment = _deployment_of(self.request, point)
-        decode = self._server(point.stack, deployment.decode_instance(), point.token_budget)
+        decode = self._server(
+            point.stack, deployment.decode_instance(), point.memory_fraction, point.token_budget
+        )
         prefill = None
         if deployment.disaggregation is not None:
             prefill = self._server(point.stack, deployment.prefill_instance())
         return deployment, decode, prefill
 
-    def evaluate(self, candidate: Candidate) -> None:
+    def _state(self, candidate: Candidate, levels: np.ndarray) -> tuple[SteadyState, Server]:
         deployment, mean = candidate.deployment, self.mean
+        all_levels = self.levels_of(deployment)
+        decode = self._server(
+            candidate.stack,
+            deployment.decode_instance(),
+            candidate.memory_fraction,
+            candidate.token_budget,
+        )
+        if deployment.disaggregation is None:
+            table = self._table(decode, mean, all_levels)
+            return aggregated_steady_state(decode, mean, levels, table), decode
+        prefill = self._server(candidate.stack, deployment.prefill_instance())
+        prompt_side = MeanRequest(mean.prompt_tokens, 1.0, mean.cached_tokens)
+        tables = (self._table(prefill, prompt_side, 1 + 0 * all_levels),
+                  self._table(decode, mean, all_levels))  # fmt: skip
+        state = disaggregated_steady_state(deployment, prefill, decode, mean, levels, tables)
+        return state, decode
+
+    def evaluate(self, candidate: Candidate, *, defer: bool = True) -> None:
+        """The candidate at every level; its knee refined and a larger KV memory fraction
+        tried in ``finish`` (``defer``) or at once."""
+        levels = self.levels_of(candidate.deployment)
         try:
-            decode = self._server(
-                candidate.stack, deployment.decode_instance(), candidate.token_budget
-            )
-            if deployment.disaggregation is None:
-                state = aggregated_steady_state(
-                    decode, mean, self.levels, self._table(decode, mean)
-                )
-            else:
-                prefill = self._server(candidate.stack, deployment.prefill_instance())
-                prompt_side = MeanRequest(mean.prompt_tokens, 1.0, mean.cached_tokens)
-                tables = (self._table(prefill, prompt_side), self._table(decode, mean))
-                state = disaggregated_steady_state(
-                    deployment, prefill, decode, mean, self.levels, tables
-                )
+            state, decode = self._state(candidate, levels)
         except InputError as error:
             self.refused[str(error)] += 1
             return
         self.deployments += 1
-        self.evaluated += len(self.levels)
+        self.evaluated += len(levels)
         if not bool(state.fits[0]):
             self.refused[f"{_describe(candidate)}: a request does not fit the KV cache"] += 1
             return
-        points = _points(self.request, candidate, state, mean)
-        if deployment.disaggregation is None:
-            # Load levels at which the longest prompt waits for running decodes to end are left
-            # out, and said so: the engine serves them, but with TTFTs of whole requests.
-            running = running_requests(decode, mean, state.concurrency)
-            starved = starved_budget(decode.config, mean.longest_new, running)
-            if np.any(starved > 0):
-                clients = set(state.concurrency[starved > 0].astype(int).tolist())
-                kept = [p for p in points if p.concurrency not in clients]
-                config = decode.config
-                reason = (
-                    f"{_describe(candidate)} {config.budget_setting or 'token budget'} "
-                    f"{config.rank_budget}: prompts of {round(mean.longest_new)} tokens wait "
-                    "for running decodes to end (starved; a larger budget is searched)"
-                )
-                self.refused[reason] += len(points) - len(kept)
-                points = kept
+        points = self._unstarved(candidate, decode, state)
+        self._keep(points)
+        if defer:
+            self._pending.append((candidate, points, decode))
+        else:
+            self._keep(self._refined(candidate, points))
+
+    def finish(self) -> None:
+        """After every candidate's levels, most tokens/s per GPU first: each knee refined and
+        each larger KV memory fraction tried only while what it could reach (the throughput of
+        the level above the knee; the top level's, scaled by the KV cache gained) beats the
+        best point meeting the SLO so far."""
+        pending = sorted(self._pending, key=lambda item: -_top(item[1]))
+        self._pending = []
+        for candidate, points, _ in pending:
+            self._keep(self._refined(candidate, points))
+        for candidate, points, decode in pending:
+            if candidate.memory_fraction is None and candidate.stack != IDEAL_STACK:
+                self._more_memory(candidate, decode, points)
+
+    def _unstarved(
+        self, candidate: Candidate, decode: Server, state: SteadyState
+    ) -> list[PlanPoint]:
+        """The candidate's points, less the load levels at which the longest prompt waits for
+        running decodes to end (aggregated; the engine serves them, but with TTFTs of whole
+        requests): left out and said so."""
+        points = _points(self.request, candidate, state, self.mean)
+        if candidate.deployment.disaggregation is not None:
+            return points
+        mean = self.mean
+        running = running_requests(decode, mean, state.concurrency)
+        starved = starved_budget(decode.config, mean.longest_new, running)
+        if not np.any(starved > 0):
+            return points
+        clients = set(state.concurrency[starved > 0].astype(int).tolist())
+        kept = [p for p in points if p.concurrency not in clients]
+        config = decode.config
+        reason = (
+            f"{_describe(candidate)} {config.budget_setting or 'token budget'} "
+            f"{config.rank_budget}: prompts of {round(mean.longest_new)} tokens wait "
+            "for running decodes to end (starved; a larger budget is searched)"
+        )
+        self.refused[reason] += len(points) - len(kept)
+        return kept
+
+    def _keep(self, points: list[PlanPoint]) -> None:
         self.points += points
+        for point in points:
+            if point.meets_slo:
+                self.best_so_far = max(self.best_so_far, point.output_tokens_per_s_per_gpu)
+
+    def _more_memory(self, candidate: Candidate, decode: Server, points: list[PlanPoint]) -> None:
+        """The candidate with each larger KV memory fraction, when its KV cache holds fewer
+        requests than its top level and its batch limit would run (see ``finish``)."""
+        capacity = decode.config.kv_capacity_tokens
+        if capacity is None:
+            return
+        per_instance = self.levels_of(candidate.deployment)[-1]
+        split = candidate.deployment.disaggregation
+        if split is not None:
+            per_instance = math.ceil(per_instance / split.decode_workers)
+        limit = min(per_instance, decode.config.max_batch)
+        if capacity // self.mean.sequence_tokens >= limit:
+            return
+        engine = get_engine(candidate.stack).scheduler
+        for fraction in MEMORY_FRACTIONS:
+            if fraction <= engine.memory_fraction:
+                continue
+            more = replace(candidate, memory_fraction=fraction)
+            try:
+                larger = self._server(
+                    more.stack, more.deployment.decode_instance(), fraction, more.token_budget
+                )
+            except InputError:
+                continue
+            gained = (larger.config.kv_capacity_tokens or capacity) / capacity
+            if _top(points) * gained > self.best_so_far:
+                self.evaluate(more, defer=False)
+
+    def _refined(self, candidate: Candidate, points: list[PlanPoint]) -> list[PlanPoint]:
+        """Levels between the highest meeting the SLO and the next (which misses it), in
+        ``KNEE_ROUNDS`` rounds of ``KNEE_POINTS`` geometric steps, when the missing level's
+        tokens/s per GPU (the most any level below it serves) beats ``KNEE_MARGIN`` of the best
+        point yet."""
+        found: list[PlanPoint] = []
+        for _ in range(KNEE_ROUNDS):
+            knee = _knee(points + found)
+            reach = 0.0 if knee is None else knee[1].output_tokens_per_s_per_gpu
+            if reach <= KNEE_MARGIN * self.best_so_far:
+                break
+            low, high = knee[0].concurrency, knee[1].concurrency
+            step = (high / low) ** (1 / (KNEE_POINTS + 1))
+            levels = sorted({round(low * step**k) for k in range(1, KNEE_POINTS + 1)} - {low, high})
+            if not levels:
+                break
+            try:
+                state, decode = self._state(candidate, np.array(levels, dtype=np.float64))
+            except InputError:
+                break
+            self.evaluated += len(levels)
+            found += self._unstarved(candidate, decode, state)
+        return found
 
     def frontiers(self) -> list[Frontier]:
         groups: dict[tuple[str, str], list[PlanPoint]] = {}
@@ -258,35 +517,64 @@ class _Search:
         ]
 
 
+SURPLUS = 1.5  # prefill capacity beyond the decode pool's at which an instance is spare
+
+# Concurrency refined around a deployment's knee: rounds, and levels per round.
+KNEE_ROUNDS = 2
+KNEE_POINTS = 3
+# A knee is refined while what it could reach beats this share of the best point yet: the best
+# on the estimate may miss in its simulation, and the one below it be the answer.
+KNEE_MARGIN = 0.85
+
+
+def _top(points: list[PlanPoint]) -> float:
+    """The most tokens/s per GPU among ``points`` (0 for none)."""
+    return max((p.output_tokens_per_s_per_gpu for p in points), default=0.0)
+
+
+def _knee(points: list[PlanPoint]) -> tuple[PlanPoint, PlanPoint] | None:
+    """(the highest level meeting the SLO, the next level up, which misses it), or None."""
+    meeting = [p for p in points if p.meets_slo]
+    if not meeting:
+        return None
+    below = max(meeting, key=lambda p: p.concurrency)
+    above = min(
+        (p for p in points if p.concurrency > below.concurrency),
+        key=lambda p: p.concurrency,
+        default=None,
+    )
+    if above is None or above.concurrency <= below.concurrency + 1:
+        return None
+    return below, above
+
+
 def _build_server(
     stack: str,
     deployment: Deployment,
-    budget: int | None,
-    request: PlanRequest,
+    memory_fraction: float | None = None,
+    budget: int | None = None,
+    request: PlanRequest | None = None,
     kv_tokens: int | None = None,
 ) -> Server:
-    """The step times and scheduler of one instance on ``stack`` at ``budget`` tokens per step
-    (None: the engine's default, sized for the workload's prompts beside the most clients
-    where the engine sizes it); ``kv_tokens``: its KV cache, when already planned."""
+    """The step times and scheduler of one instance on ``stack`` (``memory_fraction``: the
+    engine's KV memory fraction, None: its default) at ``budget`` tokens per step (None: the
+    engine's default, sized for ``request``'s prompts beside the most clients where the engine
+    sizes it); ``kv_tokens``: its KV cache, when already planned."""
     if stack == IDEAL_STACK:
         capacity = kv_tokens or kv_capacity_tokens(deployment)
         return Server(
             HardwareStepTime(deployment), replace(IDEAL_SERVER, kv_capacity_tokens=capacity)
         )
+    settings = {} if memory_fraction is None else {"memory_fraction": memory_fraction}
+    sizing = {} if request is None else {
+        "longest_prompt": request.workload.prompt_tokens, "running": max(request.concurrency),
+    }  # fmt: skip
     return Server(
         *engine_server(
-            stack, deployment, token_budget=budget, kv_tokens=kv_tokens,
-            longest_prompt=request.workload.prompt_tokens, running=max(request.concurrency),
+            stack, deployment, token_budget=budget, kv_tokens=kv_tokens, settings=settings,
+            **sizing,
         )
     )  # fmt: skip
-
-
-def point_servers(
-    request: PlanRequest, point: PlanPoint
-) -> tuple[Deployment, Server, Server | None]:
-    """The deployment of a plan's ``point`` and its (decode or only) and prefill servers, as the
-    plan evaluated them (its token budget, or the engine's default sized for the workload)."""
-    return _Search(request).servers_of(point)
 
 
 def _describe(candidate: Candidate) -> str:
@@ -320,6 +608,8 @@ def _points(
                 attention_dp=deployment.attention_dp,
                 disaggregation=deployment.disaggregation,
                 token_budget=candidate.token_budget,
+                speculative=deployment.speculative,
+                memory_fraction=candidate.memory_fraction,
                 gpus=gpus,
                 concurrency=int(clients),
                 ttft_s=ttft,
@@ -339,6 +629,23 @@ def _points(
     return points
 
 
+def point_servers(
+    request: PlanRequest, point: PlanPoint
+) -> tuple[Deployment, Server, Server | None]:
+    """The deployment of ``point`` and its (decode or only) and prefill servers, as the plan
+    built them (its token budget, or the engine's default sized for the workload; ``verify``
+    takes them)."""
+    deployment = _deployment_of(request, point)
+    decode = _build_server(
+        point.stack, deployment.decode_instance(), point.memory_fraction, point.token_budget,
+        request,
+    )  # fmt: skip
+    prefill = None
+    if deployment.disaggregation is not None:
+        prefill = _build_server(point.stack, deployment.prefill_instance(), request=request)
+    return deployment, decode, prefill
+
+
 def _deployment_of(request: PlanRequest, point: PlanPoint) -> Deployment:
     from idealized_runtime.cost_model.serving.engines import default_precision
 
@@ -348,7 +655,8 @@ def _deployment_of(request: PlanRequest, point: PlanPoint) -> Deployment:
     )
     layout = {"tp": point.tp, "ep": point.ep, "attention_dp": point.attention_dp}
     return Deployment(architecture=request.architecture, hardware=hardware, precision=precision,
-                      disaggregation=point.disaggregation, **layout)  # fmt: skip
+                      disaggregation=point.disaggregation, speculative=point.speculative,
+                      **layout)  # fmt: skip
 
 
 def workload_shapes(request: PlanRequest, count: int, seed: int = 0) -> list[RequestShape]:
@@ -386,7 +694,8 @@ def verify(
         rows, passes = result.rows, result.passes
     summary = summarize_level(request.architecture.name, "plan", rows, request.slo)
     ttft, tpot = summary.ttft_s, summary.tpot_s
-    per_gpu = summary.output_tokens_per_s / point.gpus
+    steady = steady_output_tokens_per_s(rows, point.concurrency)
+    per_gpu = (steady or summary.output_tokens_per_s) / point.gpus
     p50 = (ttft.p50 or math.inf, tpot.p50 or 0.0)
     return Verification(
         requests=summary.requests,
@@ -395,6 +704,29 @@ def verify(
         tpot_p50_s=p50[1],
         tpot_p90_s=tpot.p90 or 0.0,
         output_tokens_per_s_per_gpu=per_gpu,
+        run_output_tokens_per_s_per_gpu=summary.output_tokens_per_s / point.gpus,
         meets_slo=meets(request.slo, p50[0], p50[1], request.workload.output_tokens),
         passes=passes,
     )
+
+
+def steady_output_tokens_per_s(rows: list[dict], concurrency: int) -> float | None:
+    """Output tokens/s of a closed-loop run while every client has a request in flight past
+    its first: from the end of the last of the first ``concurrency`` requests to the start of
+    the last request sent (the run's ramp-up, every client's first prompt at t = 0, and its
+    drain left out, as the steady-state estimate leaves them out); None when the run is too
+    short to have such a window."""
+    served = [r for r in rows if r["ok"]]
+    first = [r["finished_at_s"] for r in served if r["request_index"] < concurrency]
+    if not first or len(served) <= concurrency:
+        return None
+    begin, end = max(first), max(r["started_at_s"] for r in served)
+    if end <= begin:
+        return None
+    tokens = 0
+    for row in served:
+        gaps = np.asarray(row["inter_token_latencies_s"], dtype=np.float64)
+        start = row["started_at_s"] + row["ttft_s"]
+        times = start + np.concatenate([[0.0], np.cumsum(gaps)])
+        tokens += int(np.count_nonzero((times >= begin) & (times < end)))
+    return tokens / (end - begin)

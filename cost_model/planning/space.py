@@ -1,17 +1,29 @@
 """The deployments a plan searches, per GPU and engine stack.
 
 - precisions: the weight formats asked for, else the checkpoint's own and the smaller formats
-  the GPU multiplies natively (fp8 on Hopper and Blackwell, nvfp4 on Blackwell), the KV cache in
-  the engines' default for the checkpoint (``serving.engines.default_precision``);
-- layouts of one instance: tensor-parallel sizes that split the heads (``valid_tensor_parallel_
-  sizes``, within a node), and for a mixture of experts the experts spread over every GPU or
-  not (ep = tp or 1) and the attention data-parallel over every GPU or not (dp = tp or 1);
-- disaggregated (xPyD): a prefill layout (attention not data-parallel: prompts fill the GEMMs
-  anyway) and a decode layout, with x prefill and y decode instances for the coprime pairs in
-  ``WORKER_PAIRS``, within ``max_gpus`` GPUs in all.
+  the GPU multiplies natively (fp8 on Hopper and Blackwell, nvfp4 on Blackwell), the KV cache as
+  asked or in the engines' default for the checkpoint (``serving.engines.default_precision``);
+- layouts of one instance (``layouts``): tensor-parallel sizes (powers of two within a node);
+  for a mixture of experts every split of those GPUs into expert-parallel ranks (dividing the
+  experts) and attention data-parallel groups (whose tensor-parallel share splits the heads),
+  as AIConfigurator's ``tp x dp = moe_tp x ep`` grid; a dense model's attention is not
+  data-parallel;
+- multi-token prediction (``MTP_DRAFTS`` draft tokens) on the engine stacks, for a model whose
+  acceptance is published (``serving.engines.published_acceptance``);
+- disaggregated (xPyD): a prefill layout (attention data-parallel over all its GPUs or not) and
+  a decode layout, with x prefill and y decode instances for every coprime pair up to
+  ``MAX_WORKERS`` each (8:1 to 1:8; a larger fleet repeats the pair), within ``max_gpus`` GPUs
+  in all;
+- the engine's KV memory fraction: its default, and ``MEMORY_FRACTIONS`` where the KV cache
+  is what limits the running requests (``Candidate.memory_fraction``; the search decides).
 
-The ``ideal`` stack (the roofline hardware model on an ideal server, the reference line)
-models tensor parallelism alone, aggregated.
+Pruned before evaluation: an instance layout whose weights do not fit the GPU's memory on the
+engine (``fits``, the engine's own memory rule) never appears in an aggregated or xPyD
+candidate. The ``ideal`` stack (the roofline hardware model on an ideal server, the reference
+line) models tensor parallelism alone, aggregated.
+
+A candidate's engine knobs are fields of ``Candidate`` (and of ``PlanPoint``), so a further
+knob (the token budget) is one more field and one more loop here.
 
 The engine's token budget per step (per attention-DP rank where the engine counts so) is a
 knob too, as AIConfigurator searches it: ``token_budgets`` (aggregated deployments; a
@@ -21,7 +33,8 @@ not chunk them, ``serving.engines.engine_server``).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from idealized_runtime.core.types import (
@@ -31,19 +44,29 @@ from idealized_runtime.core.types import (
     Disaggregation,
     Hardware,
     Precision,
+    SpeculativeDecoding,
 )
 from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
 from idealized_runtime.cost_model.hardware.engines.step import sized_token_budget
-from idealized_runtime.cost_model.hardware.planner import GPUS_PER_NODE, valid_tensor_parallel_sizes
+from idealized_runtime.cost_model.hardware.planner import GPUS_PER_NODE
 from idealized_runtime.cost_model.planning.request import IDEAL_STACK, PlanRequest
-from idealized_runtime.cost_model.serving.engines import default_precision
+from idealized_runtime.cost_model.serving.engines import default_precision, published_acceptance
 
-# x prefill : y decode instances tried (AIConfigurator and the engines' published xPyD runs use
-# small coprime ratios; a larger fleet repeats the pair).
-WORKER_PAIRS = ((1, 1), (1, 2), (2, 1), (1, 3), (3, 1), (2, 3), (3, 2))
+MAX_WORKERS = 8  # prefill or decode instances of one xPyD replica
+# x prefill : y decode instances tried: every coprime pair up to MAX_WORKERS each (AIConfigurator
+# searches up to 8:1 too; (2, 2) is a replica of (1, 1) at twice the clients).
+WORKER_PAIRS = tuple(
+    (x, y)
+    for x in range(1, MAX_WORKERS + 1)
+    for y in range(1, MAX_WORKERS + 1)
+    if math.gcd(x, y) == 1
+)
 NATIVE_FORMATS = (("fp8", "peak_fp8_tflops"), ("nvfp4", "peak_fp4_tflops"))
 # Token budgets per step a plan tries (the engines' defaults are 8192).
 TOKEN_BUDGETS = (4096, 8192, 16384)
+MTP_DRAFTS = (1, 3)  # draft tokens of multi-token prediction tried
+# KV memory fractions tried beside the engine's default where the KV cache limits the batch.
+MEMORY_FRACTIONS = (0.95,)
 
 
 @dataclass(frozen=True)
@@ -57,12 +80,14 @@ class Layout:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A deployment to evaluate on one engine stack, at a token budget per step (None: the
-    engine's default, or the ideal server's)."""
+    """A deployment to evaluate on one engine stack, with the engine knobs searched: the token
+    budget per step and the KV memory fraction (None: the engine's default, or the ideal
+    server's)."""
 
     stack: str
     deployment: Deployment
     token_budget: int | None = None
+    memory_fraction: float | None = None
 
 
 @dataclass(frozen=True)
@@ -114,65 +139,98 @@ def token_budgets(request: PlanRequest, stack: str, layout: Layout) -> BudgetCho
 
 
 def precisions(
-    arch: Architecture, hardware: Hardware, weights: list[str] | None
+    arch: Architecture,
+    hardware: Hardware,
+    weights: list[str] | None,
+    kv_cache: str | None = None,
 ) -> list[Precision]:
     """The precisions tried on ``hardware`` (see the module docstring); ``weights`` fixes
     them (a format the GPU cannot compute in is refused later, in one line)."""
     if weights:
-        return [default_precision(arch, weights=w) for w in weights]
-    own = default_precision(arch)
+        return [default_precision(arch, weights=w, kv_cache=kv_cache) for w in weights]
+    own = default_precision(arch, kv_cache=kv_cache)
     found = [own]
     for fmt, peak in NATIVE_FORMATS:
         smaller = FORMAT_BITS[fmt] < FORMAT_BITS[own.weight_format]
         if smaller and getattr(hardware, peak) is not None:
-            found.append(default_precision(arch, weights=fmt))
+            found.append(default_precision(arch, weights=fmt, kv_cache=kv_cache))
     return found
+
+
+def _splits_heads(arch: Architecture, tp: int) -> bool:
+    return arch.num_heads % tp == 0 and (arch.kv_heads % tp == 0 or tp % arch.kv_heads == 0)
+
+
+def _powers_of_two(limit: int) -> list[int]:
+    return [2**k for k in range(int(math.log2(max(limit, 1))) + 1)]
 
 
 def layouts(arch: Architecture, max_gpus: int) -> list[Layout]:
     """Layouts of one instance of at most ``max_gpus`` GPUs (see the module docstring)."""
     found = []
-    for tp in valid_tensor_parallel_sizes(arch, min(max_gpus, GPUS_PER_NODE)):
+    for tp in _powers_of_two(min(max_gpus, GPUS_PER_NODE)):
         if arch.num_experts <= 1:
-            found.append(Layout(tp))
+            if _splits_heads(arch, tp):
+                found.append(Layout(tp))
             continue
-        eps = [1] + ([tp] if tp > 1 and arch.num_experts % tp == 0 else [])
-        dps = [1] + ([tp] if tp > 1 else [])
+        eps = [ep for ep in _powers_of_two(tp) if arch.num_experts % ep == 0]
+        dps = [dp for dp in _powers_of_two(tp) if _splits_heads(arch, tp // dp)]
         found += [Layout(tp, ep, dp) for ep in eps for dp in dps]
     return found
 
 
+def speculative_options(arch: Architecture, stack: str) -> list[SpeculativeDecoding | None]:
+    """No speculation, and multi-token prediction where the model's acceptance is published."""
+    found: list[SpeculativeDecoding | None] = [None]
+    if stack == IDEAL_STACK:
+        return found
+    for drafts in MTP_DRAFTS:
+        rate = published_acceptance(arch.name, drafts)
+        if rate is not None:
+            found.append(SpeculativeDecoding(draft_tokens=drafts, acceptance_rate=rate))
+    return found
+
+
 def candidates(
-    request: PlanRequest, stacks: list[str], refused: list[str] | None = None
+    request: PlanRequest,
+    stacks: list[str],
+    fits: Callable[[str, Deployment], bool] = lambda stack, deployment: True,
+    refused: list[str] | None = None,
 ) -> Iterator[Candidate]:
-    """Every deployment the plan evaluates (see the module docstring), GPU by GPU; the
+    """Every deployment the plan evaluates (see the module docstring), GPU by GPU;
+    ``fits(stack, instance)``: whether an instance's weights fit its GPUs on the stack; the
     budgets left out are appended to ``refused``, one line each."""
     arch = request.architecture
     instance_layouts = layouts(arch, request.max_gpus)
     choices: dict[tuple[str, Layout], BudgetChoice] = {}
     for hardware in request.hardware:
-        for precision in precisions(arch, hardware, request.weights):
+        for precision in precisions(arch, hardware, request.weights, request.kv_cache):
             for stack in stacks:
                 ideal = stack == IDEAL_STACK
-                mine = [
-                    lay for lay in instance_layouts if not ideal or lay.ep == lay.attention_dp == 1
-                ]
                 base = Deployment(architecture=arch, hardware=hardware, precision=precision)
-                if "aggregated" in request.modes:
-                    for lay in mine:
-                        deployment = _with_layout(base, lay)
-                        if ideal:
-                            yield Candidate(stack, deployment)
-                            continue
-                        if (stack, lay) not in choices:
-                            choices[stack, lay] = token_budgets(request, stack, lay)
-                        choice = choices[stack, lay]
-                        if refused is not None:
-                            refused += choice.refused
-                        for budget in choice.budgets:
-                            yield Candidate(stack, deployment, budget)
-                if "disaggregated" in request.modes and not ideal:
-                    yield from _disaggregated(stack, base, mine, request.max_gpus)
+                mine = [
+                    lay
+                    for lay in instance_layouts
+                    if (not ideal or lay.ep == lay.attention_dp == 1)
+                    and fits(stack, _with_layout(base, lay))
+                ]
+                drafts = speculative_options(arch, stack) if request.mtp else [None]
+                for speculative in drafts:
+                    drafted = base.model_copy(update={"speculative": speculative})
+                    if "aggregated" in request.modes:
+                        for lay in mine:
+                            deployment = _with_layout(drafted, lay)
+                            if ideal:
+                                yield Candidate(stack, deployment)
+                                continue
+                            if (stack, lay) not in choices:
+                                choices[stack, lay] = token_budgets(request, stack, lay)
+                                if refused is not None:
+                                    refused += choices[stack, lay].refused
+                            for budget in choices[stack, lay].budgets:
+                                yield Candidate(stack, deployment, token_budget=budget)
+                    if "disaggregated" in request.modes and not ideal:
+                        yield from _disaggregated(stack, drafted, mine, request.max_gpus)
 
 
 def _with_layout(base: Deployment, layout: Layout) -> Deployment:
@@ -184,7 +242,9 @@ def _with_layout(base: Deployment, layout: Layout) -> Deployment:
 def _disaggregated(
     stack: str, base: Deployment, instance_layouts: list[Layout], max_gpus: int
 ) -> Iterator[Candidate]:
-    prefill_layouts = [lay for lay in instance_layouts if lay.attention_dp == 1]
+    prefill_layouts = [
+        lay for lay in instance_layouts if lay.attention_dp in (1, lay.tp) and lay.ep in (1, lay.tp)
+    ]
     for decode in instance_layouts:
         for prefill in prefill_layouts:
             for workers_p, workers_d in WORKER_PAIRS:
@@ -195,6 +255,7 @@ def _disaggregated(
                     decode_workers=workers_d,
                     prefill_tp=prefill.tp,
                     prefill_ep=prefill.ep,
+                    prefill_attention_dp=prefill.attention_dp,
                 )
                 deployment = _with_layout(base, decode).model_copy(update={"disaggregation": split})
                 yield Candidate(stack, deployment)

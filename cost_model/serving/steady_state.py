@@ -36,12 +36,21 @@ steps of the prompts waiting (its utilization adds the mean wait), the KV transf
 (``kv_transfer_seconds``) follows, and each decode instance holds d = X / y x D x t_decode(d)
 sequences; X follows from C = X (TTFT + D t_decode).
 
-What the estimate leaves out: the ramp-up and drain of a finite run (every client's first
-request arrives at t = 0), the spread of the lengths (it takes their means) and FCFS waits
-for the KV cache beyond the mean, and the way a request overhead spreads resubmissions over
-the steps under load (prompts then queue behind one another: with a 78 ms overhead, the
-simulator's median TTFT at 32 clients was 1.5x the estimate's). Medians from ``simulate`` are
-the figures to compare it to.
+Closed-loop clients are not Poisson arrivals. With requests of the same lengths
+(``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
+requests on the same step they stay in step, each turn one burst of prompts then decoding
+together (``_lockstep``); elsewhere the first burst staggers their ends, prompts reach the
+scheduler one after another and every step is full (``_full_steps``), and a prefill instance
+receives the first burst's groups together on every turn. With lengths spread a little
+(``MeanRequest.length_cv2``) arrivals at a prefill instance are nearly evenly spaced, and the
+wait is Kingman's G/G/1 with that variability.
+
+What the estimate leaves out: the drain of the first burst over a finite run (every client's
+first request arrives at t = 0; near a prefill instance's saturation it takes a few turns), the
+spread of the lengths (it takes their means) and FCFS waits for the KV cache beyond the mean,
+TensorRT-LLM's whole prompts queueing behind staggered decoders, and the way a request overhead
+spreads resubmissions over the steps under load. Medians from ``simulate`` are the figures to
+compare it to (``benchmarks/estimate_vs_simulator.py``).
 """
 
 from __future__ import annotations
@@ -74,6 +83,15 @@ class MeanRequest:
     # between as far below the mean and the longest): engines that admit only whole prompts
     # stall on the long ones (see ``_waves``).
     longest_new_tokens: float | None = None
+    # Every request of the same lengths (and none cached): closed-loop clients that start
+    # together then stay in step wherever the engine ends their requests on the same step
+    # (see ``_lockstep``).
+    same_lengths: bool = False
+    # The squared coefficient of variation of the lengths (uniform between a fraction f and
+    # 1 of the stated: (1 - f)^2 / (3 (1 + f)^2)): closed-loop clients whose cycles vary this
+    # little arrive nearly evenly spaced at a prefill instance, so prompts queue as Kingman's
+    # G/G/1 says with arrival and service variability both this (None: the M/D/1-like wait).
+    length_cv2: float | None = None
 
     def __post_init__(self) -> None:
         if not (self.prompt_tokens >= 1 and self.output_tokens >= 1):
@@ -149,6 +167,7 @@ def running_requests(server: Server, request: MeanRequest, concurrency: ArrayLik
 # Grid points of the tabulated step times (see ``StepTable``).
 DECODER_GRID = 24
 TOKEN_GRID = 28
+EXACT_DECODERS = 1024
 
 
 class StepTable:
@@ -165,7 +184,7 @@ class StepTable:
         self.max_decoders = max(int(max_decoders), 1)
         self.context = request.prompt_tokens + (request.output_tokens - 1) / 2
         self.budget = float(server.config.token_budget)
-        self._decode: np.ndarray | None = None
+        self._decode: tuple[np.ndarray, np.ndarray] | None = None
         self._prompts: tuple[np.ndarray, np.ndarray] | None = None
         self._mixed: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
@@ -191,10 +210,15 @@ class StepTable:
     def decode(self, decoders: np.ndarray) -> np.ndarray:
         """A decode-only step of ``decoders`` sequences (at least one)."""
         if self._decode is None:
-            whole = np.arange(1, self.max_decoders + 1, dtype=np.float64)
-            self._decode = self._seconds(whole, 0 * whole, 1 + 0 * whole)
+            # Every whole batch up to EXACT_DECODERS (a CUDA graph pads its batch in steps),
+            # beyond it a geometric grid (the graphs end there; the step grows smoothly).
+            whole = np.arange(1, min(self.max_decoders, EXACT_DECODERS) + 1, dtype=np.float64)
+            if self.max_decoders > EXACT_DECODERS:
+                tail = np.geomspace(EXACT_DECODERS, self.max_decoders, DECODER_GRID)[1:]
+                whole = np.concatenate([whole, tail])
+            self._decode = whole, self._seconds(whole, 0 * whole, 1 + 0 * whole)
         d = np.clip(decoders, 1.0, self.max_decoders)
-        return np.interp(d, np.arange(1, self.max_decoders + 1), self._decode)
+        return np.interp(d, *self._decode)
 
     def prompts(self, tokens: np.ndarray) -> np.ndarray:
         """A step of ``tokens`` prompt tokens alone (chunks of the prompt, within the budget)."""
@@ -319,11 +343,81 @@ def aggregated_steady_state(
     x = np.minimum(x, clients / (overhead + first + in_server))
     if not (config.chunked_prefill or config.prefill_first):
         x, in_server = _waves(table, slots, x, in_server)
+    if request.same_lengths:
+        first = _full_steps(table, slots, first, cap)
     # Clients beyond the requests running wait for a slot: C = X x (request path + wait + time
     # in the server); the request path is part of the TTFT a client sees.
     ttft = np.maximum(clients / x - in_server - overhead, first) + overhead
     tpot = in_server / max(request.output_tokens - 1, 1)
+    if request.same_lengths:
+        ttft, tpot, x = _lockstep(table, clients, slots, decode, overhead, (ttft, tpot, x))
     return SteadyState(clients, ttft, tpot, x, np.full(clients.shape, fits))
+
+
+def _full_steps(
+    table: StepTable, slots: np.ndarray, first: np.ndarray, cap: np.ndarray
+) -> np.ndarray:
+    """TTFT in the server when requests of the same lengths reach the scheduler one after
+    another (their ends staggered by the first burst): every step then holds what the budget
+    leaves beside the decoders, so a prompt of p' tokens takes ceil(p' / left) full steps
+    (at chunk boundaries the next prompt fills the rest), not p' / left steps of its own
+    tokens."""
+    config = table.server.config
+    if config.prefill_first:
+        return first
+    d = np.maximum(cap - 1, 0.0)
+    left = np.maximum(table.budget - d * config.decode_tokens, 1.0)
+    new = table.request.new_tokens
+    steps = np.ceil(new / left) if config.chunked_prefill else 1.0 + 0 * left
+    full = table.mixed(d, np.maximum(np.minimum(left, new * slots), new / steps))
+    return np.maximum(first, steps * full)
+
+
+def _lockstep(
+    table: StepTable,
+    clients: np.ndarray,
+    slots: np.ndarray,
+    decode: float,
+    overhead: float | np.ndarray,
+    steady: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(TTFT, TPOT, requests/s) of closed-loop clients with requests of the same lengths that
+    stay in step: all n = slots requests reach the server together (at t = 0, and again each
+    time they end together), their prompts run as one burst of ceil(n p' / budget) steps, then
+    the n decode together. They end together, and so stay in step, when the engine runs
+    waiting prompts before decoding (SGLang), when TensorRT-LLM's attention-DP balance holds
+    prompts until every rank has one, or when the whole burst fits one step; elsewhere (the
+    ends staggered by the burst) ``steady`` stands. The median request's prompt is done with
+    the step that reads the median prompt's last token; TPOT counts the rest of the burst, as
+    the simulator's (end - first token) / (output - 1) does."""
+    config, request = table.server.config, table.request
+    new, budget = request.new_tokens, table.budget
+    total = slots * new
+    steps = np.maximum(np.ceil(total / budget - 1e-9), 1.0)
+    balanced = config.balance_timeout_steps > 0 and config.dp_ranks > 1
+    together = config.prefill_first or balanced or steps <= 1
+    if not np.any(together):
+        return steady
+    t_full = table.prompts(np.minimum(total, budget))
+    t_last = table.prompts(np.maximum(total - (steps - 1) * budget, 1.0))
+    burst = (steps - 1) * t_full + t_last
+
+    def done(k: np.ndarray) -> np.ndarray:
+        """When the k-th prompt of the burst has its first token."""
+        step = np.maximum(np.ceil(k * new / budget - 1e-9), 1.0)
+        return np.where(step >= steps, burst, step * t_full)
+
+    # The median of n (the mean of the two middle ones when n is even).
+    first = (done(np.floor((slots + 1) / 2)) + done(np.ceil((slots + 1) / 2))) / 2
+    t_decode = table.decode(slots)
+    cycle = overhead + burst + decode * t_decode
+    x = slots / cycle
+    after_first = burst - first + decode * t_decode
+    ttft = np.maximum(clients / x - after_first, overhead + first)
+    tpot = after_first / max(request.output_tokens - 1, 1)
+    ttft0, tpot0, x0 = steady
+    return (np.where(together, ttft, ttft0), np.where(together, tpot, tpot0),
+            np.where(together, x, x0))  # fmt: skip
 
 
 def _waves(
@@ -403,9 +497,17 @@ def disaggregated_steady_state(
         arriving = x / split.prefill_workers
         # Prompts that arrive while a prompt step runs are read together in the next one.
         prompts = np.clip(arriving * t_prompts, 1.0, full)
+        if request.same_lengths:
+            # Clients in step: the first burst's groups (a step's worth of prompts) arrive
+            # together on every later turn too.
+            prompts = np.minimum(full, np.ceil(clients / split.prefill_workers))
         t_prompts = prompt_steps(prompts)
         busy = np.minimum(arriving * t_prompts / prompts, 0.95)
-        ttft = t_prompts * (1 + busy**2 / (2 * (1 - busy))) + transfer
+        if request.length_cv2 is None:
+            wait = busy**2 / (2 * (1 - busy))
+        else:
+            wait = request.length_cv2 * busy / (1 - busy)
+        ttft = t_prompts * (1 + wait) + transfer
         d = np.clip(x / split.decode_workers * steps * mean, 1.0, slots)
         mean = mean + DAMPING * (decode_table.decode(d) - mean)
         decode_capacity = split.decode_workers * slots / np.maximum(steps * mean, 1e-12)

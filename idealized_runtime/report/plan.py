@@ -144,7 +144,7 @@ def render_plan_html(result: PlanResult) -> str:
             else ""
         )
         answer = (
-            f'<p id="plan-best"><strong>Best under the SLO:</strong> {escape(best.hardware)}, '
+            f'<p id="plan-best"><strong>{_best_rule(result)}:</strong> {escape(best.hardware)}, '
             f"{escape(best.label)} ({best.gpus} GPUs): "
             f"{best.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU at "
             f"{best.tokens_per_s_per_user:.1f} tokens/s per user, TTFT {best.ttft_s:.2f} s."
@@ -190,6 +190,14 @@ def write_plan_report(result: PlanResult, out_dir: str | Path) -> Path:
     return path
 
 
+def _best_rule(result: PlanResult) -> str:
+    """What the best configuration is the best of: under the SLO, or (none given) the most
+    output tokens/s per GPU at any latency."""
+    if any(value for value in result.slo.model_dump().values()):
+        return "Best under the SLO"
+    return "Highest throughput (no SLO given)"
+
+
 def plan_text(result: PlanResult, frontier_points: int = 8, *, frontiers: bool = False) -> str:
     """The plan as text (``plan``'s output), the answer first: the best configuration, its
     fleet and costs, the simulation's check (the SLO judged on the medians, the slowest tenth
@@ -199,11 +207,18 @@ def plan_text(result: PlanResult, frontier_points: int = 8, *, frontiers: bool =
     targets = [f"{k.removesuffix('_s')} <= {v:g} s" for k, v in slo.model_dump().items() if v]
     lines = []
     best = result.best
-    if best is None:
+    if best is None and result.rejected:
+        lines.append(
+            f"no configuration meets the SLO in its simulation ({result.verified} candidates "
+            "simulated, best estimate first; --frontiers shows what is reached)"
+        )
+    elif best is None:
         lines.append("no configuration meets the SLO (--frontiers shows what is reached)")
     else:
+        rule = _best_rule(result)
         lines.append(
-            f"best under the SLO: {best.hardware}, {best.label} ({best.gpus} GPUs per replica)"
+            f"{rule[0].lower()}{rule[1:]}: {best.hardware}, {best.label} "
+            f"({best.gpus} GPUs per replica)"
         )
         lines.append(
             f"  TTFT {best.ttft_s:.3g} s, TPOT {best.tpot_s * 1e3:.3g} ms "
@@ -263,8 +278,9 @@ def verification_line(result: PlanResult) -> str:
     assert check is not None
     medians = [f"TTFT p50 {check.ttft_p50_s:.3g} s", f"TPOT p50 {check.tpot_p50_s * 1e3:.3g} ms"]
     verdict = "met" if check.meets_slo else "NOT met"
+    tried = f", {result.verified} candidates simulated" if result.verified > 1 else ""
     line = (
-        f"simulated request by request ({check.requests} requests): SLO {verdict} on the "
+        f"simulated request by request ({check.requests} requests{tried}): SLO {verdict} on the "
         f"medians ({', '.join(medians)}); p90 TTFT {check.ttft_p90_s:.3g} s, "
         f"TPOT {check.tpot_p90_s * 1e3:.3g} ms"
     )

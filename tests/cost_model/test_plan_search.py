@@ -1,0 +1,227 @@
+"""The plan's search space (xPyD up to 8:1, attention-DP splits of a MoE, MTP, memory pruning),
+the knee refinement, the verification fallback, the estimator against the simulator where
+closed-loop clients stay in step, and plan's messages."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.types import Deployment, Disaggregation, Slo
+from idealized_runtime.cost_model.planning import search as plan_search
+from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
+from idealized_runtime.cost_model.planning.search import (
+    _Search,
+    estimate_point,
+    mean_request,
+    plan,
+    point_servers,
+    steady_output_tokens_per_s,
+    verify,
+)
+from idealized_runtime.cost_model.planning.space import (
+    WORKER_PAIRS,
+    Layout,
+    candidates,
+    layouts,
+)
+from idealized_runtime.cost_model.serving.engines import default_precision
+from idealized_runtime.report.plan import plan_text
+
+
+def request(**options: object) -> PlanRequest:
+    settings: dict[str, object] = {
+        "architecture": get_architecture("llama-3.1-8b"),
+        "hardware": [get_hardware("h100-sxm")],
+        "stacks": ["vllm"],
+        "weights": ["fp8"],
+        "workload": PlanWorkload(prompt_tokens=1024, output_tokens=128),
+        "slo": Slo(ttft_s=0.5, tpot_s=0.02),
+        "max_gpus": 4,
+        "concurrency": [1, 8, 64],
+        "requests_per_client": 2,
+    }
+    return PlanRequest(**{**settings, **options})  # type: ignore[arg-type]
+
+
+# --- the search space ---------------------------------------------------------------------------
+
+
+def test_xpyd_pairs_reach_eight_to_one_with_several_instances() -> None:
+    assert {(8, 1), (1, 8), (3, 2), (5, 3)} <= set(WORKER_PAIRS)
+    assert (2, 2) not in WORKER_PAIRS  # a replica of 1:1 at twice the clients
+    found = {
+        (c.deployment.disaggregation.prefill_workers, c.deployment.disaggregation.decode_workers)
+        for c in candidates(request(max_gpus=16, modes=["disaggregated"]), ["vllm"])
+    }
+    assert (8, 1) in found and (1, 8) in found and (4, 3) in found
+
+
+def test_a_mixture_of_experts_is_split_every_way_a_dense_model_is_not() -> None:
+    moe = set(layouts(get_architecture("qwen3-235b-a22b"), 8))
+    assert {Layout(8, 8, 8), Layout(8, 2, 4), Layout(8, 1, 8), Layout(4, 4, 1)} <= moe
+    assert all(lay.tp % lay.ep == 0 and lay.tp % lay.attention_dp == 0 for lay in moe)
+    dense = layouts(get_architecture("llama-3.1-70b"), 8)
+    assert dense == [Layout(1), Layout(2), Layout(4), Layout(8)]
+
+
+def test_multi_token_prediction_is_searched_where_its_acceptance_is_published() -> None:
+    deepseek = request(architecture=get_architecture("deepseek-r1"), weights=None, max_gpus=8,
+                       hardware=[get_hardware("h200")], modes=["aggregated"])  # fmt: skip
+    drafts = {c.deployment.speculative and c.deployment.speculative.draft_tokens
+              for c in candidates(deepseek, ["sglang"])}  # fmt: skip
+    assert drafts == {None, 1, 3}
+    plain = deepseek.model_copy(update={"mtp": False})
+    assert all(c.deployment.speculative is None for c in candidates(plain, ["sglang"]))
+    assert all(c.deployment.speculative is None for c in candidates(request(), ["vllm"]))
+
+
+def test_layouts_whose_weights_do_not_fit_are_pruned_before_pairing() -> None:
+    big = request(architecture=get_architecture("llama-3.1-70b"), weights=["bf16"], max_gpus=8)
+    search = _Search(big)
+    found = list(candidates(big, ["vllm"], search.fits))
+    assert found
+    # 70B in bf16 is 141 GB: one 80 GB GPU cannot hold it, as prefill or decode instance.
+    for candidate in found:
+        deployment = candidate.deployment
+        assert deployment.tp >= 2
+        if deployment.disaggregation is not None:
+            assert deployment.disaggregation.prefill_tp >= 2
+    assert any("raise" in reason for reason in search.refused)
+
+
+def test_levels_are_per_attention_dp_rank_and_refined_at_the_knee() -> None:
+    asked = [1, 8, 64, 512]
+    result = plan(request(verify=False, concurrency=asked))
+    levels = {p.concurrency for f in result.frontiers for p in f.points}
+    assert levels - set(asked), "no level between the powers of two was tried"
+    assert result.evaluated > result.deployments * len(asked)
+    best = result.best
+    assert best is not None and 64 < best.concurrency < 512  # the knee, between two levels
+    moe = request(architecture=get_architecture("qwen3-235b-a22b"), weights=None)
+    arch = moe.architecture
+    ranks = Deployment(architecture=arch, hardware=moe.hardware[0], tp=8, ep=8, attention_dp=8)
+    assert list(_Search(moe).levels_of(ranks)) == [8, 64, 512]
+
+
+# --- the verification fallback --------------------------------------------------------------------
+
+
+def test_a_best_that_fails_its_simulation_gives_way_to_the_next(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    calls = []
+
+    def first_fails(req, point, servers):  # type: ignore[no-untyped-def]
+        check = verify(req, point, servers)
+        calls.append(point)
+        return check.model_copy(update={"meets_slo": check.meets_slo and len(calls) > 1})
+
+    monkeypatch.setattr(plan_search, "verify", first_fails)
+    result = plan(request())
+    assert result.verified == 2 and result.rejected == [calls[0]]
+    assert result.best == calls[1] and result.verification.meets_slo
+    top = calls[0].output_tokens_per_s_per_gpu
+    assert result.best.output_tokens_per_s_per_gpu <= top
+    assert "2 candidates simulated" in plan_text(result)
+
+
+def test_no_best_when_every_candidate_tried_fails(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    def always_fails(req, point, servers):  # type: ignore[no-untyped-def]
+        return verify(req, point, servers).model_copy(update={"meets_slo": False})
+
+    monkeypatch.setattr(plan_search, "verify", always_fails)
+    result = plan(request(verify_candidates=3))
+    assert result.best is None and result.verified == 3 and len(result.rejected) == 3
+    assert result.replicas is None
+    assert "3 candidates simulated" in plan_text(result)
+
+
+def test_the_verified_best_meets_the_slo_in_its_simulation() -> None:
+    result = plan(request())
+    assert result.best is not None and result.verified >= 1
+    assert result.verification is not None and result.verification.meets_slo
+
+
+# --- the estimator against the simulator, clients in step ---------------------------------------
+
+
+def _both(req: PlanRequest, stack: str, deployment: Deployment, clients: int) -> tuple:
+    point = estimate_point(req, stack, deployment, clients)
+    return point, verify(req, point, point_servers(req, point))
+
+
+# The estimator does not yet follow how the request path (tokenization, delivery) staggers
+# clients whose prompts fill vLLM's whole budget: 0.32 s estimated vs 0.72 s simulated.
+_STAGGERED = pytest.mark.xfail(
+    strict=True, reason="request path not in the lockstep estimate of budget-long prompts"
+)
+
+
+@pytest.mark.parametrize(
+    ("stack", "clients"),
+    [("sglang", 16), ("sglang", 64), pytest.param("vllm", 8, marks=_STAGGERED)],
+)
+def test_clients_in_step_queue_their_prompts_as_the_simulator_does(
+    stack: str, clients: int
+) -> None:
+    """Fixed lengths: SGLang runs each wave's prompts as one burst before decoding (the median
+    prompt waits for half of it); vLLM's prompts, as long as the budget, take two full steps."""
+    prompt = 8192 if stack == "vllm" else 1024
+    req = request(stacks=[stack], workload=PlanWorkload(prompt_tokens=prompt, output_tokens=128))
+    arch, hardware = req.architecture, req.hardware[0]
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point, check = _both(req, stack, deployment, clients)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.15)
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.12)
+    assert point.output_tokens_per_s_per_gpu == pytest.approx(
+        check.output_tokens_per_s_per_gpu, rel=0.1
+    )
+    # The estimator without the lockstep terms is far off where the burst matters.
+    if stack == "sglang" and clients == 64:
+        plain = replace(mean_request(req), same_lengths=False, length_cv2=None)
+        before = estimate_point(req, stack, deployment, clients, mean=plain)
+        assert before.ttft_s < 0.5 * check.ttft_p50_s
+
+
+def test_a_prefill_instance_fed_evenly_does_not_queue() -> None:
+    req = request(workload=PlanWorkload(prompt_tokens=4096, output_tokens=256))
+    arch, hardware = req.architecture, req.hardware[0]
+    split = Disaggregation(prefill_workers=1, decode_workers=1, prefill_tp=1)
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1, disaggregation=split,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point, check = _both(req, "vllm", deployment, 8)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+
+def test_too_few_gpus_names_max_gpus_not_tp() -> None:
+    with pytest.raises(InputError) as caught:
+        plan(request(architecture=get_architecture("llama-3.1-405b"), weights=["bf16"],
+                     max_gpus=2))  # fmt: skip
+    message = str(caught.value)
+    assert "--max-gpus" in message and "--tp" not in message and "\n" not in message
+
+
+def test_a_rate_without_an_slo_says_it_took_the_highest_throughput() -> None:
+    result = plan(request(slo=Slo(), rate=10.0, verify=False))
+    text = plan_text(result)
+    assert "highest throughput (no SLO given)" in text and "best under the SLO" not in text
+    assert "best under the SLO" in plan_text(plan(request(verify=False)))
+
+
+def test_the_simulated_throughput_is_taken_while_every_client_cycles() -> None:
+    """One client, three requests of ten tokens at one token a second, back to back: the
+    window runs from the first request's end (10 s) to the last one's start (20 s)."""
+    rows = [
+        {"ok": True, "request_index": i, "started_at_s": 10.0 * i, "ttft_s": 1.0,
+         "inter_token_latencies_s": [1.0] * 9, "finished_at_s": 10.0 * i + 10.0}
+        for i in range(3)
+    ]  # fmt: skip
+    assert steady_output_tokens_per_s(rows, 1) == pytest.approx(1.0)
+    assert steady_output_tokens_per_s(rows[:1], 1) is None  # no window: one request per client
