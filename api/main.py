@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from idealized_runtime.api import errors, openapi
+from idealized_runtime.api.json_stream import log_backend
 from idealized_runtime.api.middleware import (
     BodyLimitMiddleware,
     KeyCheckMiddleware,
@@ -46,6 +47,8 @@ GPU-seconds, joules and dollars across models.
 def create_app() -> FastAPI:
     settings = get_settings()
     from idealized_runtime import __version__
+
+    log_backend()
 
     app = FastAPI(
         title="idealized-runtime",

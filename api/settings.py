@@ -18,6 +18,16 @@ DEFAULT_MAX_UPLOAD_ROWS = 500_000
 # compressed stream) and entries; an archive beyond either is refused where it is reached.
 DEFAULT_MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_ARCHIVE_MEMBERS = 10_000
+# The longest string (or other JSON token) a JSON body may hold, in bytes: refused where it is
+# read, before it is held.
+DEFAULT_MAX_STRING_BYTES = 1 << 20
+# Expensive reads (plans, batch and hardware-model estimates, comparisons): computations at once
+# per server process (one more is refused with 503 and Retry-After), and per-request bounds.
+DEFAULT_MAX_CONCURRENT_COMPUTATIONS = 2
+DEFAULT_COMPUTE_RETRY_AFTER_S = 5
+DEFAULT_MAX_PLAN_CANDIDATES = 5_000
+DEFAULT_MAX_SIMULATED_REQUESTS = 2_000
+DEFAULT_MAX_COMPARE_ROWS = 2_000_000
 
 
 def _flag(value: str | None) -> bool:
@@ -66,6 +76,14 @@ class Settings:
     max_upload_rows: int = DEFAULT_MAX_UPLOAD_ROWS
     max_archive_bytes: int = DEFAULT_MAX_ARCHIVE_BYTES
     max_archive_members: int = DEFAULT_MAX_ARCHIVE_MEMBERS
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
+    max_concurrent_computations: int = DEFAULT_MAX_CONCURRENT_COMPUTATIONS
+    compute_retry_after_s: int = DEFAULT_COMPUTE_RETRY_AFTER_S
+    max_plan_candidates: int = DEFAULT_MAX_PLAN_CANDIDATES
+    max_simulated_requests: int = DEFAULT_MAX_SIMULATED_REQUESTS
+    max_compare_rows: int = DEFAULT_MAX_COMPARE_ROWS
+    # Entries of each in-process cache (fits, hardware, architectures, GPU counts).
+    max_cache_entries: int = 1024
     # Seconds a cached "current fit of a model" is trusted before re-reading the database; fits
     # written by this process invalidate it at once, this bounds staleness across workers.
     fit_cache_ttl_s: float = 5.0
@@ -89,6 +107,21 @@ class Settings:
             max_archive_members=_int(
                 "IDEALIZED_RUNTIME_MAX_ARCHIVE_MEMBERS", DEFAULT_MAX_ARCHIVE_MEMBERS
             ),
+            max_string_bytes=_int("IDEALIZED_RUNTIME_MAX_STRING_BYTES", DEFAULT_MAX_STRING_BYTES),
+            max_concurrent_computations=_int(
+                "IDEALIZED_RUNTIME_MAX_CONCURRENT_COMPUTATIONS", DEFAULT_MAX_CONCURRENT_COMPUTATIONS
+            ),
+            compute_retry_after_s=_int(
+                "IDEALIZED_RUNTIME_COMPUTE_RETRY_AFTER_S", DEFAULT_COMPUTE_RETRY_AFTER_S
+            ),
+            max_plan_candidates=_int(
+                "IDEALIZED_RUNTIME_MAX_PLAN_CANDIDATES", DEFAULT_MAX_PLAN_CANDIDATES
+            ),
+            max_simulated_requests=_int(
+                "IDEALIZED_RUNTIME_MAX_SIMULATED_REQUESTS", DEFAULT_MAX_SIMULATED_REQUESTS
+            ),
+            max_compare_rows=_int("IDEALIZED_RUNTIME_MAX_COMPARE_ROWS", DEFAULT_MAX_COMPARE_ROWS),
+            max_cache_entries=_int("IDEALIZED_RUNTIME_MAX_CACHE_ENTRIES", 1024),
         )
 
 

@@ -96,7 +96,9 @@ def upload_json(
 ) -> Response:
     # Read measurement by measurement as the body arrives: memory holds the rows stored so far.
     payload, measurements = json_measurement_set(
-        json_chunks(request, context.digest), get_settings().max_upload_rows
+        json_chunks(request, context.digest),
+        get_settings().max_upload_rows,
+        get_settings().max_string_bytes,
     )
     return _store(
         session,

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 
+from idealized_runtime.api.bodies import json_body, request_body
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import not_found
 from idealized_runtime.api.routers.common import READ_BODY_ERRORS
@@ -21,6 +22,7 @@ router = APIRouter(prefix="/v1", tags=["plan"])
     "/plan",
     response_model=PlanResult,
     responses=READ_BODY_ERRORS,
+    openapi_extra=request_body("PlanIn"),
     summary="The best deployment under an SLO: Pareto frontiers per GPU and engine",
     description=(
         "Searches engine stacks, precisions, layouts (TP, EP, attention DP), aggregated and "
@@ -37,7 +39,7 @@ router = APIRouter(prefix="/v1", tags=["plan"])
         "shared prefix tokens and a hit rate together is refused with its reason (422)."
     ),
 )
-def create_plan(payload: PlanIn, _: Reader) -> PlanResult:
+def create_plan(_: Reader, payload: PlanIn = Depends(json_body(PlanIn, "PlanIn"))) -> PlanResult:
     from idealized_runtime.cost_model.planning.search import plan
 
     cache = estimate_cache()
