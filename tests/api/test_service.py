@@ -559,6 +559,42 @@ def test_leaderboard_json_and_html(client: httpx.Client, service: Service) -> No
     assert "openai/davinci" in html.text
 
 
+def test_scores_are_bounded_and_the_board_stays_numeric(
+    client: httpx.Client, service: Service
+) -> None:
+    """A score beyond its metric's documented range is refused (1e308 was stored, and the
+    board's accuracy of that model became null); the board keeps numbers."""
+
+    def score(metric: str, value: float) -> dict:
+        row = {"model": "openai/davinci", "scenario": "mine:x=2", "metric": metric, "value": value}
+        return {"scores": [row]}
+
+    for metric, value in [
+        ("exact_match", 1e308),
+        ("accuracy", 1.5),
+        ("exact_match", -0.1),
+        ("raw_runtime_s", 2e6),
+        ("mean_output_tokens", -1),
+        ("other", 1e13),
+    ]:
+        detail = json.dumps(
+            service.refused(
+                client,
+                "/v1/capability-scores",
+                json.dumps(score(metric, value)),
+                "application/json",
+            )
+        )
+        assert f"{metric} must be between" in detail or "less than or equal" in detail, detail
+    written = client.post(
+        "/v1/capability-scores", json=score("exact_match", 1.0), headers=service.auth
+    )
+    assert written.status_code == 201, written.text
+    board = client.get("/v1/leaderboard", params={"include_scenarios": True}).json()
+    davinci = next(m for m in board["models"] if m["model"] == "openai/davinci")
+    assert isinstance(davinci["accuracy"], float) and 0 <= davinci["accuracy"] <= 1
+
+
 # --- configuration and CLI (SQLite only: they start their own servers) ------------------------
 
 
