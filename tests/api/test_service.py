@@ -232,6 +232,28 @@ def test_csv_upload_body_and_multipart(client: httpx.Client, service: Service) -
     assert form.json()["models"] == [model]
 
 
+def test_multipart_uploads_log_no_traceback(client: httpx.Client, service: Service) -> None:
+    """Closing the form of a multipart upload logged a NoEventLoopError traceback on every
+    upload, taken or refused."""
+    log = Path(service.env["IDEALIZED_RUNTIME_HOME"]) / "server.log"
+    start = log.stat().st_size
+    text = to_csv(timings(unique("csv")))
+    for content, status in [(text, 201), (text.replace(",0.02", ",inf", 1), 422)]:
+        files = {"file": ("t.csv", content, "text/csv")}
+        response = client.post("/v1/measurement-sets/csv", files=files, headers=service.auth)
+        assert response.status_code == status, response.text
+    no_file = client.post(
+        "/v1/measurement-sets/csv", files={"other": ("t.csv", text, "text/csv")},
+        headers=service.auth,
+    )  # fmt: skip
+    assert no_file.status_code == 422, no_file.text
+    assert client.get("/v1/health").status_code == 200
+    with log.open("rb") as file:
+        file.seek(start)
+        logged = file.read().decode(errors="replace")
+    assert "Traceback" not in logged and "NoEventLoopError" not in logged, logged
+
+
 def test_csv_errors_name_row_and_column(client: httpx.Client, service: Service) -> None:
     before = set_count(client)
     headers = {**service.auth, "content-type": "text/csv"}
