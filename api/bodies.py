@@ -27,7 +27,13 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from idealized_runtime.api.json_stream import JsonChecker, JsonSyntaxError, check_json
+from idealized_runtime.api.json_stream import (
+    JsonChecker,
+    JsonSyntaxError,
+    check_json,
+    refusal_reason,
+)
+from idealized_runtime.api.metrics import mark_refusal
 from idealized_runtime.api.openapi import register_request_schema
 from idealized_runtime.api.settings import get_settings
 from idealized_runtime.core.errors import InputError
@@ -96,6 +102,7 @@ async def _checked_body(request: Request) -> bytes:
                 await run_in_threadpool(checker.feed, chunk)
         checker.close()
     except JsonSyntaxError as error:
+        mark_refusal(request, refusal_reason(error))
         raise json_refusal(error) from None
     return b"".join(parts)
 

@@ -210,6 +210,15 @@ class _KeyCheck:
                 open_.pop()
 
 
+def refusal_reason(error: JsonSyntaxError) -> str:
+    """The refusal's reason in the service's metrics."""
+    if isinstance(error, TokenTooLong):
+        return "json_string_too_long"
+    if isinstance(error, DuplicateKey):
+        return "json_repeated_key"
+    return "json_invalid"
+
+
 def check_json(chunks: Iterable[bytes], max_token_bytes: int) -> bytes:
     """The body in ``chunks``, once read by the parser as one JSON value with no repeated key
     and no token longer than ``max_token_bytes``; JsonSyntaxError otherwise, where it is

@@ -25,9 +25,12 @@ DEFAULT_MAX_STRING_BYTES = 1 << 20
 # per server process (one more is refused with 503 and Retry-After), and per-request bounds.
 DEFAULT_MAX_CONCURRENT_COMPUTATIONS = 2
 DEFAULT_COMPUTE_RETRY_AFTER_S = 5
-DEFAULT_MAX_PLAN_CANDIDATES = 5_000
-DEFAULT_MAX_SIMULATED_REQUESTS = 2_000
-DEFAULT_MAX_COMPARE_ROWS = 2_000_000
+# A plan evaluates each deployment at each concurrency level: a Llama-3.1-70B plan on two GPUs
+# with the defaults is 15,000 evaluations. Its verification simulates at most 2048 requests
+# with the defaults.
+DEFAULT_MAX_PLAN_EVALUATIONS = 20_000
+DEFAULT_MAX_SIMULATED_REQUESTS = 4_096
+DEFAULT_MAX_CACHE_ENTRIES = 1024
 
 
 def _flag(value: str | None) -> bool:
@@ -79,11 +82,10 @@ class Settings:
     max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
     max_concurrent_computations: int = DEFAULT_MAX_CONCURRENT_COMPUTATIONS
     compute_retry_after_s: int = DEFAULT_COMPUTE_RETRY_AFTER_S
-    max_plan_candidates: int = DEFAULT_MAX_PLAN_CANDIDATES
+    max_plan_evaluations: int = DEFAULT_MAX_PLAN_EVALUATIONS
     max_simulated_requests: int = DEFAULT_MAX_SIMULATED_REQUESTS
-    max_compare_rows: int = DEFAULT_MAX_COMPARE_ROWS
     # Entries of each in-process cache (fits, hardware, architectures, GPU counts).
-    max_cache_entries: int = 1024
+    max_cache_entries: int = DEFAULT_MAX_CACHE_ENTRIES
     # Seconds a cached "current fit of a model" is trusted before re-reading the database; fits
     # written by this process invalidate it at once, this bounds staleness across workers.
     fit_cache_ttl_s: float = 5.0
@@ -114,14 +116,15 @@ class Settings:
             compute_retry_after_s=_int(
                 "IDEALIZED_RUNTIME_COMPUTE_RETRY_AFTER_S", DEFAULT_COMPUTE_RETRY_AFTER_S
             ),
-            max_plan_candidates=_int(
-                "IDEALIZED_RUNTIME_MAX_PLAN_CANDIDATES", DEFAULT_MAX_PLAN_CANDIDATES
+            max_plan_evaluations=_int(
+                "IDEALIZED_RUNTIME_MAX_PLAN_EVALUATIONS", DEFAULT_MAX_PLAN_EVALUATIONS
             ),
             max_simulated_requests=_int(
                 "IDEALIZED_RUNTIME_MAX_SIMULATED_REQUESTS", DEFAULT_MAX_SIMULATED_REQUESTS
             ),
-            max_compare_rows=_int("IDEALIZED_RUNTIME_MAX_COMPARE_ROWS", DEFAULT_MAX_COMPARE_ROWS),
-            max_cache_entries=_int("IDEALIZED_RUNTIME_MAX_CACHE_ENTRIES", 1024),
+            max_cache_entries=_int(
+                "IDEALIZED_RUNTIME_MAX_CACHE_ENTRIES", DEFAULT_MAX_CACHE_ENTRIES
+            ),
         )
 
 

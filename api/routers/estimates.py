@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from idealized_runtime.api.bodies import json_body, request_body
+from idealized_runtime.api.compute import compute_slot
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import (
     CostColumns,
@@ -341,12 +342,13 @@ async def estimate(request: Request) -> Response:
     return Response(content=out.model_dump_json(), media_type="application/json")
 
 
-def _check_batch(count: int) -> None:
+def _check_batch(count: int, what: str = "rows") -> None:
     limit = get_settings().max_batch_rows
     if count > limit:
         raise HTTPException(
             status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"{count} rows in one batch; at most {limit}",
+            detail=f"{count} {what} in one batch; at most {limit} "
+            "(IDEALIZED_RUNTIME_MAX_BATCH_ROWS)",
         )
 
 
@@ -377,6 +379,7 @@ def _token_arrays(requests: list[RequestShape]) -> tuple[np.ndarray, np.ndarray]
 def estimate_batch(
     _: Reader,
     payload: BatchEstimateIn = Depends(json_body(BatchEstimateIn, "BatchEstimateIn")),
+    _slot: None = Depends(compute_slot),
 ) -> Response:
     start = time.perf_counter()
     p, o = _token_arrays(payload.requests)
@@ -499,9 +502,11 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
 def compare(
     _: Reader,
     payload: CompareIn = Depends(json_body(CompareIn, "CompareIn")),
+    _slot: None = Depends(compute_slot),
 ) -> CompareOut:
     name, p, o = _workload_shapes(payload)
     models = list(dict.fromkeys(payload.models))
+    _check_batch(len(models) * len(p), "models x requests")
     results = []
     for model in models:
         target = _target_from_db(model, payload.metric, None, payload.hardware, None)
@@ -590,6 +595,7 @@ def estimate_hardware_model(
     payload: HardwareModelEstimateIn = Depends(
         json_body(HardwareModelEstimateIn, "HardwareModelEstimateIn")
     ),
+    _slot: None = Depends(compute_slot),
 ) -> HardwareModelEstimateOut:
     from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.core.errors import InputError
