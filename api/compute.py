@@ -13,8 +13,10 @@ from functools import lru_cache
 from itertools import islice
 
 from fastapi import HTTPException, Request, status
+from starlette.concurrency import run_in_threadpool
 
 from idealized_runtime.api import metrics
+from idealized_runtime.api.memory import trim_heap
 from idealized_runtime.api.settings import Settings, get_settings
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.cost_model.planning.request import PlanRequest
@@ -67,6 +69,7 @@ async def compute_slot(request: Request) -> AsyncIterator[None]:
         yield
     finally:
         slots.give_back()
+        await run_in_threadpool(trim_heap)  # a plan's simulation leaves heap behind
 
 
 def simulated_requests(request: PlanRequest) -> int:
