@@ -3,14 +3,29 @@
 and Retry-After; and per-request bounds on a plan's work, refused in one line (422) before it
 starts. The slot is taken after the body is read and validated, so a slow client holds no slot,
 and on the event loop, so a refused request never waits for a worker thread: health and the
-other reads keep their threads."""
+other reads keep their threads.
+
+A plan (seconds of pure-Python CPU) runs in a worker process (``run_computation``): in the
+server's own process it would hold the interpreter lock against the event loop, and health
+and the catalog would wait for it. The workers run at a lower priority and are replaced after
+``_TASKS_PER_WORKER`` plans, so that what a plan allocates goes back to the system."""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
+import ctypes
+import ctypes.util
+import multiprocessing
+import os
+import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from functools import lru_cache
 from itertools import islice
+from typing import Any, TypeVar
 
 from fastapi import HTTPException, Request, status
 from starlette.concurrency import run_in_threadpool
@@ -70,6 +85,64 @@ async def compute_slot(request: Request) -> AsyncIterator[None]:
     finally:
         slots.give_back()
         await run_in_threadpool(trim_heap)  # a plan's simulation leaves heap behind
+
+
+T = TypeVar("T")
+_TASKS_PER_WORKER = 50
+_PR_SET_PDEATHSIG = 1
+_pool: ProcessPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _worker_started() -> None:
+    with contextlib.suppress(OSError):
+        os.nice(5)  # the server's own process answers first
+    # Linux: end with the server, however it ends (a killed server leaves no worker behind).
+    with contextlib.suppress(OSError, AttributeError):
+        name = ctypes.util.find_library("c")
+        if name is not None:
+            ctypes.CDLL(name).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+            if os.getppid() == 1:  # the server ended before this line
+                os._exit(0)
+
+
+def _compute_pool() -> ProcessPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ProcessPoolExecutor(
+                max_workers=get_settings().max_concurrent_computations,
+                # Not fork: the server's threads would be copied in an unknown state.
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_worker_started,
+                max_tasks_per_child=_TASKS_PER_WORKER,
+            )
+        return _pool
+
+
+@atexit.register
+def _drop_pool() -> None:
+    global _pool
+    with _pool_lock:
+        if _pool is not None:
+            _pool.shutdown(wait=False, cancel_futures=True)
+        _pool = None
+
+
+def run_computation(function: Callable[..., T], *args: Any) -> T:
+    """``function(*args)`` in a worker process (IDEALIZED_RUNTIME_COMPUTE_IN_PROCESSES, on by
+    default), else in the calling thread. Called from a worker thread holding a slot."""
+    if not get_settings().compute_in_processes:
+        return function(*args)
+    try:
+        return _compute_pool().submit(function, *args).result()
+    except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh
+        _drop_pool()
+        raise HTTPException(
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            "the computation's worker process ended unexpectedly: retry",
+            headers={"Retry-After": str(get_settings().compute_retry_after_s)},
+        ) from None
 
 
 def simulated_requests(request: PlanRequest) -> int:

@@ -82,6 +82,8 @@ class Settings:
     max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
     max_concurrent_computations: int = DEFAULT_MAX_CONCURRENT_COMPUTATIONS
     compute_retry_after_s: int = DEFAULT_COMPUTE_RETRY_AFTER_S
+    # Plans run in worker processes (off: in the server's threads).
+    compute_in_processes: bool = True
     max_plan_evaluations: int = DEFAULT_MAX_PLAN_EVALUATIONS
     max_simulated_requests: int = DEFAULT_MAX_SIMULATED_REQUESTS
     # Entries of each in-process cache (fits, hardware, architectures, GPU counts).
@@ -112,6 +114,9 @@ class Settings:
             max_string_bytes=_int("IDEALIZED_RUNTIME_MAX_STRING_BYTES", DEFAULT_MAX_STRING_BYTES),
             max_concurrent_computations=_int(
                 "IDEALIZED_RUNTIME_MAX_CONCURRENT_COMPUTATIONS", DEFAULT_MAX_CONCURRENT_COMPUTATIONS
+            ),
+            compute_in_processes=_flag(
+                os.environ.get("IDEALIZED_RUNTIME_COMPUTE_IN_PROCESSES", "1")
             ),
             compute_retry_after_s=_int(
                 "IDEALIZED_RUNTIME_COMPUTE_RETRY_AFTER_S", DEFAULT_COMPUTE_RETRY_AFTER_S

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 
 from idealized_runtime.api.bodies import json_body, request_body
-from idealized_runtime.api.compute import check_plan_work, compute_slot
+from idealized_runtime.api.compute import check_plan_work, compute_slot, run_computation
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import not_found
 from idealized_runtime.api.routers.common import READ_BODY_ERRORS
@@ -62,7 +62,7 @@ def create_plan(
     settings = payload.model_dump(exclude={"architecture", "config", "hardware"})
     question = PlanRequest(architecture=architecture, hardware=gpus, **settings)
     check_plan_work(question, request)
-    return plan(question)
+    return run_computation(plan, question)
 
 
 def _architecture(payload: PlanIn, stored: Architecture | None) -> Architecture:

@@ -56,6 +56,8 @@ def held(
         "IDEALIZED_RUNTIME_COMPUTE_RETRY_AFTER_S": RETRY_AFTER,
         "IDEALIZED_RUNTIME_MAX_PLAN_EVALUATIONS": "100",
         "IDEALIZED_RUNTIME_MAX_SIMULATED_REQUESTS": "50",
+        # In the server's threads, where the test holds it (the default is a worker process).
+        "IDEALIZED_RUNTIME_COMPUTE_IN_PROCESSES": "0",
     }
     seeded = subprocess.run(
         cli_command("db", "seed"), env={**os.environ, **env}, capture_output=True, text=True
