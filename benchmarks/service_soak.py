@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import os
 import subprocess
@@ -48,6 +49,23 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     raise KeyError("VmRSS")
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found += [int(child) for child in text]
+    return found
+
+
+def workers_rss_mib(pid: int) -> float:
+    """The server's worker processes (plans), together."""
+    total = 0.0
+    for child in children(pid):
+        with contextlib.suppress(FileNotFoundError, KeyError):  # ended meanwhile
+            total += rss_mib(child)
+    return total
 
 
 def measurement(i: int, model: str = "soak-model") -> dict[str, object]:
@@ -278,6 +296,7 @@ def main() -> None:
             tally = Tally()
             threads = traffic(url, key, until, tally)
             samples = [(0.0, rss_mib(pid))]
+            workers = [0.0]
             print(f"server pid {pid}, RSS at start {samples[0][1]:.0f} MiB", flush=True)
             for thread in threads:
                 thread.start()
@@ -285,7 +304,12 @@ def main() -> None:
                 time.sleep(min(args.sample_s, max(0.0, until - time.monotonic())))
                 elapsed = time.monotonic() - started
                 samples.append((elapsed, rss_mib(pid)))
-                print(f"{elapsed / 60:6.1f} min  RSS {samples[-1][1]:7.1f} MiB", flush=True)
+                workers.append(workers_rss_mib(pid))
+                print(
+                    f"{elapsed / 60:6.1f} min  RSS {samples[-1][1]:7.1f} MiB  "
+                    f"(plan workers {workers[-1]:.0f} MiB)",
+                    flush=True,
+                )
             for thread in threads:
                 thread.join(timeout=300)
             samples.append((time.monotonic() - started, rss_mib(pid)))
@@ -310,6 +334,7 @@ def main() -> None:
     print(f"| {'growth after warm-up (highest, %)':<34} | {growth:8.1f} |")
     end_growth = (samples[-1][1] - at_warm) / at_warm * 100
     print(f"| {'growth after warm-up (end, %)':<34} | {end_growth:8.1f} |")
+    print(f"| {'plan worker processes, highest':<34} | {max(workers):8.1f} |")
     print()
     print(f"| {'requests':<28} | {'status':>6} | {'count':>7} |")
     print(f"|{'-' * 30}|{'-' * 8}|{'-' * 9}|")
