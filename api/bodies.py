@@ -31,7 +31,9 @@ from idealized_runtime.api.json_stream import (
     JsonChecker,
     JsonSyntaxError,
     check_json,
+    check_whole_json,
     refusal_reason,
+    yajl_cannot_read,
 )
 from idealized_runtime.api.metrics import mark_refusal
 from idealized_runtime.api.openapi import register_request_schema
@@ -91,16 +93,24 @@ _INLINE_PARSE_BYTES = 1 << 18
 async def _checked_body(request: Request) -> bytes:
     """The body as it arrives, read by the streaming parser chunk by chunk: refused (422) at
     the first byte that makes it no JSON, a string over the limit or a repeated key."""
-    checker = JsonChecker(get_settings().max_string_bytes)
+    limit = get_settings().max_string_bytes
+    checker = JsonChecker(limit)
     parts = []
+    stream = request.stream()
     try:
-        async for chunk in request.stream():
-            parts.append(chunk)
-            if checker.offset < _INLINE_PARSE_BYTES:
-                checker.feed(chunk)
-            else:
-                await run_in_threadpool(checker.feed, chunk)
-        checker.close()
+        try:
+            async for chunk in stream:
+                parts.append(chunk)
+                if checker.offset < _INLINE_PARSE_BYTES:
+                    checker.feed(chunk)
+                else:
+                    await run_in_threadpool(checker.feed, chunk)
+            checker.close()
+        except JsonSyntaxError as error:
+            if not yajl_cannot_read(error):
+                raise
+            parts += [chunk async for chunk in stream]
+            await run_in_threadpool(check_whole_json, b"".join(parts), limit)
     except JsonSyntaxError as error:
         mark_refusal(request, refusal_reason(error))
         raise json_refusal(error) from None

@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import ctypes
-import ctypes.util
 import multiprocessing
 import os
-import signal
 import threading
+import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -89,7 +87,6 @@ async def compute_slot(request: Request) -> AsyncIterator[None]:
 
 T = TypeVar("T")
 _TASKS_PER_WORKER = 50
-_PR_SET_PDEATHSIG = 1
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -97,13 +94,17 @@ _pool_lock = threading.Lock()
 def _worker_started() -> None:
     with contextlib.suppress(OSError):
         os.nice(5)  # the server's own process answers first
-    # Linux: end with the server, however it ends (a killed server leaves no worker behind).
-    with contextlib.suppress(OSError, AttributeError):
-        name = ctypes.util.find_library("c")
-        if name is not None:
-            ctypes.CDLL(name).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
-            if os.getppid() == 1:  # the server ended before this line
-                os._exit(0)
+    # End with the server, however it ends (a killed server leaves no worker behind). Not
+    # PR_SET_PDEATHSIG: it fires when the thread that started the worker ends, and the pool
+    # starts workers from threads that come and go.
+    server = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == server:
+            time.sleep(1.0)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="server-watch", daemon=True).start()
 
 
 def _compute_pool() -> ProcessPoolExecutor:
@@ -168,7 +169,10 @@ def check_plan_work(
     known = [*engine_names(), IDEAL_STACK]
     stacks = [s for s in dict.fromkeys(request.stacks or known) if s in known]
     most_deployments = settings.max_plan_evaluations // levels
-    deployments = sum(1 for _ in islice(candidates(request, stacks), most_deployments + 1))
+    try:
+        deployments = sum(1 for _ in islice(candidates(request, stacks), most_deployments + 1))
+    except InputError:
+        return  # an unknown format or the like: the plan refuses it in its own words
     if deployments > most_deployments:
         if http is not None:
             metrics.mark_refusal(http, "plan_too_large")

@@ -14,6 +14,7 @@ being read is longer than that and the body is refused there (memory: the limit 
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Iterable, Iterator
@@ -219,16 +220,63 @@ def refusal_reason(error: JsonSyntaxError) -> str:
     return "json_invalid"
 
 
+def yajl_cannot_read(error: JsonSyntaxError) -> bool:
+    """yajl holds integers in 64 bits; JSON's integers have no bound."""
+    return "integer overflow" in str(error)
+
+
+def check_whole_json(body: bytes, max_token_bytes: int) -> None:
+    """``check_json`` by Python's parser, for a body held whole that yajl cannot read (an
+    integer beyond 64 bits): the same rules, no repeated key and no token over the limit."""
+
+    def members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in found:
+                raise DuplicateKey(key, len(body))
+            found[key] = value
+        return found
+
+    def not_json(name: str) -> Any:
+        raise JsonSyntaxError(f"{name} is not JSON (NaN and Infinity are no JSON numbers)", 0)
+
+    try:
+        value = json.loads(body, object_pairs_hook=members, parse_constant=not_json)
+    except JsonSyntaxError:
+        raise
+    except ValueError as error:  # not JSON, or an integer of more than 4300 digits
+        raise JsonSyntaxError(str(error).split(":")[0], getattr(error, "pos", 0)) from None
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            pending += item.keys()
+            pending += item.values()
+        elif isinstance(item, list):
+            pending += item
+        elif isinstance(item, (str, int)) and not isinstance(item, bool):
+            size = len(item.encode()) if isinstance(item, str) else len(str(item))
+            if size > max_token_bytes:
+                raise TokenTooLong(max_token_bytes, len(body))
+
+
 def check_json(chunks: Iterable[bytes], max_token_bytes: int) -> bytes:
     """The body in ``chunks``, once read by the parser as one JSON value with no repeated key
     and no token longer than ``max_token_bytes``; JsonSyntaxError otherwise, where it is
     found."""
     events, keys = _Events(max_token_bytes), _KeyCheck()
     parts = []
-    for chunk in chunks:
-        parts.append(chunk)
-        keys.follow(events.feed(chunk), events.offset)
-    keys.follow(events.close(), events.offset)
+    chunks = iter(chunks)
+    try:
+        for chunk in chunks:
+            parts.append(chunk)
+            keys.follow(events.feed(chunk), events.offset)
+        keys.follow(events.close(), events.offset)
+    except JsonSyntaxError as error:
+        if not yajl_cannot_read(error):
+            raise
+        parts += chunks
+        check_whole_json(b"".join(parts), max_token_bytes)
     return b"".join(parts)
 
 

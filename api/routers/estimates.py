@@ -33,7 +33,11 @@ from idealized_runtime.api.estimation import (
     require_finite,
     runtimes,
 )
-from idealized_runtime.api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
+from idealized_runtime.api.routers.common import (
+    COMPUTE_ERRORS,
+    ERRORS,
+    READ_ERRORS,
+)
 from idealized_runtime.api.routers.deps import Reader
 from idealized_runtime.api.schemas import (
     BatchEstimateIn,
@@ -363,7 +367,7 @@ def _token_arrays(requests: list[RequestShape]) -> tuple[np.ndarray, np.ndarray]
 @router.post(
     "/estimate/batch",
     response_model=BatchEstimateOut,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
     openapi_extra=request_body("BatchEstimateIn"),
     summary="Runtimes of many requests of one model",
     description=(
@@ -487,7 +491,7 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
 @router.post(
     "/compare",
     response_model=CompareOut,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
     openapi_extra=request_body("CompareIn"),
     summary="Compare models over a workload: totals, means, ratios to the best",
     description=(
@@ -575,7 +579,7 @@ def list_workloads(_: Reader) -> list[WorkloadOut]:
 @router.post(
     "/estimate/hardware-model",
     response_model=HardwareModelEstimateOut,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
     openapi_extra=request_body("HardwareModelEstimateIn"),
     summary="One request from the hardware model, at any precision, without a profile",
     description=(

@@ -8,7 +8,7 @@ from idealized_runtime.api.bodies import json_body, request_body
 from idealized_runtime.api.compute import check_plan_work, compute_slot, run_computation
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import not_found
-from idealized_runtime.api.routers.common import READ_BODY_ERRORS
+from idealized_runtime.api.routers.common import COMPUTE_ERRORS
 from idealized_runtime.api.routers.deps import Reader
 from idealized_runtime.api.schemas import PlanIn
 from idealized_runtime.api.state import estimate_cache
@@ -22,7 +22,7 @@ router = APIRouter(prefix="/v1", tags=["plan"])
 @router.post(
     "/plan",
     response_model=PlanResult,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
     openapi_extra=request_body("PlanIn"),
     summary="The best deployment under an SLO: Pareto frontiers per GPU and engine",
     description=(

@@ -33,7 +33,10 @@ bodies = st.fixed_dictionaries(
     optional={
         "name": names,
         "source": st.sampled_from(["import", "api_timing"]),
-        "metadata": st.dictionaries(names, st.one_of(st.integers(), names, st.lists(st.none()))),
+        # Integers within 64 bits: the streaming parser's range (beyond: refused, see below).
+        "metadata": st.dictionaries(
+            names, st.one_of(st.integers(-(2**63), 2**63 - 1), names, st.lists(st.none()))
+        ),
         "stack": st.fixed_dictionaries(
             {}, optional={"runner": names, "num_devices": st.integers(1, 8)}
         ),
@@ -128,7 +131,8 @@ def test_a_damaged_body_is_refused_as_the_whole_body_is(body: dict, seed: int, e
         (b'{"name": "x"}', "Field required"),
         (b'{"measurements": 3}', "valid array"),
         (b'{"measurements": [{"model": "m"}], "measurements": []}', "given twice"),
-        (b'{"measurements": [NaN]}', "invalid char"),
+        (b'{"measurements": [NaN]}', "NaN is not JSON"),
+        (b'{"measurements": [], "metadata": {"n": 9223372036854775808}}', "integer overflow"),
         (b'{"measurements": [{"model": "m", "model": "n"}]}', "'model' is given twice"),
         (b'{"name": "a", "measurements": [], "name": "b"}', "'name' is given twice"),
         (b'{"measurements": [], "metadata": {"a": {"k": 1, "k": 2}}}', "'k' is given twice"),
@@ -209,3 +213,16 @@ def test_json_bodies_refuse_repeated_keys_and_long_strings() -> None:
         check_json([b'{"x": [{"runtime_s": 1.2, "runtime_s": 2.5}]}'], 100)
     with pytest.raises(JsonSyntaxError, match="longer than 1000 bytes"):
         check_json([b'{"a": "', b"x" * 100_000, b'"}'], 1000)
+
+
+def test_integers_beyond_64_bits_are_read_by_the_fallback_with_the_same_rules() -> None:
+    from idealized_runtime.api.json_stream import JsonSyntaxError, check_json
+
+    big = b'{"config": {"hidden_size": 188049581942790081179702788096}, "b": [1, "x"]}'
+    assert check_json([big[:20], big[20:]], 100) == big
+    with pytest.raises(JsonSyntaxError, match="'a' is given twice"):
+        check_json([b'{"a": 123456789012345678901234567890, "a": 1}'], 100)
+    with pytest.raises(JsonSyntaxError, match="longer than 100 bytes"):
+        check_json([b'{"a": 123456789012345678901234567890, "b": "' + b"x" * 101 + b'"}'], 100)
+    with pytest.raises(JsonSyntaxError, match="NaN is not JSON"):
+        check_json([b'{"a": 123456789012345678901234567890, "b": NaN}'], 100)
