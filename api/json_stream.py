@@ -30,11 +30,14 @@ SLICE_BYTES = 1 << 16
 
 
 def _load_backend() -> tuple[Any, str]:
-    """yajl2_c (comes in ijson's wheels); another ijson backend only where it is missing."""
-    try:
-        return ijson.get_backend("yajl2_c"), "yajl2_c"
-    except ImportError:
-        return ijson, ijson.backend  # ijson's best available (pure Python at worst)
+    """yajl2_c (comes in ijson's wheels); another ijson backend only where it is missing, the
+    pure-Python one at worst."""
+    for name in ("yajl2_c", "yajl2_cffi", "yajl2"):
+        try:
+            return ijson.get_backend(name), name
+        except ImportError:
+            continue
+    return ijson.get_backend("python"), "python"
 
 
 BACKEND, BACKEND_NAME = _load_backend()

@@ -226,3 +226,33 @@ def test_integers_beyond_64_bits_are_read_by_the_fallback_with_the_same_rules() 
         check_json([b'{"a": 123456789012345678901234567890, "b": "' + b"x" * 101 + b'"}'], 100)
     with pytest.raises(JsonSyntaxError, match="NaN is not JSON"):
         check_json([b'{"a": 123456789012345678901234567890, "b": NaN}'], 100)
+
+
+def test_without_yajl2_c_another_backend_reads_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import ijson
+
+    from idealized_runtime.api import json_stream
+
+    assert json_stream.BACKEND_NAME == "yajl2_c"  # what ijson's wheels carry
+
+    real_get_backend = ijson.get_backend
+
+    def no_c_backend(name: str) -> object:
+        if name.startswith("yajl2"):
+            raise ImportError(name)
+        return real_get_backend(name)
+
+    monkeypatch.setattr(ijson, "get_backend", no_c_backend)
+    backend, name = json_stream._load_backend()
+    assert name == "python"
+    monkeypatch.setattr(json_stream, "BACKEND", backend)
+    monkeypatch.setattr(json_stream, "BACKEND_NAME", name)
+    with caplog.at_level("WARNING", logger="uvicorn.error"):
+        json_stream.log_backend()
+    assert f"parsed by its {name} backend" in caplog.text
+    body = b'{"a": [1, {"b": "c"}], "d": "' + b"x" * 10 + b'"}'
+    assert json_stream.check_json([body[:7], body[7:]], 100) == body
+    with pytest.raises(json_stream.JsonSyntaxError, match="'b' is given twice"):
+        json_stream.check_json([b'{"b": 1, "b": 2}'], 100)
