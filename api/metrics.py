@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -130,17 +131,24 @@ MONITOR_GAUGES = (
 )
 
 
+# The rounds a scrape reads: a week (2,016 rounds of a series at the default 5 minutes), so that
+# a scrape's work does not grow with the history; a series without a round in it is not shown.
+MONITOR_WINDOW = timedelta(days=7)
+
+
 class MonitorCollector(Collector):
     """Gauges of each (provider, model)'s latest stored monitoring round, and per detected
-    statistic its shift state (1: the latest shift flagged went up, -1: down, 0: none)."""
+    statistic its shift state over the rounds of the last ``MONITOR_WINDOW`` (1: the latest
+    shift flagged went up, -1: down, 0: none)."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         from idealized_runtime.api import monitor_crud
         from idealized_runtime.api.db import get_database
         from idealized_runtime.trends.series import build_series
 
+        since = datetime.now(timezone.utc) - MONITOR_WINDOW
         with get_database().read_sessions() as session:
-            series = build_series(monitor_crud.round_points(session))
+            series = build_series(monitor_crud.recent_round_points(session, since))
         yield from monitor_families(series)
 
     def describe(self) -> Iterable[Any]:
@@ -163,7 +171,7 @@ def monitor_families(series: Iterable[Any]) -> Iterator[GaugeMetricFamily]:
     )
     shift = GaugeMetricFamily(
         f"{PREFIX}_monitor_shift",
-        "The latest shift flagged of a statistic over the series' history: 1 up, -1 down, 0 none",
+        "The latest shift flagged of a statistic in the last week's rounds: 1 up, -1 down, 0 none",
         labels=[*labels, "statistic"],
     )
     from idealized_runtime.trends.series import DETECTED

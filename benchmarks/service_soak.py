@@ -38,6 +38,7 @@ import httpx
 from idealized_runtime.processes import free_port, running_server
 
 MIB = 1 << 20
+SOAK_ROUNDS_FROM = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(days=6)
 
 
 def cli_command(*args: str) -> list[str]:
@@ -102,7 +103,8 @@ def oversized_body(total: int = 65 * MIB) -> Iterator[bytes]:
 
 
 def round_body(index: int) -> dict[str, object]:
-    start = datetime(2026, 11, 1, tzinfo=timezone.utc) + timedelta(minutes=5 * index)
+    # Within the last week (the /metrics gauges read a week), a second apart.
+    start = SOAK_ROUNDS_FROM + timedelta(seconds=index)
     ttft = 0.2 + (0.1 if index % 50 > 40 else 0.0)
     return {
         "round_id": f"soak:{index:06d}:prov-soak:soak-m",

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -18,14 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.api.live import LiveServer, live_server
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
-STARTED = datetime(2026, 11, 27, 9, 0, tzinfo=timezone.utc)
+# An hour ago: the gauges read the rounds of the last week.
+STARTED = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(hours=1)
 ROUND = {
     "round_id": "metrics:000001:prov-metrics:m-metrics",
     "provider": "prov-metrics",
     "model": "m-metrics",
     "round_index": 1,
     "started_at": STARTED.isoformat(),
-    "finished_at": "2026-11-27T09:00:03+00:00",
+    "finished_at": (STARTED + timedelta(seconds=3)).isoformat(),
     "status": "ok",
     "requests": 4,
     "failed_requests": 1,
