@@ -1,7 +1,9 @@
 """Request bodies, read by the routes themselves rather than by FastAPI: after the key check
 (``api.middleware``), as they stream in, and validated strictly.
 
-* JSON bodies (``json_body``) are validated by pydantic-core straight from the bytes in strict
+* JSON bodies (``json_body``) are read as they arrive by the streaming parser
+  (``api.json_stream``: a string longer than the server's limit or a key repeated inside an
+  object is refused where it is read), then validated by pydantic-core from the bytes in strict
   mode: ``true`` is no number, ``"3"`` and ``1e3`` are no integer; ``NaN`` and ``Infinity``
   (not JSON) are refused by the input models. Errors have FastAPI's shape, under ``body``.
 * Uploads (CSV, JSONL, archives, a JSON measurement set: ``api.json_stream``) are read chunk
@@ -25,7 +27,17 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import TypeAdapter, ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from idealized_runtime.api.json_stream import (
+    JsonChecker,
+    JsonSyntaxError,
+    check_json,
+    check_whole_json,
+    refusal_reason,
+    yajl_cannot_read,
+)
+from idealized_runtime.api.metrics import mark_refusal
 from idealized_runtime.api.openapi import register_request_schema
+from idealized_runtime.api.settings import get_settings
 from idealized_runtime.core.errors import InputError
 
 # Uploads larger than this go to a temporary file while they are read (an archive is read
@@ -68,10 +80,56 @@ def json_body(schema: Any, name: str) -> Callable[..., Any]:
 
     async def dependency(request: Request) -> Any:
         _require_json(request)
-        body = await request.body()  # bounded by BodyLimitMiddleware
+        body = await _checked_body(request)  # bounded by BodyLimitMiddleware
         return await run_in_threadpool(validate_json, adapter, body)
 
     return dependency
+
+
+# Bytes of a body read on the event loop before the parser's work moves to a worker thread.
+_INLINE_PARSE_BYTES = 1 << 18
+
+
+async def _checked_body(request: Request) -> bytes:
+    """The body as it arrives, read by the streaming parser chunk by chunk: refused (422) at
+    the first byte that makes it no JSON, a string over the limit or a repeated key."""
+    limit = get_settings().max_string_bytes
+    checker = JsonChecker(limit)
+    parts = []
+    stream = request.stream()
+    try:
+        try:
+            async for chunk in stream:
+                parts.append(chunk)
+                if checker.offset < _INLINE_PARSE_BYTES:
+                    checker.feed(chunk)
+                else:
+                    await run_in_threadpool(checker.feed, chunk)
+            checker.close()
+        except JsonSyntaxError as error:
+            if not yajl_cannot_read(error):
+                raise
+            parts += [chunk async for chunk in stream]
+            await run_in_threadpool(check_whole_json, b"".join(parts), limit)
+    except JsonSyntaxError as error:
+        mark_refusal(request, refusal_reason(error))
+        raise json_refusal(error) from None
+    return b"".join(parts)
+
+
+def json_refusal(error: JsonSyntaxError) -> RequestValidationError:
+    """FastAPI's error for a body that is not JSON (or breaks the parser's bounds)."""
+    return RequestValidationError(
+        [{"type": "json_invalid", "loc": ("body",), "msg": f"Invalid JSON: {error}", "input": {}}]
+    )
+
+
+def checked_json(chunks: Iterable[bytes]) -> bytes:
+    """``_checked_body`` for a body read from a worker thread (``body_chunks``)."""
+    try:
+        return check_json(chunks, get_settings().max_string_bytes)
+    except JsonSyntaxError as error:
+        raise json_refusal(error) from None
 
 
 def validate_json(schema: TypeAdapter[Any], body: bytes) -> Any:
@@ -146,7 +204,12 @@ def _file_part_chunks(request: Request) -> Iterator[bytes]:
         while chunk := upload.file.read(FILE_PART_CHUNK_BYTES):
             yield chunk
     finally:
-        anyio.from_thread.run(form.close)
+        # Closed here, in whatever thread closes the generator (a refusal leaves it to the
+        # garbage collector, on the event loop's thread): form.close() would need a worker
+        # thread's way back to the loop, and its error would be logged on every upload.
+        for value in form.values():
+            if not isinstance(value, str):
+                value.file.close()
 
 
 _LINE_END = re.compile(r"\r\n|\r|\n")

@@ -23,6 +23,7 @@ from pydantic import BaseModel
 from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
+from idealized_runtime.api.memory import BoundedCache
 from idealized_runtime.api.schemas import Metric
 from idealized_runtime.core.catalog import helm_model_shapes
 from idealized_runtime.core.errors import InputError
@@ -58,14 +59,17 @@ class EstimateCache:
     seconds, and the hardware / architecture catalog. Writes in this process call
     ``invalidate``; other server processes see new fits after at most ``ttl_s``."""
 
-    def __init__(self, ttl_s: float) -> None:
+    def __init__(self, ttl_s: float, max_entries: int = 1024) -> None:
         self.ttl_s = ttl_s
         self._lock = threading.Lock()
-        self._by_id: dict[int, ResolvedFit] = {}
-        self._current: dict[tuple[str, str], tuple[float, ResolvedFit]] = {}
-        self._hardware: dict[str, Hardware] = {}
-        self._architectures: dict[str, Architecture] = {}
-        self._gpus: dict[tuple[str, str, str], int | None] = {}
+        # Each bounded (least recently used dropped): requests name what they look up.
+        self._by_id: BoundedCache[int, ResolvedFit] = BoundedCache(max_entries)
+        self._current: BoundedCache[tuple[str, str], tuple[float, ResolvedFit]] = BoundedCache(
+            max_entries
+        )
+        self._hardware: BoundedCache[str, Hardware] = BoundedCache(max_entries)
+        self._architectures: BoundedCache[str, Architecture] = BoundedCache(max_entries)
+        self._gpus: BoundedCache[tuple[str, str, str], int | None] = BoundedCache(max_entries)
 
     def invalidate(self) -> None:
         with self._lock:
@@ -121,8 +125,9 @@ class EstimateCache:
         """The architecture of ``model``: its own name, or the profiled shape HELM uses."""
         candidates = [model, helm_model_shapes().get(model, "")]
         for name in candidates:
-            if name in self._architectures:
-                return self._architectures[name]
+            cached = self._architectures.get(name)
+            if cached is not None:
+                return cached
         if session is None:
             return None
         for name in candidates:
@@ -144,7 +149,10 @@ class EstimateCache:
     ) -> int | None:
         key = self._gpus_key(model, fit, hardware)
         if key in self._gpus:
-            return self._gpus[key]
+            try:
+                return self._gpus[key]
+            except KeyError:  # dropped meanwhile
+                pass
         if session is None:
             return None
         gpus = accelerators_for(self.architecture_for(session, model), fit, hardware)

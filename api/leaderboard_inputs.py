@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session
 
 from idealized_runtime.api import crud
 from idealized_runtime.api.estimation import default_hardware_name
+from idealized_runtime.api.schemas import score_in_range
 from idealized_runtime.core.catalog import helm_model_shapes
 from idealized_runtime.leaderboard.rows import CostRates, LeaderboardInputs, ModelInput
 from idealized_runtime.report.inputs import helm_workloads, scenario_results_from_scores
@@ -37,7 +38,11 @@ def database_inputs(session: Session) -> LeaderboardInputs:
                 hardware=hardware_name if hardware_name in hardware else None,
             )
         )
-    scores = [(r.model, r.scenario, r.metric, r.value) for r in crud.all_capability_scores(session)]
+    scores = [
+        (r.model, r.scenario, r.metric, r.value)
+        for r in crud.all_capability_scores(session)
+        if score_in_range(r.metric, r.value)  # rows stored before the ranges were checked
+    ]
     return LeaderboardInputs(
         models=tuple(models),
         scenario_results=scenario_results_from_scores(scores),

@@ -5,6 +5,9 @@ from __future__ import annotations
 from fastapi import FastAPI
 
 from idealized_runtime.api import errors, openapi
+from idealized_runtime.api.compute import compute_slots
+from idealized_runtime.api.json_stream import log_backend
+from idealized_runtime.api.metrics import MetricsMiddleware
 from idealized_runtime.api.middleware import (
     BodyLimitMiddleware,
     KeyCheckMiddleware,
@@ -47,6 +50,8 @@ def create_app() -> FastAPI:
     settings = get_settings()
     from idealized_runtime import __version__
 
+    log_backend()
+
     app = FastAPI(
         title="idealized-runtime",
         version=__version__,
@@ -64,10 +69,12 @@ def create_app() -> FastAPI:
             plans, monitor,
         )
     ]  # fmt: skip
+    routers.append(service.metrics_router)
     for router in routers:
         app.include_router(router)
     openapi.install(app, refuses_nul_text=not settings.is_sqlite)
-    # Outermost last: time everything, check the key from the headers, then count the body.
+    # Outermost last: count and time everything, check the key from the headers, then count the
+    # body.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(
         KeyCheckMiddleware,
@@ -75,4 +82,6 @@ def create_app() -> FastAPI:
         routes=[route for router in routers for route in router.routes],
     )
     app.add_middleware(ServerTimingMiddleware)
+    app.add_middleware(MetricsMiddleware)
+    compute_slots()  # the limit as a gauge from the start
     return app

@@ -157,6 +157,14 @@ def round_points(
     return [round_point(row) for row in session.execute(query).scalars()]
 
 
+def recent_round_points(session: Session, since: datetime) -> list[RoundPoint]:
+    """The rounds of every series started at or after ``since``, in time order."""
+    query = _rounds(None, None, start=since).order_by(
+        MonitorRoundRow.started_at, MonitorRoundRow.id
+    )
+    return [round_point(row) for row in session.execute(query).scalars()]
+
+
 def stored_round_ids(session: Session, round_ids: Sequence[str]) -> set[str]:
     """Which of ``round_ids`` are stored."""
     if not round_ids:

@@ -32,6 +32,7 @@ from typing_extensions import TypedDict
 from idealized_runtime.core.architectures import SUPPORTED_FAMILIES
 from idealized_runtime.core.types import (
     MAX_RUNTIME_S,
+    MAX_TOKENS,
     Architecture,
     FitMethod,
     FittedCostModel,
@@ -577,21 +578,58 @@ class WorkloadOut(BaseModel):
 # --- capability scores -------------------------------------------------------------------------
 
 
+# The range of each metric the leaderboard reads (any other metric: within +-MAX_SCORE).
+MAX_SCORE = 1e12
+SCORE_RANGES: dict[str, tuple[float, float]] = {
+    "accuracy": (0.0, 1.0),
+    "exact_match": (0.0, 1.0),
+    "raw_runtime_s": (0.0, MAX_RUNTIME_S),
+    "idealized_runtime_s": (0.0, MAX_RUNTIME_S),
+    "mean_prompt_tokens": (0.0, float(MAX_TOKENS)),
+    "mean_output_tokens": (0.0, float(MAX_TOKENS)),
+}
+
+
+def score_in_range(metric: str, value: float) -> bool:
+    low, high = SCORE_RANGES.get(metric, (-MAX_SCORE, MAX_SCORE))
+    return low <= value <= high
+
+
 class CapabilityScore(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: Name
     scenario: Name
     metric: Name = "exact_match"
-    value: float = Field(allow_inf_nan=False)
+    value: float = Field(
+        allow_inf_nan=False,
+        ge=-MAX_SCORE,
+        le=MAX_SCORE,
+        description="accuracy and exact_match in [0, 1]; raw_runtime_s and "
+        "idealized_runtime_s in [0, 10^6] s; mean_prompt_tokens and mean_output_tokens in "
+        "[0, 10^7]; any other metric within +-10^12",
+    )
+
+    @model_validator(mode="after")
+    def _within_the_metric_range(self) -> CapabilityScore:
+        if not score_in_range(self.metric, self.value):
+            low, high = SCORE_RANGES.get(self.metric, (-MAX_SCORE, MAX_SCORE))
+            raise ValueError(
+                f"{self.metric} must be between {low:g} and {high:g}, not {self.value:g}"
+            )
+        return self
 
 
 class CapabilityScoresIn(_Body):
     scores: list[CapabilityScore] = Field(min_length=1, max_length=100_000)
 
 
-class CapabilityScoreOut(CapabilityScore):
+class CapabilityScoreOut(BaseModel):
     id: int
+    model: str
+    scenario: str
+    metric: str
+    value: float
 
 
 # --- service -----------------------------------------------------------------------------------

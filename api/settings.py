@@ -18,6 +18,19 @@ DEFAULT_MAX_UPLOAD_ROWS = 500_000
 # compressed stream) and entries; an archive beyond either is refused where it is reached.
 DEFAULT_MAX_ARCHIVE_BYTES = 256 * 1024 * 1024
 DEFAULT_MAX_ARCHIVE_MEMBERS = 10_000
+# The longest string (or other JSON token) a JSON body may hold, in bytes: refused where it is
+# read, before it is held.
+DEFAULT_MAX_STRING_BYTES = 1 << 20
+# Expensive reads (plans, batch and hardware-model estimates, comparisons): computations at once
+# per server process (one more is refused with 503 and Retry-After), and per-request bounds.
+DEFAULT_MAX_CONCURRENT_COMPUTATIONS = 2
+DEFAULT_COMPUTE_RETRY_AFTER_S = 5
+# A plan evaluates each deployment at each concurrency level: a Llama-3.1-70B plan on two GPUs
+# with the defaults is 15,000 evaluations. Its verification simulates at most 2048 requests
+# with the defaults.
+DEFAULT_MAX_PLAN_EVALUATIONS = 20_000
+DEFAULT_MAX_SIMULATED_REQUESTS = 4_096
+DEFAULT_MAX_CACHE_ENTRIES = 1024
 
 
 def _flag(value: str | None) -> bool:
@@ -66,6 +79,15 @@ class Settings:
     max_upload_rows: int = DEFAULT_MAX_UPLOAD_ROWS
     max_archive_bytes: int = DEFAULT_MAX_ARCHIVE_BYTES
     max_archive_members: int = DEFAULT_MAX_ARCHIVE_MEMBERS
+    max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
+    max_concurrent_computations: int = DEFAULT_MAX_CONCURRENT_COMPUTATIONS
+    compute_retry_after_s: int = DEFAULT_COMPUTE_RETRY_AFTER_S
+    # Plans run in worker processes (off: in the server's threads).
+    compute_in_processes: bool = True
+    max_plan_evaluations: int = DEFAULT_MAX_PLAN_EVALUATIONS
+    max_simulated_requests: int = DEFAULT_MAX_SIMULATED_REQUESTS
+    # Entries of each in-process cache (fits, hardware, architectures, GPU counts).
+    max_cache_entries: int = DEFAULT_MAX_CACHE_ENTRIES
     # Seconds a cached "current fit of a model" is trusted before re-reading the database; fits
     # written by this process invalidate it at once, this bounds staleness across workers.
     fit_cache_ttl_s: float = 5.0
@@ -88,6 +110,25 @@ class Settings:
             ),
             max_archive_members=_int(
                 "IDEALIZED_RUNTIME_MAX_ARCHIVE_MEMBERS", DEFAULT_MAX_ARCHIVE_MEMBERS
+            ),
+            max_string_bytes=_int("IDEALIZED_RUNTIME_MAX_STRING_BYTES", DEFAULT_MAX_STRING_BYTES),
+            max_concurrent_computations=_int(
+                "IDEALIZED_RUNTIME_MAX_CONCURRENT_COMPUTATIONS", DEFAULT_MAX_CONCURRENT_COMPUTATIONS
+            ),
+            compute_in_processes=_flag(
+                os.environ.get("IDEALIZED_RUNTIME_COMPUTE_IN_PROCESSES", "1")
+            ),
+            compute_retry_after_s=_int(
+                "IDEALIZED_RUNTIME_COMPUTE_RETRY_AFTER_S", DEFAULT_COMPUTE_RETRY_AFTER_S
+            ),
+            max_plan_evaluations=_int(
+                "IDEALIZED_RUNTIME_MAX_PLAN_EVALUATIONS", DEFAULT_MAX_PLAN_EVALUATIONS
+            ),
+            max_simulated_requests=_int(
+                "IDEALIZED_RUNTIME_MAX_SIMULATED_REQUESTS", DEFAULT_MAX_SIMULATED_REQUESTS
+            ),
+            max_cache_entries=_int(
+                "IDEALIZED_RUNTIME_MAX_CACHE_ENTRIES", DEFAULT_MAX_CACHE_ENTRIES
             ),
         )
 

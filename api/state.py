@@ -10,7 +10,8 @@ from idealized_runtime.api.settings import get_settings
 
 @lru_cache(maxsize=1)
 def estimate_cache() -> EstimateCache:
-    return EstimateCache(ttl_s=get_settings().fit_cache_ttl_s)
+    settings = get_settings()
+    return EstimateCache(ttl_s=settings.fit_cache_ttl_s, max_entries=settings.max_cache_entries)
 
 
 def invalidate_caches() -> None:

@@ -7,6 +7,7 @@ is enforced at the row that passes it, not after reading all."""
 
 from __future__ import annotations
 
+import json
 import math
 from array import array
 from collections.abc import Iterable, Iterator
@@ -17,6 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 from idealized_runtime.api.errors import MAX_VALIDATION_ERRORS, CountedValidationError
 from idealized_runtime.api.json_stream import JsonSyntaxError, StreamedObject
 from idealized_runtime.api.schemas import MeasurementIn, MeasurementSetEnvelope
+from idealized_runtime.api.settings import DEFAULT_MAX_STRING_BYTES
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Measurement
 from idealized_runtime.cost_model.fitting.file_rows import (
@@ -88,7 +90,6 @@ class MeasurementColumns:
             }
 
 
-MEASUREMENT = TypeAdapter(MeasurementIn)
 MEASUREMENTS = TypeAdapter(list[MeasurementIn])
 ENVELOPE = TypeAdapter(MeasurementSetEnvelope)
 # Measurements validated in one pydantic call (one call per row costs more than the row).
@@ -96,12 +97,12 @@ VALIDATION_BATCH = 1000
 
 
 def json_measurement_set(
-    chunks: Iterable[bytes], max_rows: int
+    chunks: Iterable[bytes], max_rows: int, max_string_bytes: int = DEFAULT_MAX_STRING_BYTES
 ) -> tuple[MeasurementSetEnvelope, MeasurementColumns]:
     """A JSON measurement set (MeasurementSetCreate) as it streams in: each measurement
     validated strictly on its own and stored in columns, the other members validated at the
     end. Errors as FastAPI's (the first 20 and their count), under ``body``."""
-    document = StreamedObject(chunks, "measurements")
+    document = StreamedObject(chunks, "measurements", max_string_bytes)
     columns = MeasurementColumns(max_rows)
     errors: list[dict[str, Any]] = []
     count = rows = 0
@@ -113,26 +114,18 @@ def json_measurement_set(
             if len(errors) < MAX_VALIDATION_ERRORS:
                 errors.append({**item, "loc": (*prefix, *item["loc"])})
 
-    batch: list[bytes] = []
+    batch: list[Any] = []
 
     def validate() -> None:
         first = rows - len(batch)
+        # The parser gives JSON's types (str, int, float, bool, None, dict, list): strict
+        # validation of these is strict validation of the JSON text.
         try:
-            valid = MEASUREMENTS.validate_json(b"[" + b",".join(batch) + b"]", strict=True)
+            valid = MEASUREMENTS.validate_python(batch, strict=True)
         except ValidationError as error:
-            found = error.errors(include_url=False)
-            if any(not item["loc"] for item in found):  # one item is not JSON: which one?
-                for index, item in enumerate(batch):
-                    try:
-                        MEASUREMENT.validate_json(item, strict=True)
-                    except ValidationError as its:
-                        where = ("body", "measurements", first + index)
-                        refuse(its.errors(include_url=False), where)
-            else:
-                for item in found:
-                    index, *loc = item["loc"]
-                    where = ("body", "measurements", first + index)
-                    refuse([{**item, "loc": tuple(loc)}], where)
+            for item in error.errors(include_url=False):
+                index, *loc = item["loc"]
+                refuse([{**item, "loc": tuple(loc)}], ("body", "measurements", first + index))
         else:
             if not errors:  # past the first error only errors are collected
                 columns.extend(valid)
@@ -149,10 +142,11 @@ def json_measurement_set(
         if batch:
             validate()
     except JsonSyntaxError as error:
-        refuse([{"type": "json_invalid", "loc": (), "msg": f"Invalid JSON: {error}"}], ("body",))
+        where = ("body",) if error.item is None else ("body", "measurements", error.item)
+        refuse([{"type": "json_invalid", "loc": (), "msg": f"Invalid JSON: {error}"}], where)
         raise CountedValidationError(errors, count) from None
     try:
-        envelope = ENVELOPE.validate_json(document.others, strict=True)
+        envelope = ENVELOPE.validate_json(json.dumps(document.others), strict=True)
     except ValidationError as error:
         refuse(error.errors(include_url=False), ("body",))
         raise CountedValidationError(errors, count) from None

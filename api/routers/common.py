@@ -29,4 +29,14 @@ ERRORS: dict[int, dict[str, Any]] = {
 READ_ERRORS = {code: ERRORS[code] for code in (401, 422)}
 # Reads with a body (batch estimate, compare) can also be too large, or name unknown objects.
 READ_BODY_ERRORS = {code: ERRORS[code] for code in (400, 401, 404, 413, 415, 422)}
+# Expensive reads (``api.compute``): 503 with Retry-After while the server computes its most.
+COMPUTE_ERRORS = {
+    **READ_BODY_ERRORS,
+    503: {
+        "model": ErrorOut,
+        "description": "The server computes as many requests as it allows at once; retry after "
+        "Retry-After seconds",
+        "headers": {"Retry-After": {"description": "Seconds", "schema": {"type": "integer"}}},
+    },
+}
 WRITE_ERRORS = {code: ERRORS[code] for code in (400, 401, 409, 413, 415, 422, 503)}

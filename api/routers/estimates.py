@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from idealized_runtime.api.bodies import json_body, request_body
+from idealized_runtime.api.compute import compute_slot
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import (
     CostColumns,
@@ -32,7 +33,11 @@ from idealized_runtime.api.estimation import (
     require_finite,
     runtimes,
 )
-from idealized_runtime.api.routers.common import ERRORS, READ_BODY_ERRORS, READ_ERRORS
+from idealized_runtime.api.routers.common import (
+    COMPUTE_ERRORS,
+    ERRORS,
+    READ_ERRORS,
+)
 from idealized_runtime.api.routers.deps import Reader
 from idealized_runtime.api.schemas import (
     BatchEstimateIn,
@@ -341,12 +346,13 @@ async def estimate(request: Request) -> Response:
     return Response(content=out.model_dump_json(), media_type="application/json")
 
 
-def _check_batch(count: int) -> None:
+def _check_batch(count: int, what: str = "rows") -> None:
     limit = get_settings().max_batch_rows
     if count > limit:
         raise HTTPException(
             status_code=status.HTTP_422_UNPROCESSABLE_CONTENT,
-            detail=f"{count} rows in one batch; at most {limit}",
+            detail=f"{count} {what} in one batch; at most {limit} "
+            "(IDEALIZED_RUNTIME_MAX_BATCH_ROWS)",
         )
 
 
@@ -361,7 +367,7 @@ def _token_arrays(requests: list[RequestShape]) -> tuple[np.ndarray, np.ndarray]
 @router.post(
     "/estimate/batch",
     response_model=BatchEstimateOut,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
     openapi_extra=request_body("BatchEstimateIn"),
     summary="Runtimes of many requests of one model",
     description=(
@@ -377,6 +383,7 @@ def _token_arrays(requests: list[RequestShape]) -> tuple[np.ndarray, np.ndarray]
 def estimate_batch(
     _: Reader,
     payload: BatchEstimateIn = Depends(json_body(BatchEstimateIn, "BatchEstimateIn")),
+    _slot: None = Depends(compute_slot),
 ) -> Response:
     start = time.perf_counter()
     p, o = _token_arrays(payload.requests)
@@ -484,7 +491,7 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
 @router.post(
     "/compare",
     response_model=CompareOut,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
     openapi_extra=request_body("CompareIn"),
     summary="Compare models over a workload: totals, means, ratios to the best",
     description=(
@@ -499,9 +506,11 @@ def _workload_shapes(payload: CompareIn) -> tuple[str, np.ndarray, np.ndarray]:
 def compare(
     _: Reader,
     payload: CompareIn = Depends(json_body(CompareIn, "CompareIn")),
+    _slot: None = Depends(compute_slot),
 ) -> CompareOut:
     name, p, o = _workload_shapes(payload)
     models = list(dict.fromkeys(payload.models))
+    _check_batch(len(models) * len(p), "models x requests")
     results = []
     for model in models:
         target = _target_from_db(model, payload.metric, None, payload.hardware, None)
@@ -570,7 +579,7 @@ def list_workloads(_: Reader) -> list[WorkloadOut]:
 @router.post(
     "/estimate/hardware-model",
     response_model=HardwareModelEstimateOut,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
     openapi_extra=request_body("HardwareModelEstimateIn"),
     summary="One request from the hardware model, at any precision, without a profile",
     description=(
@@ -590,6 +599,7 @@ def estimate_hardware_model(
     payload: HardwareModelEstimateIn = Depends(
         json_body(HardwareModelEstimateIn, "HardwareModelEstimateIn")
     ),
+    _slot: None = Depends(compute_slot),
 ) -> HardwareModelEstimateOut:
     from idealized_runtime.core.architectures import architecture_from_hf_config
     from idealized_runtime.core.errors import InputError

@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session
 from idealized_runtime.api import crud
 from idealized_runtime.api.bodies import (
     body_chunks,
+    checked_json,
     media_type,
     text_lines,
     upload_chunks,
@@ -56,7 +57,7 @@ def _summaries(request: Request, slo: str | None) -> list[LoadSummary]:
     if media_type(request) == "application/json":
         if slo is not None:
             raise InputError("slo applies to raw rows (JSONL); these summaries are final")
-        return validate_json(SUMMARIES, b"".join(body_chunks(request)))
+        return validate_json(SUMMARIES, checked_json(body_chunks(request)))
     chunks = upload_chunks(request, RAW_TYPES, UNSUPPORTED)
     rows = raw_load_rows(text_lines(chunks, UPLOAD_NAME), get_settings().max_upload_rows)
     summaries = summarize(rows, parse_slo(slo) if slo is not None else None)

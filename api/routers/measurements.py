@@ -85,7 +85,9 @@ def _store(
         "Read measurement by measurement as the body arrives.\n\nRefused although "
         "schema-valid: a measurement whose ttft_s is greater than its runtime_s (a rule "
         "between two fields); more measurements than the server's max_upload_rows (422, at "
-        "the first one past it)."
+        "the first one past it); integers beyond 64 bits anywhere in the body (the streaming "
+        "parser's range), a string longer than the server's max_string_bytes, a key repeated "
+        "in one object (422, where it is read)."
     ),
 )
 def upload_json(
@@ -96,7 +98,9 @@ def upload_json(
 ) -> Response:
     # Read measurement by measurement as the body arrives: memory holds the rows stored so far.
     payload, measurements = json_measurement_set(
-        json_chunks(request, context.digest), get_settings().max_upload_rows
+        json_chunks(request, context.digest),
+        get_settings().max_upload_rows,
+        get_settings().max_string_bytes,
     )
     return _store(
         session,

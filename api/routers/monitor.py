@@ -4,12 +4,14 @@ with the shifts flagged and a window's medians and spread."""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Query, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.responses import JSONResponse, Response
+from pydantic import BeforeValidator
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -65,12 +67,27 @@ Provider = Annotated[
     str | None, Query(max_length=100, pattern=PROVIDER_PATTERN, description="a provider's name")
 ]
 Model = Annotated[str | None, Query(max_length=200, description="a model's name")]
+# A date-time as ISO 8601 writes it (the zone is checked by ``_aware``, with its own message):
+# pydantic alone would also take a bare number as seconds since 1970.
+_ISO_DATE_TIME = re.compile(
+    r"\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d{1,9})?)?([Zz]|[+-]\d{2}(:?\d{2})?)?"
+)
+
+
+def _iso_date_time(value: object) -> object:
+    if isinstance(value, str) and not _ISO_DATE_TIME.fullmatch(value):
+        raise ValueError("expected an ISO 8601 date-time with its zone, e.g. 2026-11-26T10:00:00Z")
+    return value
+
+
 From = Annotated[
     datetime | None,
+    BeforeValidator(_iso_date_time),
     Query(alias="from", description="rounds started at or after (ISO 8601 with its zone)"),
 ]
 To = Annotated[
     datetime | None,
+    BeforeValidator(_iso_date_time),
     Query(alias="to", description="rounds started at or before (ISO 8601 with its zone)"),
 ]
 

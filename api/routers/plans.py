@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends, Request
 
+from idealized_runtime.api.bodies import json_body, request_body
+from idealized_runtime.api.compute import check_plan_work, compute_slot, run_computation
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.estimation import not_found
-from idealized_runtime.api.routers.common import READ_BODY_ERRORS
+from idealized_runtime.api.routers.common import COMPUTE_ERRORS
 from idealized_runtime.api.routers.deps import Reader
 from idealized_runtime.api.schemas import PlanIn
 from idealized_runtime.api.state import estimate_cache
@@ -20,7 +22,8 @@ router = APIRouter(prefix="/v1", tags=["plan"])
 @router.post(
     "/plan",
     response_model=PlanResult,
-    responses=READ_BODY_ERRORS,
+    responses=COMPUTE_ERRORS,
+    openapi_extra=request_body("PlanIn"),
     summary="The best deployment under an SLO: Pareto frontiers per GPU and engine",
     description=(
         "Searches engine stacks, precisions, layouts (TP, EP, attention DP), aggregated and "
@@ -34,10 +37,18 @@ router = APIRouter(prefix="/v1", tags=["plan"])
         "GPU has no kernel measurements of any engine stack, or the model fits on none of its "
         "layouts), 422 says why for each stack; and by rules on the content of `config` "
         "(the keys its model_type needs, a consistent shape). A workload that gives both "
-        "shared prefix tokens and a hit rate together is refused with its reason (422)."
+        "shared prefix tokens and a hit rate together is refused with its reason (422). A plan "
+        "that would evaluate more deployments x concurrency levels, or simulate more requests, "
+        "than the server allows is refused in one line (422); while the server runs as many "
+        "computations as it allows, 503 with Retry-After."
     ),
 )
-def create_plan(payload: PlanIn, _: Reader) -> PlanResult:
+def create_plan(
+    request: Request,
+    _: Reader,
+    payload: PlanIn = Depends(json_body(PlanIn, "PlanIn")),
+    _slot: None = Depends(compute_slot),
+) -> PlanResult:
     from idealized_runtime.cost_model.planning.search import plan
 
     cache = estimate_cache()
@@ -49,7 +60,9 @@ def create_plan(payload: PlanIn, _: Reader) -> PlanResult:
             cache.cached_hardware(n) or cache.load_hardware(session, n) for n in payload.hardware
         ]
     settings = payload.model_dump(exclude={"architecture", "config", "hardware"})
-    return plan(PlanRequest(architecture=architecture, hardware=gpus, **settings))
+    question = PlanRequest(architecture=architecture, hardware=gpus, **settings)
+    check_plan_work(question, request)
+    return run_computation(plan, question)
 
 
 def _architecture(payload: PlanIn, stored: Architecture | None) -> Architecture:

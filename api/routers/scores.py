@@ -31,7 +31,11 @@ class ScoresWritten(BaseModel):
     summary="Insert or replace (model, scenario, metric) values",
     description=(
         "Metrics the leaderboard reads: `exact_match` (or `accuracy`), `raw_runtime_s`, "
-        "`idealized_runtime_s`, `mean_prompt_tokens`, `mean_output_tokens`."
+        "`idealized_runtime_s`, `mean_prompt_tokens`, `mean_output_tokens`.\n\nRefused "
+        "although schema-valid: a value outside its metric's range (a rule between two "
+        "fields): accuracy and exact_match (the default metric) in [0, 1], raw_runtime_s and "
+        "idealized_runtime_s in [0, 10^6] s, mean_prompt_tokens and mean_output_tokens in "
+        "[0, 10^7] (422)."
     ),
 )
 def put_scores(

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 from sqlalchemy import text
 
 from idealized_runtime.api.db import get_database
 from idealized_runtime.api.migrate import current_revision
-from idealized_runtime.api.routers.deps import ReadSession
+from idealized_runtime.api.routers.deps import Reader, ReadSession
 from idealized_runtime.api.schemas import HealthOut, VersionOut
 
 router = APIRouter(prefix="/v1", tags=["service"])
+# Where Prometheus looks by default: no version prefix.
+metrics_router = APIRouter(tags=["service"])
 
 
 @router.get("/health", response_model=HealthOut, summary="Liveness and database reachability")
@@ -30,3 +32,16 @@ def version() -> VersionOut:
         database_backend=database.backend,
         schema_revision=current_revision(database.engine),
     )
+
+
+@metrics_router.get(
+    "/metrics",
+    include_in_schema=False,  # Prometheus' text format, documented in docs/monitoring.md
+)
+def metrics(_: Reader) -> Response:
+    """Requests, latencies, refusals, computations in flight and the monitor's latest rounds,
+    in Prometheus' text format (a read: public unless reads require a key)."""
+    from idealized_runtime.api.metrics import exposition
+
+    body, content_type = exposition()
+    return Response(content=body, media_type=content_type)

@@ -33,7 +33,10 @@ bodies = st.fixed_dictionaries(
     optional={
         "name": names,
         "source": st.sampled_from(["import", "api_timing"]),
-        "metadata": st.dictionaries(names, st.one_of(st.integers(), names, st.lists(st.none()))),
+        # Integers within 64 bits: the streaming parser's range (beyond: refused, see below).
+        "metadata": st.dictionaries(
+            names, st.one_of(st.integers(-(2**63), 2**63 - 1), names, st.lists(st.none()))
+        ),
         "stack": st.fixed_dictionaries(
             {}, optional={"runner": names, "num_devices": st.integers(1, 8)}
         ),
@@ -62,7 +65,28 @@ def _streamed(data: bytes, rng: random.Random) -> tuple[object, list[dict]] | No
     return envelope.model_dump(exclude={"measurements"}), list(columns.records())
 
 
+def _no_repeated_key(pairs: list[tuple[str, object]]) -> dict:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("a repeated key")
+    return dict(pairs)
+
+
+def _int64(text: str) -> int:
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError("an integer beyond 64 bits")
+    return value
+
+
 def _whole(data: bytes) -> tuple[object, list[dict]] | None:
+    """The body validated at once; a key repeated inside an object refuses it (pydantic alone
+    would take the last), and so does an integer beyond 64 bits (the parser's range)."""
+    try:
+        json.loads(data, object_pairs_hook=_no_repeated_key, parse_int=_int64)
+    except ValueError as error:
+        if "a repeated key" in str(error) or "beyond 64 bits" in str(error):
+            return None
     try:
         body = MeasurementSetCreate.model_validate_json(data, strict=True)
     except ValidationError:
@@ -102,15 +126,20 @@ def test_a_damaged_body_is_refused_as_the_whole_body_is(body: dict, seed: int, e
     ("text", "message"),
     [
         (b'{"measurements": [{"model": "m", "num_prompt_tokens": 1, "num_output_tokens": 1, '
-         b'"runtime_s": 1},]}', "expecting value"),
+         b'"runtime_s": 1},]}', "unallowed token"),
         (b'{"measurements": [], "name": "x"}', "at least 1 item"),
         (b'{"name": "x"}', "Field required"),
         (b'{"measurements": 3}', "valid array"),
         (b'{"measurements": [{"model": "m"}], "measurements": []}', "given twice"),
         (b'{"measurements": [NaN]}', "NaN is not JSON"),
+        (b'{"measurements": [], "metadata": {"n": 9223372036854775808}}', "integer overflow"),
+        (b'{"measurements": [{"model": "m", "model": "n"}]}', "'model' is given twice"),
+        (b'{"name": "a", "measurements": [], "name": "b"}', "'name' is given twice"),
+        (b'{"measurements": [], "metadata": {"a": {"k": 1, "k": 2}}}', "'k' is given twice"),
+        (b'{"measurements": [{"model": "\\ud800"}]}', "lone surrogate"),
         (b'[1]', "a JSON object"),
-        (b'{"measurements": [1]} x', "more after the JSON object"),
-        (b'{"measurements": [', "expecting value at byte 18"),
+        (b'{"measurements": [1]} x', "trailing garbage"),
+        (b'{"measurements": [', "the body ends inside the JSON value (at or before byte 18)"),
     ],
 )  # fmt: skip
 def test_refusals_say_where(text: bytes, message: str) -> None:
@@ -145,3 +174,85 @@ def test_errors_name_the_row_among_thousands() -> None:
         json_measurement_set([body[i : i + 999] for i in range(0, len(body), 999)], 10**4)
     locations = [error["loc"][:3] for error in refused.value.errors()]
     assert locations == [("body", "measurements", 1700), ("body", "measurements", 2100)]
+
+
+def test_a_long_string_is_refused_where_it_passes_the_limit() -> None:
+    """A 60 MiB model name (under the body limit) is refused once the string passes the
+    string limit: the rest is not read."""
+    read = []
+
+    def chunks():
+        yield b'{"measurements": [{"model": "'
+        for i in range(60 * 16):  # 60 MiB in 64 KiB chunks
+            read.append(i)
+            yield b"m" * (1 << 16)
+        yield b'", "num_prompt_tokens": 1, "num_output_tokens": 1, "runtime_s": 1}]}'
+
+    with pytest.raises(RequestValidationError) as refused:
+        json_measurement_set(chunks(), max_rows=10, max_string_bytes=1 << 20)
+    assert "longer than 1048576 bytes" in json.dumps(refused.value.errors())
+    assert len(read) <= 18  # 1 MiB and a slice, not 60 MiB
+
+
+def test_a_string_at_the_limit_is_taken() -> None:
+    name = "m" * 200
+    row = {"model": name, "num_prompt_tokens": 1, "num_output_tokens": 1, "runtime_s": 1}
+    data = json.dumps({"measurements": [row], "metadata": {"note": "n" * 5000}}).encode()
+    envelope, columns = json_measurement_set(
+        [data[i : i + 7] for i in range(0, len(data), 7)], max_rows=10, max_string_bytes=5002
+    )
+    assert envelope.metadata["note"] == "n" * 5000
+    assert next(columns.records())["model"] == name
+
+
+def test_json_bodies_refuse_repeated_keys_and_long_strings() -> None:
+    from idealized_runtime.api.json_stream import JsonSyntaxError, check_json
+
+    assert check_json([b'{"a": {"b": 1}, "c": [{"b": 2}, {"b": 3}]}'], 100)
+    with pytest.raises(JsonSyntaxError, match="'runtime_s' is given twice"):
+        check_json([b'{"x": [{"runtime_s": 1.2, "runtime_s": 2.5}]}'], 100)
+    with pytest.raises(JsonSyntaxError, match="longer than 1000 bytes"):
+        check_json([b'{"a": "', b"x" * 100_000, b'"}'], 1000)
+
+
+def test_integers_beyond_64_bits_are_read_by_the_fallback_with_the_same_rules() -> None:
+    from idealized_runtime.api.json_stream import JsonSyntaxError, check_json
+
+    big = b'{"config": {"hidden_size": 188049581942790081179702788096}, "b": [1, "x"]}'
+    assert check_json([big[:20], big[20:]], 100) == big
+    with pytest.raises(JsonSyntaxError, match="'a' is given twice"):
+        check_json([b'{"a": 123456789012345678901234567890, "a": 1}'], 100)
+    with pytest.raises(JsonSyntaxError, match="longer than 100 bytes"):
+        check_json([b'{"a": 123456789012345678901234567890, "b": "' + b"x" * 101 + b'"}'], 100)
+    with pytest.raises(JsonSyntaxError, match="NaN is not JSON"):
+        check_json([b'{"a": 123456789012345678901234567890, "b": NaN}'], 100)
+
+
+def test_without_yajl2_c_another_backend_reads_and_says_so(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import ijson
+
+    from idealized_runtime.api import json_stream
+
+    assert json_stream.BACKEND_NAME == "yajl2_c"  # what ijson's wheels carry
+
+    real_get_backend = ijson.get_backend
+
+    def no_c_backend(name: str) -> object:
+        if name.startswith("yajl2"):
+            raise ImportError(name)
+        return real_get_backend(name)
+
+    monkeypatch.setattr(ijson, "get_backend", no_c_backend)
+    backend, name = json_stream._load_backend()
+    assert name == "python"
+    monkeypatch.setattr(json_stream, "BACKEND", backend)
+    monkeypatch.setattr(json_stream, "BACKEND_NAME", name)
+    with caplog.at_level("WARNING", logger="uvicorn.error"):
+        json_stream.log_backend()
+    assert f"parsed by its {name} backend" in caplog.text
+    body = b'{"a": [1, {"b": "c"}], "d": "' + b"x" * 10 + b'"}'
+    assert json_stream.check_json([body[:7], body[7:]], 100) == body
+    with pytest.raises(json_stream.JsonSyntaxError, match="'b' is given twice"):
+        json_stream.check_json([b'{"b": 1, "b": 2}'], 100)

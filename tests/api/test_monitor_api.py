@@ -189,6 +189,10 @@ def test_series_queries_are_checked(client: httpx.Client) -> None:
         ({"from": "2026-11-27T00:00:00"}, "time zone"),
         ({"provider": "a b"}, "provider"),
         ({"from": "yesterday"}, "from"),
+        # Bare numbers are no date-time (pydantic alone reads them as seconds since 1970).
+        ({"from": "1700000000"}, "ISO 8601 date-time"),
+        ({"to": "0.5"}, "ISO 8601 date-time"),
+        ({"from": "2026-11-27"}, "ISO 8601 date-time"),
     ]:
         for path in ("/v1/monitor/series", "/v1/monitor/rounds"):
             response = client.get(path, params=params)

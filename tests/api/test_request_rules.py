@@ -96,9 +96,10 @@ def test_reads_that_require_a_key_refuse_before_the_body(tmp_path: Path) -> None
         ('"num_output_tokens": "3"', ["num_output_tokens"], "valid integer"),
         ('"num_output_tokens": 1e3', ["num_output_tokens"], "3, not 3.0 or 3e0"),
         ('"num_output_tokens": 3.0', ["num_output_tokens"], "3, not 3.0 or 3e0"),
-        ('"runtime_s": 1e999', ["runtime_s"], "finite"),
-        ('"runtime_s": NaN', ["runtime_s"], "finite"),
-        ('"std_s": Infinity', ["std_s"], "finite"),
+        # Not JSON numbers: the parser refuses them in the measurement it reads.
+        ('"runtime_s": 1e999', [], "numeric (floating point) overflow"),
+        ('"runtime_s": NaN', [], "NaN is not JSON"),
+        ('"std_s": Infinity', [], "Infinity is not JSON"),
         ('"model": "a\\u0000b"', ["model"], "control, NUL or bidirectional"),
         ('"model": "' + "x" * 201 + '"', ["model"], "at most 200 characters"),
         ('"ttft_s": 2.0', [], "ttft_s 2 is greater than runtime_s 0.5"),
@@ -132,7 +133,7 @@ def test_measurements_are_read_strictly(
          "valid number"),
         ("/v1/hardware",
          '{"name": "h", "memory_gb": Infinity, "memory_bandwidth_gbps": 1, '
-         '"peak_dense_tflops": 1}', "finite"),
+         '"peak_dense_tflops": 1}', "Infinity is not JSON"),
         ("/v1/fits", '{"measurement_set_id": "1"}', "valid integer"),
         ("/v1/fits", '{"measurement_set_id": 1.0}', "3, not 3.0"),
         ("/v1/models", '{"name": "x", "config": {"hidden_size": 8}}', "no model_type"),
@@ -146,6 +147,37 @@ def test_every_write_reads_json_strictly(
     text = text.replace("M", json.dumps(measurement()))
     before = set_count(client)
     assert message in json.dumps(service.refused(client, path, text, "application/json"))
+    assert set_count(client) == before
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "key"),
+    [
+        ("/v1/measurement-sets",
+         '{"measurements": [{"model": "m", "num_prompt_tokens": 8, "num_output_tokens": 4, '
+         '"runtime_s": 1.2, "runtime_s": 2.5}]}', "runtime_s"),
+        ("/v1/measurement-sets", '{"name": "a", "measurements": [M], "name": "b"}', "name"),
+        ("/v1/capability-scores",
+         '{"scores": [{"model": "m", "scenario": "s", "value": 0.5, "value": 0.9}]}', "value"),
+        ("/v1/hardware", '{"name": "h", "name": "g", "memory_gb": 80, '
+         '"memory_bandwidth_gbps": 1, "peak_dense_tflops": 1}', "name"),
+        ("/v1/load-summaries", '[{"model": "m", "model": "n"}]', "model"),
+        ("/v1/plan", '{"architecture": "llama-3.1-8b", "hardware": ["h100-sxm"], '
+         '"workload": {"prompt_tokens": 10, "output_tokens": 5, "output_tokens": 9}}',
+         "output_tokens"),
+        ("/v1/estimate/batch", '{"model": "m", "model": "n", "requests": []}', "model"),
+        ("/v1/compare", '{"models": ["a"], "workload": "mmlu", "workload": "x"}', "workload"),
+    ],
+)  # fmt: skip
+def test_a_repeated_key_is_refused_in_every_body(
+    client: httpx.Client, service: Service, path: str, text: str, key: str
+) -> None:
+    """JSON lets a parser take the last of two equal keys; the service refuses the body instead
+    (``"runtime_s": 1.2, "runtime_s": 2.5`` was stored as 2.5), naming the key."""
+    text = text.replace("M", json.dumps(measurement()))
+    before = set_count(client)
+    detail = json.dumps(service.refused(client, path, text, "application/json"))
+    assert f"'{key}' is given twice" in detail
     assert set_count(client) == before
 
 

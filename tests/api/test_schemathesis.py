@@ -47,7 +47,10 @@ RULES: list[tuple[re.Pattern[str], str]] = [
             "timings the method cannot fit",
         ),
         (r"has no rows of the requested models", "without rows of the requested models"),
-        (r"\d+ (rows|requests) in one batch; at most", "max_batch_rows"),
+        (r"\d+ (rows|requests|models x requests) in one batch; at most", "max_batch_rows"),
+        (r"IDEALIZED_RUNTIME_MAX_(PLAN_EVALUATIONS|SIMULATED_REQUESTS)", "than the server allows"),
+        # the streaming parser of measurement sets holds integers in 64 bits
+        (r"integer overflow", "integers beyond 64 bits"),
         (r"tensor-parallel|does not fit|cannot be split|GPUs", "does not fit"),
         (r"beyond floating-point range", "beyond floating-point range"),
         (r"no deployment of .* could be evaluated", "no deployment could be evaluated"),
@@ -78,6 +81,7 @@ CROSS_FIELD_RULES: list[tuple[re.Pattern[str], str]] = [
         (r"ttft_s .* greater than runtime_s", "ttft_s is greater than its runtime_s"),
         (r"finished_at is before started_at|failed_requests is more than requests"
          r"|status must be ok when", "rules between fields of the round"),
+        (r"must be between .*, not", "outside its metric's range"),
     ]
 ]  # fmt: skip
 
@@ -131,7 +135,7 @@ class Refusals:
             if "written as one" in message and INTEGER_FORM in description:
                 self.seen[f"{label}: integers written as such"] += 1
             elif not (
-                _whole_object(item)
+                (_whole_object(item) or item.get("type") == "json_invalid")
                 and self._named([*CROSS_FIELD_RULES, *RULES], message, description, label)
             ):
                 return False

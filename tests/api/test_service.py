@@ -232,6 +232,28 @@ def test_csv_upload_body_and_multipart(client: httpx.Client, service: Service) -
     assert form.json()["models"] == [model]
 
 
+def test_multipart_uploads_log_no_traceback(client: httpx.Client, service: Service) -> None:
+    """Closing the form of a multipart upload logged a NoEventLoopError traceback on every
+    upload, taken or refused."""
+    log = Path(service.env["IDEALIZED_RUNTIME_HOME"]) / "server.log"
+    start = log.stat().st_size
+    text = to_csv(timings(unique("csv")))
+    for content, status in [(text, 201), (text.replace(",0.02", ",inf", 1), 422)]:
+        files = {"file": ("t.csv", content, "text/csv")}
+        response = client.post("/v1/measurement-sets/csv", files=files, headers=service.auth)
+        assert response.status_code == status, response.text
+    no_file = client.post(
+        "/v1/measurement-sets/csv", files={"other": ("t.csv", text, "text/csv")},
+        headers=service.auth,
+    )  # fmt: skip
+    assert no_file.status_code == 422, no_file.text
+    assert client.get("/v1/health").status_code == 200
+    with log.open("rb") as file:
+        file.seek(start)
+        logged = file.read().decode(errors="replace")
+    assert "Traceback" not in logged and "NoEventLoopError" not in logged, logged
+
+
 def test_csv_errors_name_row_and_column(client: httpx.Client, service: Service) -> None:
     before = set_count(client)
     headers = {**service.auth, "content-type": "text/csv"}
@@ -557,6 +579,42 @@ def test_leaderboard_json_and_html(client: httpx.Client, service: Service) -> No
     html = client.get("/v1/leaderboard.html")
     assert html.status_code == 200 and html.headers["content-type"].startswith("text/html")
     assert "openai/davinci" in html.text
+
+
+def test_scores_are_bounded_and_the_board_stays_numeric(
+    client: httpx.Client, service: Service
+) -> None:
+    """A score beyond its metric's documented range is refused (1e308 was stored, and the
+    board's accuracy of that model became null); the board keeps numbers."""
+
+    def score(metric: str, value: float) -> dict:
+        row = {"model": "openai/davinci", "scenario": "mine:x=2", "metric": metric, "value": value}
+        return {"scores": [row]}
+
+    for metric, value in [
+        ("exact_match", 1e308),
+        ("accuracy", 1.5),
+        ("exact_match", -0.1),
+        ("raw_runtime_s", 2e6),
+        ("mean_output_tokens", -1),
+        ("other", 1e13),
+    ]:
+        detail = json.dumps(
+            service.refused(
+                client,
+                "/v1/capability-scores",
+                json.dumps(score(metric, value)),
+                "application/json",
+            )
+        )
+        assert f"{metric} must be between" in detail or "less than or equal" in detail, detail
+    written = client.post(
+        "/v1/capability-scores", json=score("exact_match", 1.0), headers=service.auth
+    )
+    assert written.status_code == 201, written.text
+    board = client.get("/v1/leaderboard", params={"include_scenarios": True}).json()
+    davinci = next(m for m in board["models"] if m["model"] == "openai/davinci")
+    assert isinstance(davinci["accuracy"], float) and 0 <= davinci["accuracy"] <= 1
 
 
 # --- configuration and CLI (SQLite only: they start their own servers) ------------------------
