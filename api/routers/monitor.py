@@ -179,7 +179,10 @@ def list_rounds(
     start: From = None,
     end: To = None,
     round_status: Annotated[
-        str | None, Query(alias="status", pattern="^(ok|failed)$", description="ok or failed")
+        str | None,
+        Query(
+            alias="status", pattern="^(ok|degraded|failed)$", description="ok, degraded or failed"
+        ),
     ] = None,
     page: Paging,
     _: Reader,

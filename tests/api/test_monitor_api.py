@@ -96,6 +96,26 @@ def test_a_failed_round_has_no_measurement_set(service: Service, client: httpx.C
     assert response.json()["error"] == "probe request failed: ConnectError"
 
 
+def test_rounds_are_listed_by_status_degraded_included(
+    service: Service, client: httpx.Client
+) -> None:
+    ok = round_body(0, provider="prov-status")
+    degraded = {
+        **round_body(1, provider="prov-status"),
+        "status": "degraded", "requests": 6, "failed_requests": 4, "error_rate": 4 / 6,
+    }  # fmt: skip
+    for body in (ok, degraded):
+        response = client.post("/v1/monitor/rounds", json=body, headers=service.auth)
+        assert response.status_code == 201, response.text
+    for status, index in (("degraded", 1), ("ok", 0)):
+        listed = client.get(
+            "/v1/monitor/rounds", params={"provider": "prov-status", "status": status}
+        ).json()
+        assert [r["round_index"] for r in listed["items"]] == [index]
+    refused = client.get("/v1/monitor/rounds", params={"status": "bad"})
+    assert refused.status_code == 422
+
+
 def test_rounds_are_refused_with_detail(service: Service, client: httpx.Client) -> None:
     body = round_body(1, provider="prov-bad")
     anonymous = client.post("/v1/monitor/rounds", json=body)
