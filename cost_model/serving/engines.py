@@ -121,7 +121,7 @@ def engine_server(
         dp_ranks=deployment.attention_dp,
         decode_tokens=decode_tokens,
         balance_timeout_steps=scheduler.balance_timeout_steps,
-        request_overhead_s=scheduler.request_overhead_s,
+        request_overhead_s=scheduler.residual_overhead_s(deployment.architecture.num_layers),
         unchunked_limit=scheduler.unchunked_limit,
         budget_setting=scheduler.budget_setting,
         request_path=scheduler.request_path,

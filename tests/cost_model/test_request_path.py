@@ -155,6 +155,11 @@ def test_the_shipped_engines_schedule_ahead_as_their_overlap_schedulers_do() -> 
     assert ahead == {"vllm": 0, "sglang": 1, "tensorrt-llm": 1}
     for name in ("vllm", "sglang", "tensorrt-llm"):
         assert get_engine(name).scheduler.request_overhead_s == 0.0  # fitted across models only
+    # Per layer where two models have figures at load (SGLang), none where one has.
+    per_layer = {name: get_engine(name).scheduler.request_overhead_s_per_layer
+                 for name in ("vllm", "sglang", "tensorrt-llm")}  # fmt: skip
+    assert per_layer["vllm"] == per_layer["tensorrt-llm"] == 0.0
+    assert 0.5e-3 < per_layer["sglang"] < 1.0e-3
 
 
 @settings(max_examples=40, deadline=None)

@@ -24,14 +24,18 @@ def _point(model: str, source: str, engine: str = "tensorrt-llm", clients: int =
     return Point(engine, "h200", model, "fp8", 8, 1, False, "", 1024, 1024, clients, source)
 
 
+LAYERS = {"llama-3.1-70b": 80, "gpt-oss-120b": 36, "deepseek-r1": 61}
+
+
 def _residuals(own: float) -> list[Any]:
+    """Residuals of 10-layer stand-ins (per layer: a tenth of the seconds)."""
     return [
-        Residual("tensorrt-llm", "llama-3.1-70b", "inferencex", own),
-        Residual("tensorrt-llm", "llama-3.1-70b", "vendor-a", own),
-        Residual("tensorrt-llm", "gpt-oss-120b", "inferencex", 0.030),
-        Residual("tensorrt-llm", "gpt-oss-120b", "vendor-b", 0.010),
-        Residual("tensorrt-llm", "deepseek-r1", "vendor-c", 0.020),
-        Residual("sglang", "qwen3-32b", "vendor-d", 5.0),  # another engine: never used
+        Residual("tensorrt-llm", "llama-3.1-70b", "inferencex", own, 10),
+        Residual("tensorrt-llm", "llama-3.1-70b", "vendor-a", own, 10),
+        Residual("tensorrt-llm", "gpt-oss-120b", "inferencex", 0.030, 10),
+        Residual("tensorrt-llm", "gpt-oss-120b", "vendor-b", 0.010, 10),
+        Residual("tensorrt-llm", "deepseek-r1", "vendor-c", 0.020, 10),
+        Residual("sglang", "qwen3-32b", "vendor-d", 5.0, 10),  # another engine: never used
     ]
 
 
@@ -40,8 +44,9 @@ def _residuals(own: float) -> list[Any]:
 def test_the_held_out_models_own_residual_never_moves_its_fit(own: float) -> None:
     point = _point("llama-3.1-70b", "vendor-x")
     held = held_out_residuals([point], _residuals(own))[point]
-    # Median of the other models' 30, 10 and 20 ms, whatever llama's own residual is.
-    assert held.fitted and held.seconds == pytest.approx(0.020)
+    # Median of the other models' 3, 1 and 2 ms per layer, whatever llama's own residual is,
+    # times llama's 80 layers.
+    assert held.fitted and held.seconds == pytest.approx(0.002 * LAYERS["llama-3.1-70b"])
     assert (held.points, held.models) == (3, 2)
 
 
@@ -50,31 +55,49 @@ def test_nor_its_sources_other_models() -> None:
     # out, leaving llama's from vendor-a and DeepSeek's from vendor-c.
     point = _point("gpt-oss-120b", "inferencex-run-123")
     held = held_out_residuals([point], _residuals(0.5))[point]
-    assert held.fitted and held.seconds == pytest.approx((0.5 + 0.020) / 2)
+    per_layer = (0.05 + 0.002) / 2
+    assert held.fitted and held.seconds == pytest.approx(per_layer * LAYERS["gpt-oss-120b"])
     assert (held.points, held.models) == (2, 2)
 
 
 def test_one_model_leaves_nothing_to_fit_and_the_engines_own_value_is_used() -> None:
-    only = [Residual("sglang", "deepseek-r1", "inferencex", 0.2)] * 3
-    point = _point("deepseek-r1", "inferencex-run-9", engine="sglang")
+    only = [Residual("tensorrt-llm", "deepseek-r1", "inferencex", 0.2, 61)] * 3
+    point = _point("deepseek-r1", "inferencex-run-9")
     held = held_out_residuals([point], only)[point]
     assert not held.fitted and held.seconds == 0.0  # the shipped stack fits none yet
     said = BENCHMARK["fitted_across_models"](only)
-    assert said["sglang"].startswith("not fitted: 3 points of one model")
+    assert said["tensorrt-llm"].startswith("not fitted: 3 points of one model")
+
+
+def test_the_residual_is_fitted_per_layer_across_models() -> None:
+    residuals = [
+        Residual("sglang", "deepseek-r1", "inferencex", 0.061, 61),  # 1 ms per layer
+        Residual("sglang", "qwen3-235b-a22b", "sglang-cookbook", 0.188, 94),  # 2 ms
+    ]
+    point = _point("llama-3.1-8b", "vendor-z", engine="sglang")
+    held = held_out_residuals([point], residuals)[point]
+    assert held.fitted and held.seconds == pytest.approx(0.0015 * 32)  # llama-3.1-8b: 32
+    said = BENCHMARK["fitted_across_models"](residuals)["sglang"]
+    assert said.startswith("1.50 ms per layer fitted on 2 points of 2 models")
 
 
 def test_a_residual_fitted_below_zero_is_none() -> None:
-    residuals = [Residual("vllm", "a", "s1", -0.2), Residual("vllm", "b", "s2", -0.1)]
-    point = _point("c", "s3", engine="vllm")
+    residuals = [
+        Residual("vllm", "llama-3.1-8b", "s1", -0.2, 32),
+        Residual("vllm", "qwen3-32b", "s2", -0.1, 64),
+    ]
+    point = _point("gpt-oss-120b", "s3", engine="vllm")
     assert held_out_residuals([point], residuals)[point].seconds == 0.0
 
 
 def test_residuals_are_taken_at_low_load_from_the_bare_predictions() -> None:
-    low, high = _point("m", "inferencex-run-1", clients=4), _point("m", "inferencex-run-1")
+    low = _point("llama-3.1-8b", "inferencex-run-1", clients=4)
+    high = _point("llama-3.1-8b", "inferencex-run-1")
     measured = {low: {"ttft_s": 0.30}, high: {"ttft_s": 0.50}}
     bare = {low: {"ttft_s": 0.25}, high: {"ttft_s": 0.40}}
     (residual,) = BENCHMARK["residuals_of"]([low, high], measured, bare)
     assert residual.source == "inferencex" and residual.seconds == pytest.approx(0.05)
+    assert residual.per_layer == pytest.approx(0.05 / 32)
 
 
 def test_only_selects_points_by_their_label() -> None:

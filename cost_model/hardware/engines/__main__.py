@@ -42,6 +42,10 @@ STEP_OVERHEAD_S = 2.0e-3  # a step with prompt chunks runs outside the graphs
 TOKENIZE_S_PER_TOKEN = 3.0e-6
 DETOKENIZE_S_PER_TOKEN = 2.0e-6
 HOP_S = 0.5e-3  # one hand-off between an engine's Python processes (ZMQ/IPC, pickling)
+# SGLang's residual TTFT per layer of the model, fitted across models: the mean of the medians
+# of DeepSeek-R1 (0.83 ms x 61 layers, InferenceX) and Qwen3-235B-A22B (0.74 ms x 94, SGLang's
+# cookbook) at <= 8 clients, `python benchmarks/serving_vs_published.py` (2026-11-27).
+SGLANG_OVERHEAD_S_PER_LAYER = 0.79e-3
 
 
 def _scheduler(**own: Any) -> SchedulerDefaults:
@@ -66,9 +70,12 @@ NOTES = (
     "measurements: tokenize_s_per_token and detokenize_s_per_token measured on a Hugging Face "
     "fast tokenizer (benchmarks/tokenizer_costs.py), request_http_s and stream_s a priori "
     "(0.5 ms per hand-off between the engine's processes), schedule_ahead_steps from the "
-    "engine's overlap scheduler; request_overhead_s (what the request path and the kernels "
-    "leave of published TTFTs) is fitted across models only (benchmarks/serving_vs_published.py, "
-    "leave one model out): 0 while the published serving figures at load hold one model"
+    "engine's overlap scheduler; request_overhead_s + request_overhead_s_per_layer x layers "
+    "(what the request path and the kernels leave of published TTFTs) is fitted across models "
+    "only (benchmarks/serving_vs_published.py, leave one model out), per layer as the residuals "
+    "scale: SGLang 0.79 ms per layer (DeepSeek-R1 and Qwen3-235B-A22B, the mean of their "
+    "medians); 0 where the published serving figures at load hold one model (vLLM, "
+    "TensorRT-LLM)"
 )
 ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
     "vllm": (
@@ -100,6 +107,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
             cuda_graph_max_batch=256, admission="ratio", fuse_shared_experts=True,
             unchunked_limit="none", budget_setting="chunked_prefill_size", unchunked_budget=16384,
             request_http_s=HOP_S, stream_s=2 * HOP_S, schedule_ahead_steps=1,
+            request_overhead_s_per_layer=SGLANG_OVERHEAD_S_PER_LAYER,
         ),
     ),
     "tensorrt-llm": (

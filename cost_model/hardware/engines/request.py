@@ -51,7 +51,8 @@ def request_times(
     identical requests sent together to an idle engine."""
     batch = model.deployment.batch_size
     path = model.scheduler.request_path
-    first = model.scheduler.request_overhead_s + path.first_token_s(
+    layers = model.deployment.architecture.num_layers
+    first = model.scheduler.residual_overhead_s(layers) + path.first_token_s(
         prompt_tokens, prompt_steps(model, batch, prompt_tokens)
     )
     spec = model.deployment.speculative

@@ -81,9 +81,11 @@ class SchedulerDefaults:
     instance, shared among its ranks (SGLang divides its flags among them);
     ``request_http_s``, ``tokenize_s_per_token``, ``detokenize_s_per_token``, ``stream_s``,
     ``schedule_ahead_steps``: the request path outside the forward passes (``request_path``;
-    ``engines.request_path``); ``request_overhead_s``: what the request path and the kernels
-    leave of published TTFTs, fitted across models (0 where fewer than two models have
-    figures; see the stack's notes); ``fuse_shared_experts``: a MoE layer's shared experts run
+    ``engines.request_path``); ``request_overhead_s`` + ``request_overhead_s_per_layer`` x the
+    model's layers (``residual_overhead_s``): what the request path and the kernels leave of
+    published TTFTs, fitted across models (0 where fewer than two models have figures; see the
+    stack's notes; per layer, as the residuals of the models with figures scale);
+    ``fuse_shared_experts``: a MoE layer's shared experts run
     as more routed experts that every token picks, inside the grouped MoE kernel (SGLang's
     shared-experts fusion for DeepSeek-V3/R1, which it turns off with expert parallelism,
     attention DP and FP4 experts), else as GEMMs of their own; ``unchunked_limit``: without
@@ -110,6 +112,7 @@ class SchedulerDefaults:
     balance_timeout_steps: int = 0
     limits_per_rank: bool = False
     request_overhead_s: float = 0.0
+    request_overhead_s_per_layer: float = 0.0
     fuse_shared_experts: bool = False
     unchunked_limit: str = "none"
     sized_budget: bool = False
@@ -137,9 +140,15 @@ class SchedulerDefaults:
                 f"unknown unchunked limit {self.unchunked_limit!r}; known: "
                 f"{', '.join(UNCHUNKED_LIMITS)}"
             )
-        if not (math.isfinite(self.request_overhead_s) and self.request_overhead_s >= 0):
-            raise InputError(f"request overhead must be >= 0 s, got {self.request_overhead_s}")
+        for overhead in (self.request_overhead_s, self.request_overhead_s_per_layer):
+            if not (math.isfinite(overhead) and overhead >= 0):
+                raise InputError(f"request overhead must be >= 0 s, got {overhead}")
         _ = self.request_path  # checks the path's figures
+
+    def residual_overhead_s(self, layers: int) -> float:
+        """The fitted residual of a request to a model of ``layers`` layers (seconds before
+        the scheduler sees it)."""
+        return self.request_overhead_s + self.request_overhead_s_per_layer * layers
 
     @property
     def request_path(self) -> RequestPath:
