@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -20,8 +20,16 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-if TYPE_CHECKING:
-    from idealized_runtime.api.compute import ComputeSlots
+
+class Slots(Protocol):
+    """What the gauges read of the compute bound (``compute.ComputeSlots``; a protocol, so
+    that this module imports nothing of the module that counts into it)."""
+
+    limit: int
+
+    @property
+    def running(self) -> int: ...
+
 
 PREFIX = "idealized_runtime"
 REGISTRY = CollectorRegistry()
@@ -80,7 +88,7 @@ def mark_refusal(request: Request, reason: str) -> None:
     setattr(request.state, REFUSAL_STATE, reason)
 
 
-def track_computations(slots: ComputeSlots) -> None:
+def track_computations(slots: Slots) -> None:
     IN_FLIGHT.set_function(lambda: slots.running)
     COMPUTE_LIMIT.set(slots.limit)
 

@@ -679,7 +679,12 @@ def verify(
     point: PlanPoint,
     servers: tuple[Deployment, Server, Server | None],
 ) -> Verification:
-    """``point`` simulated request by request at its concurrency (see the module docstring)."""
+    """``point`` simulated request by request at its concurrency (see the module docstring).
+    TTFT is judged on the requests each client sends after its first: the first ones all
+    start at once (the start-up burst, which a short run cannot amortize), while the estimate,
+    and the SLO, speak of the steady state (with too few such requests, on all). TPOT on all:
+    left without the burst, the run's drain (clients ending one by one) is left, and it
+    shortens TPOT."""
     from idealized_runtime.timing.summary import summarize_level
 
     deployment, decode, prefill = servers
@@ -693,7 +698,11 @@ def verify(
         result = simulate_closed_loop(shapes, deployment, prefill, decode, point.concurrency)
         rows, passes = result.rows, result.passes
     summary = summarize_level(request.architecture.name, "plan", rows, request.slo)
-    ttft, tpot = summary.ttft_s, summary.tpot_s
+    steady_rows = [row for row in rows if row.get("request_index", 0) >= point.concurrency]
+    judged = summary
+    if len(steady_rows) >= max(point.concurrency // 2, 1):
+        judged = summarize_level(request.architecture.name, "plan", steady_rows, request.slo)
+    ttft, tpot = judged.ttft_s, summary.tpot_s
     steady = steady_output_tokens_per_s(rows, point.concurrency)
     per_gpu = (steady or summary.output_tokens_per_s) / point.gpus
     p50 = (ttft.p50 or math.inf, tpot.p50 or 0.0)

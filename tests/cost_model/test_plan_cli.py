@@ -46,7 +46,7 @@ def test_plan_leads_with_the_answer_and_prints_frontiers_on_request() -> None:
     assert "for 20 requests/s:" in result.stdout and "per million output tokens" in result.stdout
     # The check says what the SLO is judged on, and the p90 apart.
     (check,) = [line for line in lines if "simulated request by request" in line]
-    assert "on the medians (TTFT p50 " in check and "; p90 TTFT " in check
+    assert "on the medians after the start-up burst (TTFT p50 " in check and "; p90 TTFT " in check
     assert "frontier h100-sxm vllm (" not in result.stdout and "--frontiers" in lines[-1]
     assert len(lines) <= 8, result.stdout
 
