@@ -361,17 +361,42 @@ def parse_raw_lines(
     InputError naming it, except, when ``partial_last_line_ok``, a last line cut off by a run
     killed while writing."""
     lines = text.splitlines()
-    if partial_last_line_ok and lines and not _json_object(lines[-1]):
+    if partial_last_line_ok and lines and _is_partial(lines[-1]):
         lines = lines[:-1]
     return list(iter_raw_lines(lines, path=path))
 
 
+class _RepeatedKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object's members, a key given twice refused (JSON leaves it undefined; Python's
+    parser would keep the last one silently)."""
+    found: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in found:
+            raise _RepeatedKey(key)
+        found[key] = value
+    return found
+
+
 def _json_object(line: str) -> dict[str, Any] | None:
+    """The line's JSON object, None when it is none; _RepeatedKey when a key repeats."""
     try:
-        row = json.loads(line)
+        row = json.loads(line, object_pairs_hook=_members)
     except json.JSONDecodeError:
         return None
     return row if isinstance(row, dict) else None
+
+
+def _is_partial(line: str) -> bool:
+    try:
+        return _json_object(line) is None
+    except _RepeatedKey:
+        return False  # whole, and refused as such
 
 
 def iter_raw_lines(lines: Iterable[str], *, path: str) -> Iterator[dict[str, Any]]:
@@ -379,7 +404,12 @@ def iter_raw_lines(lines: Iterable[str], *, path: str) -> Iterator[dict[str, Any
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        row = _json_object(line)
+        try:
+            row = _json_object(line)
+        except _RepeatedKey as repeated:
+            raise InputError(
+                f"line {number} gives the key {repeated.key!r} twice in one object", path=path
+            ) from None
         if row is None:
             raise InputError(f"line {number} is not a JSON object", path=path)
         yield row

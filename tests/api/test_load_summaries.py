@@ -77,6 +77,11 @@ def test_bad_uploads_are_4xx_with_detail(service: Service, client: httpx.Client)
     ndjson = {**service.auth, "Content-Type": "application/x-ndjson"}
     cases = [
         ({"content": "[1]\n", "headers": ndjson}, 422, "line 1 is not a JSON object"),
+        (
+            {"content": '{"runtime_s": 1.2, "runtime_s": 2.5}\n', "headers": ndjson},
+            422,
+            "line 1 gives the key 'runtime_s' twice",
+        ),
         ({"content": "", "headers": ndjson}, 422, "no summaries"),
         ({"content": "{}\n", "headers": ndjson, "params": {"slo": "p99=1"}}, 422, "ttft=S"),
         ({"json": [{"model": "m"}], "headers": service.auth}, 422, "load"),
