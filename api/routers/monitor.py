@@ -134,7 +134,8 @@ def _stored_before(session: Session, payload: MonitorRoundIn) -> Response | None
         "answers 200 with the stored round and writes nothing; another round under a stored "
         "id is 409.\n\nRefused although schema-valid (rules between fields of the round): "
         "finished_at before started_at, failed_requests more than requests, a status that "
-        "does not match the requests (ok: some request succeeded; failed: none did); a "
+        "does not match the requests (ok: some request succeeded; degraded: most failed but "
+        "not all; failed: none succeeded); a "
         "measurement's ttft_s is greater than its runtime_s; a measurement set of that name "
         "made by another upload (409)."
     ),

@@ -110,10 +110,10 @@ class RoundPoint(_Frozen):
             raise ValueError("failed_requests is more than requests")
         if (self.status == "failed") == (self.failed_requests < self.requests):
             raise ValueError(
-                "status must be ok when some request succeeded and failed when none did"
+                "status must be ok or degraded when some request succeeded and failed when none did"
             )
         if self.status == "degraded" and 2 * self.failed_requests <= self.requests:
-            raise ValueError("status degraded needs most requests failed")
+            raise ValueError("status must be degraded only when most requests failed")
         return self
 
     @property

@@ -80,7 +80,8 @@ CROSS_FIELD_RULES: list[tuple[re.Pattern[str], str]] = [
         (r"weights|activations|dequantize", "formats that pair"),
         (r"ttft_s .* greater than runtime_s", "ttft_s is greater than its runtime_s"),
         (r"finished_at is before started_at|failed_requests is more than requests"
-         r"|status must be ok when", "rules between fields of the round"),
+         r"|status must be ok or degraded when|status must be degraded only when",
+         "rules between fields of the round"),
         (r"must be between .*, not", "outside its metric's range"),
     ]
 ]  # fmt: skip
