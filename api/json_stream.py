@@ -22,6 +22,8 @@ from typing import Any
 
 import ijson
 
+from idealized_runtime.core.json_members import RepeatedKey, unique_members
+
 # uvicorn's logger: configured (INFO, to stderr) wherever the service runs.
 logger = logging.getLogger("uvicorn.error")
 
@@ -232,19 +234,13 @@ def check_whole_json(body: bytes, max_token_bytes: int) -> None:
     """``check_json`` by Python's parser, for a body held whole that yajl cannot read (an
     integer beyond 64 bits): the same rules, no repeated key and no token over the limit."""
 
-    def members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        found: dict[str, Any] = {}
-        for key, value in pairs:
-            if key in found:
-                raise DuplicateKey(key, len(body))
-            found[key] = value
-        return found
-
     def not_json(name: str) -> Any:
         raise JsonSyntaxError(f"{name} is not JSON (NaN and Infinity are no JSON numbers)", 0)
 
     try:
-        value = json.loads(body, object_pairs_hook=members, parse_constant=not_json)
+        value = json.loads(body, object_pairs_hook=unique_members, parse_constant=not_json)
+    except RepeatedKey as repeated:
+        raise DuplicateKey(repeated.key, len(body)) from None
     except JsonSyntaxError:
         raise
     except ValueError as error:  # not JSON, or an integer of more than 4300 digits

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.json_members import RepeatedKey, unique_members
 from idealized_runtime.core.prices import (
     TOKENS_PER_PRICE_UNIT,
     PriceTable,
@@ -366,27 +367,10 @@ def parse_raw_lines(
     return list(iter_raw_lines(lines, path=path))
 
 
-class _RepeatedKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
-
-
-def _members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object's members, a key given twice refused (JSON leaves it undefined; Python's
-    parser would keep the last one silently)."""
-    found: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in found:
-            raise _RepeatedKey(key)
-        found[key] = value
-    return found
-
-
 def _json_object(line: str) -> dict[str, Any] | None:
-    """The line's JSON object, None when it is none; _RepeatedKey when a key repeats."""
+    """The line's JSON object, None when it is none; RepeatedKey when a key repeats."""
     try:
-        row = json.loads(line, object_pairs_hook=_members)
+        row = json.loads(line, object_pairs_hook=unique_members)
     except json.JSONDecodeError:
         return None
     return row if isinstance(row, dict) else None
@@ -395,7 +379,7 @@ def _json_object(line: str) -> dict[str, Any] | None:
 def _is_partial(line: str) -> bool:
     try:
         return _json_object(line) is None
-    except _RepeatedKey:
+    except RepeatedKey:
         return False  # whole, and refused as such
 
 
@@ -406,7 +390,7 @@ def iter_raw_lines(lines: Iterable[str], *, path: str) -> Iterator[dict[str, Any
             continue
         try:
             row = _json_object(line)
-        except _RepeatedKey as repeated:
+        except RepeatedKey as repeated:
             raise InputError(
                 f"line {number} gives the key {repeated.key!r} twice in one object", path=path
             ) from None
