@@ -49,9 +49,9 @@ from idealized_runtime.cost_model.serving.simulator import (
     starvation_warning,
 )
 from idealized_runtime.cost_model.serving.steady_state import running_requests
-from idealized_runtime.cost_model.serving.step_time import StepWork
 from idealized_runtime.cost_model.serving.workload import RequestShape
 from tests.servers import assert_refused_in_one_line, run_cli
+from tests.step_recorder import StepRecorder
 
 LLAMA_70B = get_architecture("llama-3.1-70b")
 H200 = get_hardware("h200")
@@ -286,17 +286,6 @@ def test_plan_never_picks_a_point_whose_prompts_would_starve(prompt: int, top: i
 # --- invariants -------------------------------------------------------------------------------
 
 
-class _Recorder:
-    """A step time that records every step's work."""
-
-    def __init__(self) -> None:
-        self.steps: list[StepWork] = []
-
-    def seconds(self, work: StepWork) -> np.ndarray:
-        self.steps.append(work)
-        return 1e-3 + 1e-6 * work.tokens
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     clients=st.integers(1, 10),
@@ -322,7 +311,7 @@ def test_every_prompt_is_served_whole_within_the_budget_or_refused(
         refused = refused or budget_refusal(
             "sequence", False, budget, max(p for p in prompts), output, config.budget_flag
         )
-    recorder = _Recorder()
+    recorder = StepRecorder()
     try:
         rows = simulate(shapes, recorder, config, concurrency=clients)
     except InputError as error:

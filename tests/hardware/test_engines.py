@@ -25,8 +25,8 @@ from idealized_runtime.cost_model.hardware.engines.step import (
 )
 from idealized_runtime.cost_model.serving.engines import default_precision, engine_server
 from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
-from idealized_runtime.cost_model.serving.step_time import StepWork
 from idealized_runtime.cost_model.serving.workload import RequestShape
+from tests.step_recorder import StepRecorder
 
 ENGINES = ("vllm", "sglang", "tensorrt-llm")
 H200, B200 = get_hardware("h200"), get_hardware("b200")
@@ -331,17 +331,6 @@ def test_engines_size_the_kv_cache_from_the_memory_the_driver_reports() -> None:
     assert kv_capacity_tokens(eight, scheduler) > 1.25 * by_marketed
 
 
-class _Recorder:
-    """A step time that records every step's work."""
-
-    def __init__(self) -> None:
-        self.steps: list[StepWork] = []
-
-    def seconds(self, work: StepWork) -> np.ndarray:
-        self.steps.append(work)
-        return 1e-3 + 1e-6 * work.tokens
-
-
 @settings(max_examples=25, deadline=None)
 @given(
     clients=st.integers(1, 12),
@@ -354,7 +343,7 @@ class _Recorder:
 def test_scheduler_rules_per_engine(
     clients: int, prompt: int, output: int, budget: int, prefill_first: bool, chunked: bool
 ) -> None:
-    recorder = _Recorder()
+    recorder = StepRecorder()
     config = ServerConfig(
         max_batch=8, token_budget=budget, prefill_first=prefill_first, chunked_prefill=chunked
     )
