@@ -42,6 +42,11 @@ CURRENT_MODELS_HELP = (
 )
 CURRENT_GPU_HELP = "GPU of today's models (see data/hardware.yaml; default h100-sxm)"
 CURRENT_STACK_HELP = "reference stack of today's models (see 'stacks'; default pytorch-compiled)"
+CURRENT_SERVING_HELP = (
+    "today's models at plan's best deployment under the standard SLO (1k/1k tokens, TTFT <= 2 s, "
+    "TPOT <= 50 ms): shipped (the shipped figures, default), live (plan each model now: seconds "
+    "to a minute each) or none"
+)
 PRICES_HELP = (
     "price table (YAML or CSV: provider, model, input/output_usd_per_mtok, architecture) to set "
     "providers' dollars beside the idealized ones"
@@ -53,12 +58,16 @@ if TYPE_CHECKING:
 
 
 def current_models_spec(
-    models: str | None, gpu: str | None, stack: str | None, prices: Path | None
+    models: str | None,
+    gpu: str | None,
+    stack: str | None,
+    prices: Path | None,
+    serving: str | None = None,
 ) -> CurrentModelsSpec | None:
     """The board of today's models the options ask for: any of them adds it (the flagship
     configs unless ``models`` names others; ``none`` leaves it out). Bad names or a bad price
     table are one ``error:`` line, before anything is read or written."""
-    if models is None and gpu is None and stack is None and prices is None:
+    if models is None and gpu is None and stack is None and prices is None and serving is None:
         return None
     if models is not None and models.strip() == "none":
         return None
@@ -73,9 +82,10 @@ def current_models_spec(
         models=parse_model_list(models or "flagship"),
         hardware=gpu or DEFAULT_GPU,
         prices=read_price_table(prices) if prices is not None else None,
+        serving=serving or "shipped",  # type: ignore[arg-type]  (resolved() checks it)
     )
     if stack is not None:
-        spec = CurrentModelsSpec(spec.models, spec.hardware, stack, spec.prices)
+        spec = CurrentModelsSpec(spec.models, spec.hardware, stack, spec.prices, spec.serving)
     return spec.resolved()
 
 
@@ -111,6 +121,9 @@ def demo_command(
     current_stack: Optional[str] = typer.Option(  # noqa: UP045
         None, "--current-stack", help=CURRENT_STACK_HELP
     ),
+    current_serving: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-serving", help=CURRENT_SERVING_HELP
+    ),
     prices: Optional[Path] = typer.Option(None, "--prices", help=PRICES_HELP),  # noqa: UP045
 ) -> None:
     """Offline demo: profile, serve, measure and fit a tiny model, load HELM's reference data,
@@ -120,7 +133,7 @@ def demo_command(
     from idealized_runtime.demo import DEMO_ARCHITECTURE, run_demo
     from idealized_runtime.report.terminal import current_models_table, price_table, summary_table
 
-    spec = current_models_spec(current_models, current_gpu, current_stack, prices)
+    spec = current_models_spec(current_models, current_gpu, current_stack, prices, current_serving)
     out = Console(width=None if sys.stdout.isatty() else 160)
     steps = iter(range(1, 100))
     result = run_demo(
@@ -200,6 +213,9 @@ def report_command(
     current_stack: Optional[str] = typer.Option(  # noqa: UP045
         None, "--current-stack", help=CURRENT_STACK_HELP
     ),
+    current_serving: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-serving", help=CURRENT_SERVING_HELP
+    ),
     prices: Optional[Path] = typer.Option(None, "--prices", help=PRICES_HELP),  # noqa: UP045
     window: str = typer.Option(
         "72h",
@@ -225,7 +241,9 @@ def report_command(
     targets = parse_slo(slo) if slo is not None else None
     trend_window = parse_window(window)
     compared = parse_stacks(stacks)  # an unknown name fails before anything is read or written
-    current = current_models_spec(current_models, current_gpu, current_stack, prices)
+    current = current_models_spec(
+        current_models, current_gpu, current_stack, prices, current_serving
+    )
     from idealized_runtime.leaderboard.build import build_leaderboard
     from idealized_runtime.report.render import write_report
     from idealized_runtime.report.trends import write_trends_report
@@ -286,11 +304,14 @@ def leaderboard_command(
     current_stack: Optional[str] = typer.Option(  # noqa: UP045
         None, "--current-stack", help=CURRENT_STACK_HELP
     ),
+    current_serving: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--current-serving", help=CURRENT_SERVING_HELP
+    ),
     current_sort: str = typer.Option(
         "idealized",
         "--current-sort",
         help="order of today's models, best first: idealized, gpus, gpu-seconds, usd, "
-        "usd-per-mtok, tokens-per-s, ratio, parameters",
+        "usd-per-mtok, tokens-per-s, ratio, parameters, slo-tokens-per-gpu, slo-usd-per-mtok",
     ),
     prices: Optional[Path] = typer.Option(None, "--prices", help=PRICES_HELP),  # noqa: UP045
 ) -> None:
@@ -313,7 +334,9 @@ def leaderboard_command(
     compared = parse_stacks(stacks)
     if current_sort not in SORT_KEYS:
         fail(f"--current-sort must be one of {', '.join(SORT_KEYS)}, got {current_sort!r}")
-    current = current_models_spec(current_models, current_gpu, current_stack, prices)
+    current = current_models_spec(
+        current_models, current_gpu, current_stack, prices, current_serving
+    )
     board = build_leaderboard(
         leaderboard_inputs(source, with_helm), stacks=compared, current_models=current
     )

@@ -11,7 +11,11 @@ mean tokens (``compare_stacks``, the machinery of the stacks side by side), and 
 * GPUs, GPU-seconds, dollars and kilojoules per 1,000 requests (mean over the workloads);
 * dollars per 1M output tokens: a decode step's GPU-seconds at the workloads' mean contexts,
   priced at the GPU's hourly rate (batch 1: one user per deployment);
-* output tokens per second per user: 1 / that mean decode step.
+* output tokens per second per user: 1 / that mean decode step;
+
+and beside those batch-1 figures, each model at ``plan``'s best deployment on the GPU under the
+board's standard SLO (``best_deployments``: the engine, layout, output tokens/s per GPU and
+dollars per 1M output tokens), from the shipped figures unless planned live.
 """
 
 from __future__ import annotations
@@ -23,6 +27,14 @@ from idealized_runtime.core.prices import TOKENS_PER_PRICE_UNIT, PriceTable, Pro
 from idealized_runtime.core.scenarios import Workload
 from idealized_runtime.core.types import Architecture, Hardware
 from idealized_runtime.cost_model.hardware.stacks.catalog import DEFAULT_STACK, HELM_STACK
+from idealized_runtime.leaderboard.best_deployments import (
+    SERVING_SOURCES,
+    STANDARD,
+    ServingSource,
+    ShippedFigures,
+    board_cell,
+    read_shipped,
+)
 from idealized_runtime.leaderboard.metrics import cost_per_1000, mean_of_present
 from idealized_runtime.leaderboard.rows import (
     REQUESTS_PER_COST_UNIT,
@@ -67,6 +79,8 @@ class CurrentModelsSpec:
     hardware: str = DEFAULT_GPU
     stack: str = DEFAULT_STACK
     prices: PriceTable | None = None
+    # The best deployment under the standard SLO: the shipped figures, planned now, or none.
+    serving: ServingSource = "shipped"
 
     def resolved(self) -> CurrentModelsSpec:
         """The spec with the stack's alias resolved; an unknown architecture, GPU or stack is
@@ -83,8 +97,12 @@ class CurrentModelsSpec:
             raise InputError(str(error)) from None
         if not self.models:
             raise InputError("no model named for the board of today's models")
+        if self.serving not in SERVING_SOURCES:
+            raise InputError(
+                f"unknown serving source {self.serving!r}; one of {', '.join(SERVING_SOURCES)}"
+            )
         return CurrentModelsSpec(
-            tuple(dict.fromkeys(self.models)), self.hardware, stack, self.prices
+            tuple(dict.fromkeys(self.models)), self.hardware, stack, self.prices, self.serving
         )
 
 
@@ -105,6 +123,10 @@ class CurrentModelBoard:
     prices: tuple[ProviderPriceRow, ...] = ()
     price_source: str = ""
     workloads: tuple[Workload, ...] = field(default=(), repr=False)
+    serving: ServingSource = "none"  # where the rows' best deployments come from
+    serving_standard: str = STANDARD.label
+    # The shipped figures' provenance (command, date, machine), when they were read.
+    serving_provenance: str = ""
 
 
 # Terminal sort keys: the row's figure and whether more is better.
@@ -117,12 +139,22 @@ SORT_KEYS: dict[str, tuple[str, bool]] = {
     "tokens-per-s": ("output_tokens_per_s_per_user", True),
     "ratio": ("ratio", False),
     "parameters": ("num_parameters", False),
+    "slo-tokens-per-gpu": ("output_tokens_per_s_per_gpu", True),
+    "slo-usd-per-mtok": ("usd_per_million_output_tokens", False),
 }
+# Sort keys read from the row's best deployment under the standard SLO.
+_BEST_KEYS = ("slo-tokens-per-gpu", "slo-usd-per-mtok")
 
 
 def sort_value(row: CurrentModelRow, key: str) -> float | None:
     name, _ = SORT_KEYS[key]
-    value = getattr(row.cost, name) if name in Cost.model_fields else getattr(row, name)
+    if key in _BEST_KEYS:
+        best = row.best_deployment
+        value = getattr(best, name) if best is not None else None
+    elif name in Cost.model_fields:
+        value = getattr(row.cost, name)
+    else:
+        value = getattr(row, name)
     return None if value is None else float(value)
 
 
@@ -154,6 +186,7 @@ def current_model_board(
     comparison = compare_stacks(inputs, (HELM_STACK, spec.stack), hardware=gpu.name)
     by_model = comparison.by_model()
     rates = CostRates.from_hardware(gpu)
+    shipped = read_shipped() if spec.serving == "shipped" else None
     rows = []
     for name, arch in archs.items():
         runtimes = {
@@ -161,7 +194,9 @@ def current_model_board(
             for row in comparison.workloads
             if row.model == name and row.stack == spec.stack
         }
-        rows.append(_row(arch, gpu, spec.stack, workloads, runtimes, by_model[name], rates))
+        row = _row(arch, gpu, spec.stack, workloads, runtimes, by_model[name], rates)
+        best = board_cell(arch, gpu, spec.serving, shipped)
+        rows.append(row.model_copy(update={"best_deployment": best}))
     prices = _price_rows(spec.prices, rows, workloads) if spec.prices else ()
     return CurrentModelBoard(
         hardware=gpu.name,
@@ -172,6 +207,17 @@ def current_model_board(
         prices=prices,
         price_source=spec.prices.source if spec.prices else "",
         workloads=tuple(workloads),
+        serving=spec.serving,
+        serving_provenance=_provenance(shipped),
+    )
+
+
+def _provenance(shipped: ShippedFigures | None) -> str:
+    if shipped is None:
+        return ""
+    return (
+        f"shipped figures of {shipped.created_at} (idealized-runtime {shipped.version}, "
+        f"{shipped.machine}; regenerate: {shipped.command})"
     )
 
 

@@ -206,6 +206,60 @@ class StackModelRow(_StackRow):
     num_workloads: int
 
 
+BestStatus = Literal["met", "no-fit", "no-slo", "no-engine", "not-computed"]
+
+
+class BestDeployment(_Row):
+    """A model at ``plan``'s best deployment on the board's GPU under the board's standard SLO
+    (``leaderboard.best_deployments.STANDARD``): the engine and layout, its output tokens/s per
+    GPU and dollars per 1M output tokens as ``plan`` ranks them, and its request-by-request
+    simulation; or, with ``status`` other than ``met``, why there is none (``note``)."""
+
+    status: BestStatus = Field(
+        description="met: a deployment meets the SLO in its simulation; no-fit: the model does "
+        "not fit the GPUs; no-slo: no deployment meets the SLO; no-engine: no engine stack is "
+        "calibrated on the GPU; not-computed: not planned (see note)"
+    )
+    engine: str | None = None
+    weights: str | None = None
+    layout: str | None = Field(default=None, description="plan's layout, e.g. 1P(tp2)1D tp4")
+    token_budget: int | None = None
+    gpus: int | None = Field(default=None, description="Per replica")
+    concurrency: int | None = Field(default=None, description="Closed-loop clients per replica")
+    output_tokens_per_s_per_gpu: float | None = None
+    usd_per_million_output_tokens: float | None = Field(
+        default=None, description="The replica's GPU-seconds per 1M output tokens, priced"
+    )
+    tokens_per_s_per_user: float | None = None
+    ttft_s: float | None = Field(default=None, description="The steady-state estimate's")
+    tpot_s: float | None = None
+    simulated_ttft_p50_s: float | None = None
+    simulated_tpot_p50_s: float | None = None
+    simulated_output_tokens_per_s_per_gpu: float | None = None
+    candidates_simulated: int = 0
+    source: Literal["shipped", "live"] = Field(
+        default="live", description="shipped: read from data/current_models_serving.json"
+    )
+    note: str | None = None
+
+    def deployment_text(self) -> str:
+        """``vllm tp2 c=206``, or the reason in a few words."""
+        if self.status == "met":
+            return f"{self.engine} {self.layout} c={self.concurrency}"
+        if self.status == "no-slo" and self.candidates_simulated:
+            return f"none verified ({self.candidates_simulated} simulated)"
+        return {
+            "no-fit": "does not fit",
+            "no-slo": "misses the SLO",
+            "no-engine": "no engine data",
+        }.get(self.status, "not computed")
+
+    def cell_text(self) -> str:
+        if self.status != "met":
+            return self.deployment_text()
+        return f"{self.deployment_text()}: {self.output_tokens_per_s_per_gpu:,.0f} tok/s/GPU"
+
+
 class CurrentModelRow(_Row):
     """One of today's models on the chosen GPU and stack, and under HELM's 2022 stack."""
 
@@ -231,6 +285,11 @@ class CurrentModelRow(_Row):
     ratio: float | None = Field(description="idealized_runtime_s / baseline_runtime_s")
     num_workloads: int
     note: str | None = None
+    best_deployment: BestDeployment | None = Field(
+        default=None,
+        description="plan's best deployment on this GPU under the board's standard SLO (None: "
+        "not asked for)",
+    )
 
 
 class ProviderPriceRow(_Row):

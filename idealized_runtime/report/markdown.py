@@ -8,6 +8,7 @@ from idealized_runtime import __version__
 from idealized_runtime.leaderboard.build import Leaderboard, stacks
 from idealized_runtime.leaderboard.current_models import sorted_rows
 from idealized_runtime.leaderboard.rows import (
+    CurrentModelRow,
     StackComparison,
     StackModelRow,
 )
@@ -27,6 +28,7 @@ from idealized_runtime.report.current_tables import (
     PRICE_NOTE,
     current_columns,
     current_title,
+    serving_note,
 )
 from idealized_runtime.report.groups import (
     BoardLine,
@@ -188,11 +190,12 @@ def _current_model_lines(board: Leaderboard) -> list[str]:
         "## Today's models",
         "",
         current_title(current) + ". " + CURRENT_NOTE,
+        *([serving_note(current) + ".", ""] if serving_note(current) else []),
         "",
         _md_table(
             ["model", *(column.header for column in columns), "note"],
             [
-                [row.model, *(column.text(row) for column in columns), row.note or ""]
+                [row.model, *(column.text(row) for column in columns), _notes(row)]
                 for row in sorted_rows(current.rows, "idealized")
             ],
         ),
@@ -209,6 +212,13 @@ def _current_model_lines(board: Leaderboard) -> list[str]:
             "",
         ]
     return lines
+
+
+def _notes(row: CurrentModelRow) -> str:
+    """The row's note and why it has no best deployment under the SLO, if so."""
+    best = row.best_deployment
+    why = best.note if best is not None and best.status != "met" else None
+    return "; ".join(filter(None, (row.note, why)))
 
 
 CURRENT_NOTE = (

@@ -38,6 +38,7 @@ from idealized_runtime.report.current_tables import (
     PRICE_NOTE,
     current_columns,
     current_title,
+    serving_note,
 )
 from idealized_runtime.report.groups import (
     group_lines,
@@ -150,6 +151,7 @@ def render_html(board: Leaderboard) -> str:
         current=board.current_models,
         current_title=current_title(board.current_models) if board.current_models else "",
         current_columns=current_columns(board.current_models) if board.current_models else (),
+        current_serving_note=serving_note(board.current_models) if board.current_models else "",
         current_rows=sorted_rows(board.current_models.rows, "idealized")
         if board.current_models
         else (),

@@ -17,6 +17,7 @@ from idealized_runtime.report.current_tables import (
     PRICE_NOTE,
     current_columns,
     current_title,
+    serving_note,
 )
 from idealized_runtime.report.groups import BoardLine, board_lines
 from idealized_runtime.report.stack_tables import stack_model_pivot
@@ -130,13 +131,27 @@ def current_models_table(board: Leaderboard, *, sort: str = "idealized") -> Tabl
     table = Table(title=current_title(current))
     table.add_column("model", no_wrap=True)
     for column in columns:
-        table.add_column(column.header, justify="left" if column.header == "precision" else "right")
+        table.add_column(column.header, justify="left" if column.is_text else "right")
     for row in sorted_rows(current.rows, sort):
         table.add_row(row.model, *(column.text(row) for column in columns))
-    notes = {row.note for row in current.rows if row.note}
+    notes = sorted({row.note for row in current.rows if row.note})
+    notes += _best_notes(current.rows)
+    if serving_note(current):
+        notes.append(serving_note(current))
     if notes:
-        table.caption = "; ".join(sorted(notes))
+        table.caption = "; ".join(notes)
     return table
+
+
+def _best_notes(rows) -> list[str]:
+    """Why a model has no best deployment, one line per model."""
+    return [
+        f"{row.model}: {row.best_deployment.note}"
+        for row in rows
+        if row.best_deployment is not None
+        and row.best_deployment.status != "met"
+        and row.best_deployment.note
+    ]
 
 
 def price_table(board: Leaderboard) -> Table:
