@@ -48,7 +48,9 @@ from idealized_runtime.core.types import (
 from idealized_runtime.cost_model.planning.request import PlanSettings
 from idealized_runtime.leaderboard.rows import (
     Cost,
+    CurrentModelRow,
     ModelRow,
+    ProviderPriceRow,
     ScenarioRow,
     StackModelRow,
     StackWorkloadRow,
@@ -670,6 +672,40 @@ def _stack_names() -> tuple[str, ...]:
 StackName = Literal[_stack_names()]  # type: ignore[valid-type]
 
 
+def _current_model_names() -> tuple[str, ...]:
+    """``flagship`` and every catalog architecture (the ``current_models`` enum)."""
+    from idealized_runtime.core.catalog import architectures
+    from idealized_runtime.leaderboard.current_models import FLAGSHIP
+
+    return (FLAGSHIP, *sorted(architectures()))
+
+
+def _hardware_names() -> tuple[str, ...]:
+    from idealized_runtime.core.catalog import hardware_catalog
+
+    return tuple(sorted(hardware_catalog()))
+
+
+# Today's models and their GPU: catalog names (an unknown one is a 422).
+CurrentModelName = Literal[_current_model_names()]  # type: ignore[valid-type]
+HardwareName = Literal[_hardware_names()]  # type: ignore[valid-type]
+
+
+class CurrentModelsOut(BaseModel):
+    """The board of today's models (``leaderboard.current_models``): per model the batch-1
+    idealized figures and, in ``best_deployment``, plan's best deployment under the standard
+    SLO (``serving_standard``) from the shipped figures (``serving_provenance``)."""
+
+    hardware: str
+    stack: str
+    baseline_stack: str
+    serving: str = Field(description="Where best_deployment comes from: shipped or none")
+    serving_standard: str = Field(description="The workload, SLO, engines and GPUs planned for")
+    serving_provenance: str = Field(description="The shipped figures' date, machine, command")
+    models: list[CurrentModelRow]
+    prices: list[ProviderPriceRow]
+
+
 class LeaderboardOut(BaseModel):
     created_at: datetime
     source: str
@@ -691,6 +727,9 @@ class LeaderboardOut(BaseModel):
     )
     stack_workloads: list[LeaderboardStackWorkload] | None = Field(
         default=None, description="Per (model, workload, stack) when stacks= is given"
+    )
+    current_models: CurrentModelsOut | None = Field(
+        default=None, description="Today's models when current_models= is given"
     )
 
 

@@ -8,8 +8,14 @@ from fastapi.responses import HTMLResponse
 from idealized_runtime.api.leaderboard_inputs import database_inputs
 from idealized_runtime.api.routers.common import READ_ERRORS
 from idealized_runtime.api.routers.deps import Reader, ReadSession
-from idealized_runtime.api.schemas import LeaderboardOut, StackName
+from idealized_runtime.api.schemas import (
+    CurrentModelName,
+    HardwareName,
+    LeaderboardOut,
+    StackName,
+)
 from idealized_runtime.leaderboard.build import build_leaderboard, leaderboard_payload
+from idealized_runtime.leaderboard.current_models import CurrentModelsSpec
 
 router = APIRouter(prefix="/v1", tags=["leaderboard"])
 
@@ -18,6 +24,41 @@ STACKS_QUERY = (
     "Reference stacks to compare the models under, side by side (repeat the parameter; the "
     "first is the ratios' baseline), e.g. stacks=helm-megatron-2022&stacks=pytorch-compiled"
 )
+
+
+MAX_CURRENT_MODELS = 32
+CURRENT_MODELS_QUERY = (
+    "Add the board of today's models: flagship (the catalog's flagship configs) or catalog "
+    "architecture names (repeat the parameter), with each model at plan's best deployment "
+    "under the standard SLO from the shipped figures (planning live is a CLI option: "
+    "minutes of CPU)"
+)
+
+
+def current_models_param(
+    current_models: list[CurrentModelName] | None = Query(
+        default=None, max_length=MAX_CURRENT_MODELS, description=CURRENT_MODELS_QUERY
+    ),
+    current_gpu: HardwareName | None = Query(
+        default=None, description="GPU of today's models (default h100-sxm)"
+    ),
+    current_stack: StackName | None = Query(
+        default=None, description="Reference stack of today's models (default pytorch-compiled)"
+    ),
+) -> CurrentModelsSpec | None:
+    """The board the query asks for (any current_* parameter adds it); names are the catalog's
+    (an unknown one is a 422 listing them)."""
+    from idealized_runtime.leaderboard.current_models import DEFAULT_GPU, parse_model_list
+
+    if current_models is None and current_gpu is None and current_stack is None:
+        return None
+    spec = CurrentModelsSpec(
+        models=parse_model_list(",".join(current_models or ["flagship"])),
+        hardware=current_gpu or DEFAULT_GPU,
+    )
+    if current_stack is not None:
+        spec = CurrentModelsSpec(spec.models, spec.hardware, current_stack)
+    return spec.resolved()
 
 
 def stacks_param(
@@ -38,10 +79,11 @@ def leaderboard(
     *,
     include_scenarios: bool = Query(default=False, description="Add per-scenario rows"),
     stacks: tuple[str, ...] = Depends(stacks_param),
+    current: CurrentModelsSpec | None = Depends(current_models_param),
     _: Reader,
     session: ReadSession,
 ) -> LeaderboardOut:
-    board = build_leaderboard(database_inputs(session), stacks=stacks)
+    board = build_leaderboard(database_inputs(session), stacks=stacks, current_models=current)
     return LeaderboardOut.model_validate(
         leaderboard_payload(board, include_scenarios=include_scenarios)
     )
@@ -56,9 +98,11 @@ def leaderboard(
 def leaderboard_html(
     *,
     stacks: tuple[str, ...] = Depends(stacks_param),
+    current: CurrentModelsSpec | None = Depends(current_models_param),
     _: Reader,
     session: ReadSession,
 ) -> HTMLResponse:
     from idealized_runtime.report.render import render_html
 
-    return HTMLResponse(render_html(build_leaderboard(database_inputs(session), stacks=stacks)))
+    board = build_leaderboard(database_inputs(session), stacks=stacks, current_models=current)
+    return HTMLResponse(render_html(board))

@@ -311,6 +311,9 @@ def leaderboard_payload(board: Leaderboard, *, include_scenarios: bool = False) 
             "hardware": current.hardware,
             "stack": current.stack,
             "baseline_stack": current.baseline_stack,
+            "serving": current.serving,
+            "serving_standard": current.serving_standard,
+            "serving_provenance": current.serving_provenance,
             "models": list(current.rows),
             "prices": list(current.prices),
         }
