@@ -38,6 +38,7 @@ from idealized_runtime.leaderboard.current_models import (
     current_model_board,
     sorted_rows,
 )
+from idealized_runtime.report.cells import fmt_number
 from idealized_runtime.report.current_tables import (
     SLO_DEPLOYMENT_HEADER,
     SLO_TOKENS_HEADER,
@@ -166,7 +167,7 @@ def test_the_report_renders_the_slo_columns(tmp_path: Path) -> None:
     files = write_report(board, tmp_path / "report")
     rows = {row.model: row.best_deployment for row in board.current_models.rows}
     met = rows["qwen3-8b"]
-    figure = f"{met.output_tokens_per_s_per_gpu:,.0f}"
+    figure = fmt_number(met.output_tokens_per_s_per_gpu)
     markdown, html = files.markdown.read_text(), files.html.read_text()
     for header in (SLO_TOKENS_HEADER, SLO_USD_HEADER, SLO_DEPLOYMENT_HEADER):
         assert header in markdown and f">{header}</th>" in html
