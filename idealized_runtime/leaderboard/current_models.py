@@ -107,10 +107,12 @@ class CurrentModelsSpec:
 
 
 def parse_model_list(value: str) -> tuple[str, ...]:
-    """``flagship`` or NAME,NAME: the architectures of the board of today's models."""
-    if value.strip() == FLAGSHIP:
-        return FLAGSHIP_MODELS
-    return tuple(name.strip() for name in value.split(",") if name.strip())
+    """NAME,NAME, where ``flagship`` stands for ``FLAGSHIP_MODELS``: the architectures of the
+    board of today's models, each once, in the order named."""
+    names: list[str] = []
+    for name in (part.strip() for part in value.split(",")):
+        names += FLAGSHIP_MODELS if name == FLAGSHIP else [name] if name else []
+    return tuple(dict.fromkeys(names))
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,13 @@ def test_leaderboard_serves_todays_models_at_their_best_deployment(client: httpx
     page = client.get("/v1/leaderboard.html", params=params)
     assert page.status_code == 200 and 'id="current-models-table"' in page.text
     assert f">{SLO_TOKENS_HEADER}</th>" in page.text and SLO_DEPLOYMENT_HEADER in page.text
-    flagship = client.get("/v1/leaderboard", params={"current_models": "flagship"}).json()
-    assert len(flagship["current_models"]["models"]) == 10
+    mixed = {"current_models": ["phi-4", "flagship", "llama-3.1-8b", "phi-4"]}
+    flagship = client.get("/v1/leaderboard", params=mixed).json()["current_models"]["models"]
+    names = [row["model"] for row in flagship]
+    assert names[:2] == ["phi-4", "llama-3.3-70b"] and names[-1] == "llama-3.1-8b"
+    assert len(names) == 11 == len(set(names))
+    # A model outside the shipped figures says how to plan it.
+    assert flagship[-1]["best_deployment"]["status"] == "not-computed"
 
 
 @pytest.mark.parametrize(
