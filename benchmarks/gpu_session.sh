@@ -16,6 +16,18 @@ PY=${PYTHON:-python3}
 # The package's installed names (idealized_runtime.cost_model, .data, ...) need an install.
 $PY -c "import idealized_runtime.data" 2>/dev/null ||
   $PY -m pip install -q --no-deps --no-build-isolation -e . >"$OUT/install.log" 2>&1
+# A GPU image without the network may lack some of our dependencies (one seen in 2026-11 had
+# no pydantic): say which, once, instead of four tracebacks. Install them from wheels first.
+missing=$($PY - <<'PY'
+import importlib.util
+need = ("torch", "numpy", "pandas", "pyarrow", "pydantic", "typer", "rich", "yaml", "transformers")
+print(" ".join(n for n in need if importlib.util.find_spec(n) is None))
+PY
+)
+if [ -n "$missing" ]; then
+  echo "missing Python packages on this machine: $missing (install their wheels first)"
+  exit 1
+fi
 
 step() {  # step NAME SECONDS COMMAND...
   local name=$1 limit=$2
@@ -45,7 +57,7 @@ for name in ${STEPS:-tests runner_vs_hf profile_gptj quantized}; do
     # Resumable: a partial CSV already under $OUT is completed, not redone.
     profile_gptj) step profile_gptj "${T_PROFILE:-150}" $PY -m idealized_runtime profile \
       --arch megatron-gptj-6b --device cuda --grid helm --max-prompt-tokens 2048 --repeats 3 \
-      --no-progress -o "$OUT/gptj_h100.csv" ;;
+      --no-progress -o "$OUT/gptj_profile.csv" ;;
     quantized) step quantized "${T_QUANT:-90}" $PY benchmarks/runner_quantized.py --device cuda \
       --arch llama-3.1-8b --layers 8 --context 512 --decode-tokens 128 $compile_flag \
       ${QUANT_ARGS:-} ;;

@@ -1,32 +1,51 @@
-"""Frontier points of the plan against published ones, held out by source.
+"""Frontier points of the plan against published ones, every model with published figures at
+load, held out by source and by model.
 
-Published points: InferenceX's DeepSeek-R1 serving runs, aggregated (single node, in
-``data/published/measurements.csv``) and disaggregated (Dynamo xPyD, multi-node, in
-``data/published/disaggregated.csv``), each a deployment at a concurrency with its median TPOT
-and output tokens/s per GPU (over all its GPUs, both pools). Within each source (one benchmark
-run) and (GPU, engine, weights, speculative decoding, lengths, mode), the published frontier is
-the points no other point of the same group beats on both tokens/s per user (1 / TPOT) and
-throughput per GPU. Two comparisons, each point predicted without anything from its source:
+Published points at load (closed-loop clients, a median or mean TPOT and output tokens/s):
 
-- the same deployment: the published point's own layout, workers and concurrency on the plan's
-  steady-state estimator (``serving.steady_state``): predicted / published throughput per GPU
-  and tokens/s per user;
+- InferenceX's DeepSeek-R1 serving runs, aggregated (single node, ``data/published/
+  measurements.csv``) and disaggregated (Dynamo xPyD, multi-node, ``data/published/
+  disaggregated.csv``); its client draws each length from 80-100% of the stated one;
+- SGLang's cookbook: Qwen3-235B-A22B (bf16) and DeepSeek-R1 (fp8) on 8 B200 at tensor
+  parallel 8, 1-100 clients; ``sglang.bench_serving``'s random dataset draws each length from 1
+  to the stated one;
+- NVIDIA NIM's Llama-3.3-70B table (fp8, 2 H100, 5000/500 tokens, 1-250 clients; fixed
+  lengths): its TPOT is a mean (the page names no statistic; its client averages), and the page
+  does not say which engine the NIM profile ran, so its points are predicted on each engine
+  stack it could be (``NIM_STACKS``), each a row of its own.
+
+Each point is a deployment at a concurrency with its TPOT and output tokens/s per GPU (over all
+its GPUs, both pools). The published frontier of a model is drawn from its points, as
+InferenceX's dashboard draws it: within (model, GPU, engine, weights, speculative decoding,
+lengths and the client's draw, mode), over every source, the points no other point beats on both
+tokens/s per user (1 / TPOT) and throughput per GPU (``--per-source``: within each source
+only). Two comparisons per frontier point:
+
+- the same deployment: the point's own layout, workers and concurrency on the plan's
+  steady-state estimator (``serving.steady_state``), with the engine's defaults: predicted /
+  published throughput per GPU and tokens/s per user; beside it, the same layout's estimated
+  curve (every concurrency level) read at the published tokens/s per user, what the plan's
+  frontier would be had it searched that layout alone;
 - the frontier: the plan's search (``cost_model.planning.plan``: every layout of up to 8 GPUs
-  per instance, xPyD pairs up to 64 GPUs, concurrency 1 to 16384) for the group's GPU, engine,
-  weights, lengths and mode, its frontier's throughput per GPU at the published point's tokens/s
-  per user (linear between frontier points; its top throughput below the frontier's slowest
-  point; "beyond" when the published point is faster per user than any planned one). Points
-  with multi-token prediction are left out of this one (the plan searches without it here,
-  ``mtp=False``).
+  per instance, xPyD pairs up to 64 GPUs, concurrency 1 to 16384 refined at the knee;
+  multi-token prediction where the points compared ran it) for the group, its frontier's
+  throughput per GPU at the published point's tokens/s per user (``at_per_user``: linear
+  between frontier points; its top throughput below the frontier's slowest point; "beyond"
+  when the published point is faster per user than any planned one).
 
-The workload is the client's: lengths drawn from 80-100% of the stated ones, taken at their
-means; multi-token prediction as 3 draft tokens accepted at 0.7 (the sources state neither).
-Nothing in the engine stacks, the estimator or the plan is fitted on these measurements (the
-engines' request path comes from their code and measurements; their residual request overhead
-is fitted across models only, 0 while one model has figures at load), so every source is held
-out of its own prediction; the table per source shows it.
+Held out by source AND by model: nothing in the engine stacks, the estimator or the plan is
+fitted on serving measurements but the engines' residual request overhead (what the request
+path and kernels leave of published TTFTs, fitted on SGLang's DeepSeek-R1 and Qwen3-235B-A22B
+points, which are compared here); every prediction here runs on stacks with that residual at 0
+(``held_out_stacks``), so no constant fitted on any source or model compared enters it.
+Multi-token prediction: 3 draft tokens accepted at 0.7 for the same-deployment comparison (the
+sources do not state their drafts); the plan's search takes the acceptance DeepSeek published.
 
-Usage: python benchmarks/plan_vs_published.py [--sources]
+``--points`` prints every compared point: the published layout and load, the plan's frontier
+layouts around its tokens/s per user, and the three ratios (what drives the frontier's error).
+
+Usage: python benchmarks/plan_vs_published.py [--per-source] [--sources] [--points]
+       [--only TEXT]...
 """
 
 from __future__ import annotations
@@ -34,17 +53,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections import defaultdict
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.published import load_published
+from idealized_runtime.core.published import PublishedRow, load_published
 from idealized_runtime.core.published_disaggregated import load_disaggregated
 from idealized_runtime.core.types import Deployment, Disaggregation, SpeculativeDecoding
+from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack, shipped_engines
 from idealized_runtime.cost_model.planning.frontier import pareto_frontier
-from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
+from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
 from idealized_runtime.cost_model.planning.search import plan
 from idealized_runtime.cost_model.serving.disaggregated import Server
 from idealized_runtime.cost_model.serving.engines import default_precision, engine_server
@@ -55,8 +77,15 @@ from idealized_runtime.cost_model.serving.steady_state import (
 )
 
 MTP = SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.7)
-SHORTEST = 0.8  # the client draws lengths from 80-100% of the stated ones
 LEVELS = [2**k for k in range(15)]  # 1 .. 16384 clients
+# The engine stacks a source's engine is predicted on: NIM's page does not name its backend.
+NIM_STACKS = ("tensorrt-llm", "vllm")
+# The client's shortest draw, as a share of the stated length, per source family (the
+# cookbook's draws from 1 token: ``shortest_share`` makes that one token).
+SHORTEST = {"inferencex": 0.8, "sglang-cookbook": 0.0, "nim": 1.0}
+TPOT = "time_per_output_token_s"
+THROUGHPUT_PER_GPU = "output_throughput_tokens_per_s_per_gpu"
+THROUGHPUT = "output_throughput_tokens_per_s"
 
 
 @dataclass(frozen=True)
@@ -66,64 +95,125 @@ class Layout:
     ep: int
     attention_dp: bool
 
+    @property
+    def label(self) -> str:
+        text = f"tp{self.tp}" + (f" ep{self.ep}" if self.ep > 1 else "")
+        return text + (" dpa" if self.attention_dp else "")
+
 
 @dataclass(frozen=True)
 class Published:
-    """One published serving point and what it measured."""
+    """One published serving point and what it measured; ``stack``: the engine stack that
+    predicts it (the engine itself, or one NIM may have run)."""
 
     source_id: str
     engine: str
+    stack: str
     gpu: str
     model: str
     weights: str
     speculative: str
     prompt_tokens: int
     output_tokens: int
+    shortest: float  # the client's shortest draw / the stated length
     concurrency: int
     decode: Layout
     prefill: Layout | None  # None: aggregated
     tpot_s: float
     tput_per_gpu: float
+    statistic: str = "median"  # of the TPOT
 
     @property
     def mode(self) -> str:
         return "aggregated" if self.prefill is None else "disaggregated"
 
     @property
-    def group(self) -> tuple:
-        return (self.source_id, self.gpu, self.engine, self.weights, self.speculative,
-                self.prompt_tokens, self.output_tokens, self.mode)  # fmt: skip
+    def family(self) -> str:
+        """The source family: InferenceX's runs together, the cookbook's pages together."""
+        return next((f for f in SHORTEST if self.source_id.startswith(f)), self.source_id)
+
+    @property
+    def engine_label(self) -> str:
+        return self.engine if self.stack == self.engine else f"{self.engine} as {self.stack}"
+
+    @property
+    def workload(self) -> tuple:
+        """What the plan is asked for: the model, GPU, engine stack, weights, speculative
+        decoding, lengths and their draw, and the mode."""
+        return (self.model, self.gpu, self.stack, self.weights, self.speculative,
+                self.prompt_tokens, self.output_tokens, self.shortest, self.mode)  # fmt: skip
+
+    @property
+    def layout(self) -> str:
+        if self.prefill is None:
+            return self.decode.label
+        return (f"{self.prefill.workers}P({self.prefill.label}){self.decode.workers}D "
+                f"{self.decode.label}")  # fmt: skip
 
     @property
     def per_user(self) -> float:
         return 1.0 / self.tpot_s
 
 
-def published_points() -> list[Published]:
+def shortest_share(shortest: float, longest: int) -> float:
+    """The plan's ``min_length_fraction`` for a client whose shortest draw is ``shortest`` of
+    the stated length (0: one token of the ``longest`` stated length, about one of each)."""
+    return shortest if shortest > 0 else 1.0 / longest
+
+
+def _family_of(source_id: str) -> str | None:
+    return next((f for f in SHORTEST if source_id.startswith(f)), None)
+
+
+def at_load_points(rows: list[PublishedRow]) -> list[Published]:
+    """The points of ``measurements.csv`` measured at a concurrency with a TPOT (median, else
+    mean) and output throughput (per GPU, or of the system over its GPUs), from the sources
+    whose client's draw is known (``SHORTEST``)."""
     figures: dict[str, dict[str, float]] = defaultdict(dict)
-    first = {}
-    for row in load_published():
-        if not row.source_id.startswith("inferencex-") or row.concurrency is None:
+    first: dict[str, PublishedRow] = {}
+    for row in rows:
+        if row.concurrency is None or _family_of(row.source_id) is None:
             continue
-        if row.statistic not in (None, "median"):
+        if row.metric == TPOT and row.statistic in ("median", "mean"):
+            figures[_point_id(row)][f"{TPOT}:{row.statistic}"] = row.value
+        elif row.metric == THROUGHPUT_PER_GPU and row.statistic is None:
+            figures[_point_id(row)][THROUGHPUT_PER_GPU] = row.value
+        elif row.metric == THROUGHPUT and row.statistic is None:
+            figures[_point_id(row)][THROUGHPUT_PER_GPU] = row.value / row.gpu_count
+        else:
             continue
-        key = row.row_id.rsplit("-", 2)[0]  # the point's id, without the metric's suffix
-        figures[key][row.metric] = row.value
-        first.setdefault(key, row)
+        first.setdefault(_point_id(row), row)
     points = []
     for key, values in figures.items():
         row = first[key]
-        tpot = values.get("time_per_output_token_s")
-        tput = values.get("output_throughput_tokens_per_s_per_gpu")
+        statistic = "median" if f"{TPOT}:median" in values else "mean"
+        tpot = values.get(f"{TPOT}:{statistic}")
+        tput = values.get(THROUGHPUT_PER_GPU)
         if tpot is None or tput is None:
             continue
         layout = Layout(1, row.tensor_parallel_size, row.expert_parallel_size or 1,
                         bool(row.attention_dp))  # fmt: skip
-        points.append(Published(
-            row.source_id, row.engine, row.gpu, row.model, row.weights, row.speculative or "",
-            row.prompt_tokens or 0, row.output_tokens or 0, row.concurrency or 0, layout, None,
-            tpot, tput,
-        ))  # fmt: skip
+        for stack in NIM_STACKS if row.engine == "nim" else (row.engine,):
+            points.append(Published(
+                row.source_id, row.engine, stack, row.gpu, row.model, row.weights,
+                row.speculative or "", row.prompt_tokens or 0, row.output_tokens or 0,
+                SHORTEST[_family_of(row.source_id) or ""], row.concurrency or 0, layout, None,
+                tpot, tput, statistic,
+            ))  # fmt: skip
+    return points
+
+
+def _point_id(row: PublishedRow) -> str:
+    """A figure's point: its source, deployment, lengths and load (not its metric)."""
+    return "|".join(str(v) for v in (
+        row.source_id, row.engine, row.gpu, row.model, row.weights, row.gpu_count,
+        row.tensor_parallel_size, row.expert_parallel_size, row.attention_dp, row.speculative,
+        row.prompt_tokens, row.output_tokens, row.concurrency,
+    ))  # fmt: skip
+
+
+def published_points() -> list[Published]:
+    points = at_load_points(load_published())
     for p in load_disaggregated():
         # Per worker: its GPUs (some records state tp 1 for a worker of several GPUs).
         prefill = Layout(p.prefill_workers, p.prefill_gpus // p.prefill_workers, p.prefill_ep,
@@ -131,22 +221,46 @@ def published_points() -> list[Published]:
         decode = Layout(p.decode_workers, p.decode_gpus // p.decode_workers, p.decode_ep,
                         p.decode_attention_dp)  # fmt: skip
         points.append(Published(
-            p.source_id, p.engine, p.gpu, p.model, p.weights, p.speculative, p.prompt_tokens,
-            p.output_tokens, p.concurrency, decode, prefill, p.tpot_s_median,
-            p.output_tokens_per_s_per_gpu,
+            p.source_id, p.engine, p.engine, p.gpu, p.model, p.weights, p.speculative,
+            p.prompt_tokens, p.output_tokens, SHORTEST["inferencex"], p.concurrency, decode,
+            prefill, p.tpot_s_median, p.output_tokens_per_s_per_gpu,
         ))  # fmt: skip
     return points
 
 
-def published_frontier(points: list[Published]) -> list[Published]:
+def published_frontier(points: list[Published], per_source: bool = False) -> list[Published]:
+    """The published frontier of each workload (``Published.workload``), drawn from the
+    points of every source (``per_source``: of each source alone)."""
     groups: dict[tuple, list[Published]] = defaultdict(list)
     for point in points:
-        groups[point.group].append(point)
+        groups[(point.source_id if per_source else "", *point.workload)].append(point)
     return [
         p
         for members in groups.values()
         for p in pareto_frontier(members, lambda q: q.per_user, lambda q: q.tput_per_gpu)
     ]
+
+
+# The fields of an engine stack fitted on published serving figures (``held_out_stacks``).
+FITTED_ON_SERVING = {"request_overhead_s": 0.0, "request_overhead_s_per_layer": 0.0}
+
+
+def held_out_stack(stack: EngineStack) -> EngineStack:
+    """``stack`` without what is fitted on published serving figures (its residual request
+    overhead), everything else as shipped."""
+    return replace(stack, scheduler=replace(stack.scheduler, **FITTED_ON_SERVING))
+
+
+@contextmanager
+def held_out_stacks() -> Iterator[None]:
+    """Every shipped engine stack as ``held_out_stack`` makes it, while inside."""
+    engines = shipped_engines()
+    shipped = dict(engines)
+    engines.update({name: held_out_stack(stack) for name, stack in shipped.items()})
+    try:
+        yield
+    finally:
+        engines.update(shipped)
 
 
 def _deployment(point: Published) -> Deployment:
@@ -172,48 +286,79 @@ def _deployment(point: Published) -> Deployment:
 
 
 def _mean(point: Published) -> MeanRequest:
-    middle = (1 + SHORTEST) / 2
-    return MeanRequest(point.prompt_tokens * middle, point.output_tokens * middle,
+    """The mean request of the client's draw (as ``search.mean_request`` takes it)."""
+
+    def mean(stated: int) -> float:
+        return (max(1.0, stated * point.shortest) + stated) / 2
+
+    return MeanRequest(mean(point.prompt_tokens), mean(point.output_tokens),
                        longest_new_tokens=point.prompt_tokens)  # fmt: skip
 
 
-def same_deployment(point: Published) -> tuple[float, float]:
-    """Predicted (tokens/s per user, output tokens/s per GPU) of the point's own deployment."""
+def layout_curve(point: Published, levels: list[int]) -> list[tuple[float, float]]:
+    """(tokens/s per user, output tokens/s per GPU) of the point's own deployment at each of
+    ``levels`` clients (and its own), by tokens/s per user ascending: the estimator's frontier
+    of that one layout."""
     deployment, mean = _deployment(point), _mean(point)
+    clients = sorted({*levels, point.concurrency})
     # The engine's defaults, its budget sized for the prompts where it sizes it (TensorRT-LLM).
     sized = {"longest_prompt": point.prompt_tokens, "running": point.concurrency}
-    decode = Server(*engine_server(point.engine, deployment.decode_instance(), **sized))
+    decode = Server(*engine_server(point.stack, deployment.decode_instance(), **sized))
     if deployment.disaggregation is None:
-        state = aggregated_steady_state(decode, mean, [point.concurrency])
+        state = aggregated_steady_state(decode, mean, clients)
     else:
-        prefill = Server(*engine_server(point.engine, deployment.prefill_instance(), **sized))
-        state = disaggregated_steady_state(deployment, prefill, decode, mean, [point.concurrency])
-    tokens = float(state.output_tokens_per_s(mean)[0])
-    return 1.0 / float(state.tpot_s[0]), tokens / deployment.num_gpus
+        prefill = Server(*engine_server(point.stack, deployment.prefill_instance(), **sized))
+        state = disaggregated_steady_state(deployment, prefill, decode, mean, clients)
+    tokens = state.output_tokens_per_s(mean) / deployment.num_gpus
+    found = [
+        (1.0 / float(tpot), float(tput), int(c))
+        for tpot, tput, c in zip(state.tpot_s, tokens, state.concurrency, strict=True)
+        if np.isfinite(tpot) and tpot > 0 and np.isfinite(tput) and tput > 0
+    ]
+    same = [(x, y) for x, y, c in found if c == point.concurrency]
+    if not same:
+        raise InputError("no finite estimate of the point's own deployment")
+    curve = pareto_frontier([(x, y) for x, y, _ in found], lambda q: q[0], lambda q: q[1])
+    return [same[0], *curve]  # the point's own first, then its layout's frontier
 
 
-def planned_frontier(point: Published) -> list[tuple[float, float]]:
-    """(tokens/s per user, output tokens/s per GPU) along the plan's frontier for the point's
-    GPU, engine, weights, lengths and mode."""
+def planned_frontier(point: Published) -> list[PlanPoint]:
+    """The plan's frontier for the point's workload (``Published.workload``), by tokens/s per
+    user ascending."""
     result = plan(PlanRequest(
         architecture=get_architecture(point.model), hardware=[get_hardware(point.gpu)],
-        stacks=[point.engine], weights=[point.weights], modes=[point.mode],  # type: ignore[list-item]
-        workload=PlanWorkload(prompt_tokens=point.prompt_tokens,
-                              output_tokens=point.output_tokens, min_length_fraction=SHORTEST),
+        stacks=[point.stack], weights=[point.weights], modes=[point.mode],  # type: ignore[list-item]
+        workload=PlanWorkload(
+            prompt_tokens=point.prompt_tokens, output_tokens=point.output_tokens,
+            min_length_fraction=shortest_share(
+                point.shortest, max(point.prompt_tokens, point.output_tokens)
+            ),
+        ),
         max_gpus=8 if point.prefill is None else 64, concurrency=LEVELS, verify=False,
-        mtp=False,  # the points compared ran without speculative decoding
+        mtp=point.speculative == "mtp",  # like with like: drafts only where the points ran them
     ))  # fmt: skip
-    return [(p.tokens_per_s_per_user, p.output_tokens_per_s_per_gpu)
-            for f in result.frontiers for p in f.points]  # fmt: skip
+    return [p for f in result.frontiers for p in f.points]
 
 
 def at_per_user(frontier: list[tuple[float, float]], per_user: float) -> float | None:
-    """The frontier's throughput per GPU at ``per_user`` (None beyond its fastest point)."""
+    """The frontier's throughput per GPU at ``per_user`` tokens/s per user: linear between its
+    points (by tokens/s per user ascending, throughput descending), its top throughput below
+    its slowest point, None beyond its fastest."""
+    if not frontier:
+        return None
     xs = np.array([x for x, _ in frontier])
     ys = np.array([y for _, y in frontier])
     if per_user > xs[-1]:
         return None
     return float(np.interp(per_user, xs, ys))
+
+
+def neighbours(frontier: list[PlanPoint], per_user: float) -> str:
+    """The plan's frontier points on each side of ``per_user`` (layout and clients)."""
+    below = [p for p in frontier if p.tokens_per_s_per_user <= per_user]
+    above = [p for p in frontier if p.tokens_per_s_per_user > per_user]
+    said = [f"{p.layout} c{p.concurrency}" for p in (below[-1:] + above[:1])]
+    return " | ".join(said) or "-"
 
 
 def _stats(errors: list[float]) -> str:
@@ -225,76 +370,132 @@ def _stats(errors: list[float]) -> str:
             f"{a.size:>4}")  # fmt: skip
 
 
+@dataclass
+class Predictions:
+    """Per published point: the same deployment's (tokens/s per user, per GPU), its layout's
+    estimated throughput per GPU at the published tokens/s per user, and the plan's frontier's
+    (None: beyond the frontier's fastest point)."""
+
+    same: dict[Published, tuple[float, float]]
+    layout: dict[Published, float | None]
+    along: dict[Published, float | None]
+    plans: dict[tuple, list[PlanPoint]]
+
+    def errors(self, members: list[Published], which: str) -> list[float]:
+        found = []
+        for p in members:
+            if which == "same tok/s/GPU" and p in self.same:
+                found.append(self.same[p][1] / p.tput_per_gpu - 1)
+            elif which == "same tok/s/user" and p in self.same:
+                found.append(self.same[p][0] / p.per_user - 1)
+            elif which == "layout" and self.layout.get(p) is not None:
+                found.append(self.layout[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
+            elif which == "frontier" and self.along.get(p) is not None:
+                found.append(self.along[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
+        return found
+
+    def cells(self, members: list[Published]) -> list[str]:
+        beyond = sum(1 for p in members if p in self.along and self.along[p] is None)
+        columns = ("same tok/s/GPU", "same tok/s/user", "layout", "frontier")
+        return [_stats(self.errors(members, c)) for c in columns] + [f"{beyond:>6}"]
+
+
+def predict(front: list[Published], refused: dict[str, int]) -> Predictions:
+    """Every frontier point's predictions (``Predictions``), on the held-out stacks; what
+    cannot be predicted counted in ``refused`` by its one-line reason."""
+    found = Predictions({}, {}, {}, {})
+    with held_out_stacks():
+        for point in front:
+            try:
+                own, *curve = layout_curve(point, LEVELS)
+                found.same[point] = own
+                found.layout[point] = at_per_user(curve, point.per_user)
+            except (InputError, ValueError) as error:
+                problems = getattr(error, "errors", None)  # a Deployment's validation
+                reason = problems()[0]["msg"] if callable(problems) else str(error)
+                refused[reason.removeprefix("Value error, ")[:160]] += 1
+            try:
+                if point.workload not in found.plans:
+                    found.plans[point.workload] = planned_frontier(point)
+                frontier = found.plans[point.workload]
+                pairs = [(p.tokens_per_s_per_user, p.output_tokens_per_s_per_gpu)
+                         for p in frontier]  # fmt: skip
+                found.along[point] = at_per_user(pairs, point.per_user)
+            except InputError as error:
+                refused[f"plan: {error}"[:160]] += 1
+    return found
+
+
+Key = Callable[[Published], tuple]
+# The rows of the table: each point counts in one row of each grouping.
+GROUPINGS: tuple[Key, ...] = (
+    lambda p: (p.model, p.mode, p.gpu, p.engine_label),
+    lambda p: (p.model, p.mode, "all", ""),
+    lambda p: (p.model, "all", "all", ""),
+    lambda p: ("all", p.mode, "all", ""),
+    lambda p: ("all", "all", "all", ""),
+)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--per-source",
+        action="store_true",
+        help="draw each source's frontier alone (default: every source's)",
+    )
     parser.add_argument("--sources", action="store_true", help="print every source's errors")
-    args = parser.parse_args()
-    points = published_points()
-    front = published_frontier(points)
-    same: dict[Published, tuple[float, float]] = {}
-    along: dict[Published, float | None] = {}
+    parser.add_argument("--points", action="store_true", help="print every compared point")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="only the workloads whose text contains TEXT (repeatable)",
+    )
+    args = parser.parse_args()  # fmt: skip
+    points = [p for p in published_points() if all(text in str(p.workload) for text in args.only)]
+    front = published_frontier(points, args.per_source)
     refused: dict[str, int] = defaultdict(int)
-    plans: dict[tuple, list[tuple[float, float]]] = {}
-    for point in front:
-        try:
-            same[point] = same_deployment(point)
-        except (InputError, ValueError) as error:
-            problems = getattr(error, "errors", None)  # a Deployment's validation: its message
-            reason = problems()[0]["msg"] if callable(problems) else str(error)
-            refused[reason.removeprefix("Value error, ")[:160]] += 1
-        if point.speculative:
-            continue
-        key = point.group[1:]
-        try:
-            if key not in plans:
-                plans[key] = planned_frontier(point)
-            along[point] = at_per_user(plans[key], point.per_user)
-        except InputError as error:
-            refused[f"plan: {error}"[:160]] += 1
-    print(f"{len(points)} published points ({sum(p.prefill is None for p in points)} "
-          f"aggregated), {len(front)} on their source's frontiers, "
-          f"{len({p.source_id for p in front})} sources")  # fmt: skip
+    found = predict(front, refused)
+    models = sorted({p.model for p in points})
+    print(f"{len(points)} published points of {len(models)} models ({', '.join(models)}; "
+          f"{sum(p.prefill is None for p in points)} aggregated), {len(front)} on their "
+          f"{'source' if args.per_source else 'model'}'s frontiers, "
+          f"{len({p.source_id for p in front})} sources; {len(found.plans)} plans")  # fmt: skip
     for reason, count in sorted(refused.items()):
         print(f"  not predicted ({count}): {reason}")
     print("\npredicted / published - 1 of frontier points: median and p90 of |error|, signed "
-          "median, n (held out by source)")  # fmt: skip
-    print(f"{'mode':<14} {'gpu':<9} {'engine':<13} | {'same: tok/s/GPU':^26} | "
-          f"{'same: tok/s/user':^26} | {'frontier: tok/s/GPU':^26} | beyond")  # fmt: skip
+          "median, n (held out by source and model)")  # fmt: skip
+    head = ("same: tok/s/GPU", "same: tok/s/user", "layout at tok/s/user", "frontier: tok/s/GPU")
+    print(f"{'model':<16} {'mode':<14} {'gpu':<9} {'engine':<22} | "
+          + " | ".join(f"{h:^26}" for h in head) + " | beyond")  # fmt: skip
     groups: dict[tuple, list[Published]] = defaultdict(list)
     for p in front:
-        groups[(p.mode, p.gpu, p.engine)].append(p)
-        groups[(p.mode, "all", "")].append(p)
-        groups[("all", "", "")].append(p)
-    for key in sorted(groups, key=lambda k: (k[0] == "all", k[0], k[1] == "all", k)):
-        cells = _cells(groups[key], same, along)
-        print(f"{key[0]:<14} {key[1]:<9} {key[2]:<13} | " + " | ".join(cells))
-    sources: dict[str, list[Published]] = defaultdict(list)
-    for p in front:
-        sources[p.source_id].append(p)
-    medians = [
-        float(np.median([abs(same[p][1] / p.tput_per_gpu - 1) for p in members if p in same]))
-        for members in sources.values()
-        if any(p in same for p in members)
-    ]
-    print(
-        f"\nper source (same deployment, tok/s/GPU): median of the {len(medians)} sources' "
-        f"median errors {np.median(medians):.1%}, worst source {max(medians):.1%}"
-    )
+        for key in {grouping(p) for grouping in GROUPINGS}:
+            groups[key].append(p)
+    for key in sorted(groups, key=lambda k: (k[0] == "all", k[0], k[1] == "all", k[1],
+                                             k[2] == "all", k)):  # fmt: skip
+        model, mode, gpu, engine = key
+        print(f"{model:<16} {mode:<14} {gpu:<9} {engine:<22} | "
+              + " | ".join(found.cells(groups[key])))  # fmt: skip
     if args.sources:
+        sources: dict[str, list[Published]] = defaultdict(list)
+        for p in front:
+            sources[p.source_id].append(p)
+        print()
         for source, members in sorted(sources.items()):
-            print(f"{source:<28} | " + " | ".join(_cells(members, same, along)))
-
-
-def _cells(
-    members: list[Published],
-    same: dict[Published, tuple[float, float]],
-    along: dict[Published, float | None],
-) -> list[str]:
-    tput = [same[p][1] / p.tput_per_gpu - 1 for p in members if p in same]
-    user = [same[p][0] / p.per_user - 1 for p in members if p in same]
-    planned = [along[p] / p.tput_per_gpu - 1 for p in members if along.get(p) is not None]
-    beyond = sum(1 for p in members if p in along and along[p] is None)
-    return [_stats(tput), _stats(user), _stats(planned), f"{beyond:>6}"]
+            print(f"{source:<40} | " + " | ".join(found.cells(members)))
+    if args.points:
+        print("\nmodel gpu engine mode | published: layout c, tok/s/user, tok/s/GPU | same, "
+              "layout, frontier / published | plan's frontier around it")  # fmt: skip
+        for p in sorted(front, key=lambda q: (*map(str, q.workload), q.per_user)):
+            ratios = [found.errors([p], c) for c in ("same tok/s/GPU", "layout", "frontier")]
+            said = " ".join(f"{r[0] + 1:5.2f}" if r else "    -" for r in ratios)
+            print(f"{p.model} {p.gpu} {p.engine_label} {p.mode} {p.prompt_tokens}/"
+                  f"{p.output_tokens}{' mtp' if p.speculative else ''} | {p.layout} "
+                  f"c{p.concurrency} {p.per_user:7.1f} {p.tput_per_gpu:8.1f} | {said} | "
+                  f"{neighbours(found.plans.get(p.workload, []), p.per_user)}")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -41,9 +41,11 @@ whose label contains every TEXT, to iterate on a subset; ``--no-request-path`` s
 ideal server's request path (an ablation).
 
 ``--reuse OUT`` takes our predictions from an earlier ``--json OUT`` (to rerun the comparison
-without simulating again).
+without simulating again); ``--aiconfigurator-cache FILE`` keeps AIConfigurator's predictions
+(its estimates take about 4 s a point) and reuses them.
 
-Usage: python benchmarks/serving_vs_published.py [--aiconfigurator PYTHON] [--min-concurrency 8]
+Usage: python benchmarks/serving_vs_published.py [--aiconfigurator PYTHON]
+       [--aiconfigurator-cache FILE] [--min-concurrency 8]
        [--json OUT] [--reuse OUT] [--offline | --only-offline] [--only TEXT]... [--jobs N]
        [--no-request-path]
 """
@@ -541,8 +543,12 @@ def predict_all(jobs: list[Job], workers: int) -> dict[Point, dict[str, float] |
     return found
 
 
-def aiconfigurator(points: list[Point], python: str) -> list[dict]:
-    """AIConfigurator's predictions of ``points``, run in its own interpreter."""
+def aiconfigurator(points: list[Point], python: str, cache: str | None = None) -> list[dict]:
+    """AIConfigurator's predictions of ``points``, run in its own interpreter.
+
+    With ``cache`` (a JSON file), the predictions of requests already in it are read back and
+    only the others run; the file then holds all of them. The key is the whole request sent to
+    AIConfigurator, so a point whose launch settings changed is predicted again."""
     requests = []
     for p in points:
         fmt = AIC_FORMATS.get(p.weights)
@@ -559,12 +565,24 @@ def aiconfigurator(points: list[Point], python: str) -> list[dict]:
             "moe": fmt if get_architecture(p.model).num_experts > 1 else None,
             "kv": launch.kv_cache, "nextn": launch.draft_tokens, "nextn_accepted": accepted,
         })  # fmt: skip
-    helper = Path(__file__).with_name("aiconfigurator_points.py")
-    done = subprocess.run(
-        [python, str(helper)], input=json.dumps(requests), capture_output=True, text=True,
-        check=True,
-    )  # fmt: skip
-    return json.loads(done.stdout)
+    keys = [json.dumps(r, sort_keys=True) for r in requests]
+    known: dict[str, dict] = {}
+    if cache and Path(cache).exists():
+        known = json.loads(Path(cache).read_text())
+    missing = [r for r, key in zip(requests, keys, strict=True) if key not in known]
+    if missing:
+        print(f"AIConfigurator: predicting {len(missing)} points ({len(requests) - len(missing)} "
+              "from the cache)", file=sys.stderr, flush=True)  # fmt: skip
+        helper = Path(__file__).with_name("aiconfigurator_points.py")
+        done = subprocess.run(
+            [python, str(helper)], input=json.dumps(missing), capture_output=True, text=True,
+            check=True,
+        )  # fmt: skip
+        for request, result in zip(missing, json.loads(done.stdout), strict=True):
+            known[json.dumps(request, sort_keys=True)] = result
+        if cache:
+            Path(cache).write_text(json.dumps(known, indent=1, sort_keys=True))
+    return [known[key] for key in keys]
 
 
 def _stats(errors: list[float]) -> str:
@@ -584,6 +602,10 @@ def _label(point: Point) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--aiconfigurator", help="python of a venv with aiconfigurator 0.12")
+    parser.add_argument(
+        "--aiconfigurator-cache", metavar="FILE",
+        help="keep AIConfigurator's predictions in FILE and reuse them (it takes minutes)",
+    )  # fmt: skip
     parser.add_argument("--min-concurrency", type=int, default=8)
     parser.add_argument("--json", help="write every point's published and predicted figures")
     parser.add_argument(
@@ -660,9 +682,8 @@ def main() -> None:
     theirs: dict[Point, dict[str, float]] = {}
     if args.aiconfigurator:
         served_points = [p for p in points if p.concurrency != OFFLINE]
-        for point, result in zip(
-            served_points, aiconfigurator(served_points, args.aiconfigurator), strict=True
-        ):
+        predicted = aiconfigurator(served_points, args.aiconfigurator, args.aiconfigurator_cache)
+        for point, result in zip(served_points, predicted, strict=True):
             if "error" in result:
                 refused[f"AIConfigurator: {result['error']}"] += 1
                 continue

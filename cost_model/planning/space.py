@@ -3,7 +3,8 @@
 - precisions: the weight formats asked for, else the checkpoint's own and the smaller formats
   the GPU multiplies natively (fp8 on Hopper and Blackwell, nvfp4 on Blackwell), the KV cache as
   asked or in the engines' default for the checkpoint (``serving.engines.default_precision``);
-- layouts of one instance (``layouts``): tensor-parallel sizes (powers of two within a node);
+- layouts of one instance (``layouts``): tensor-parallel sizes (powers of two within a node;
+  a mixture of experts also wide expert-parallel over a larger NVLink domain, GB200 NVL72);
   for a mixture of experts every split of those GPUs into expert-parallel ranks (dividing the
   experts) and attention data-parallel groups (whose tensor-parallel share splits the heads),
   as AIConfigurator's ``tp x dp = moe_tp x ep`` grid; a dense model's attention is not
@@ -165,8 +166,11 @@ def _powers_of_two(limit: int) -> list[int]:
     return [2**k for k in range(int(math.log2(max(limit, 1))) + 1)]
 
 
-def layouts(arch: Architecture, max_gpus: int) -> list[Layout]:
-    """Layouts of one instance of at most ``max_gpus`` GPUs (see the module docstring)."""
+def layouts(arch: Architecture, max_gpus: int, scale_up_gpus: int | None = None) -> list[Layout]:
+    """Layouts of one instance of at most ``max_gpus`` GPUs (see the module docstring); where
+    one NVLink domain joins more GPUs than a node (``scale_up_gpus``, GB200 NVL72), a mixture
+    of experts also spreads over more of them, wide expert-parallel as the deployments on such
+    racks run it: every expert rank its own attention group (``ep = attention_dp = tp``)."""
     found = []
     for tp in _powers_of_two(min(max_gpus, GPUS_PER_NODE)):
         if arch.num_experts <= 1:
@@ -176,6 +180,10 @@ def layouts(arch: Architecture, max_gpus: int) -> list[Layout]:
         eps = [ep for ep in _powers_of_two(tp) if arch.num_experts % ep == 0]
         dps = [dp for dp in _powers_of_two(tp) if _splits_heads(arch, tp // dp)]
         found += [Layout(tp, ep, dp) for ep in eps for dp in dps]
+    if arch.num_experts > 1 and scale_up_gpus:
+        wide = _powers_of_two(min(max_gpus, scale_up_gpus))
+        found += [Layout(tp, tp, tp) for tp in wide
+                  if tp > GPUS_PER_NODE and arch.num_experts % tp == 0]  # fmt: skip
     return found
 
 
@@ -201,9 +209,9 @@ def candidates(
     ``fits(stack, instance)``: whether an instance's weights fit its GPUs on the stack; the
     budgets left out are appended to ``refused``, one line each."""
     arch = request.architecture
-    instance_layouts = layouts(arch, request.max_gpus)
     choices: dict[tuple[str, Layout], BudgetChoice] = {}
     for hardware in request.hardware:
+        instance_layouts = layouts(arch, request.max_gpus, hardware.scale_up_gpus)
         for precision in precisions(arch, hardware, request.weights, request.kv_cache):
             for stack in stacks:
                 ideal = stack == IDEAL_STACK

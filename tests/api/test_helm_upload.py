@@ -139,3 +139,20 @@ def test_archive_errors_name_members_never_server_paths(
         "upload: benchmark_output/runs/v1/bad_run:model=x/run_spec.json: no "
         "per_instance_stats.json beside run_spec.json (was the run summarized?)"
     )
+
+
+@pytest.mark.parametrize("pack", [tar_gz, zipped])
+def test_a_repeated_key_in_an_archive_member_is_refused_naming_it(
+    client: httpx.Client, service: Service, tmp_path: Path, pack
+) -> None:
+    """JSON leaves a repeated key undefined; Python's parser would keep the last one."""
+    root = _with_instances(tmp_path, instance("id-1", 100, 4, 0.5))
+    spec = root / "runs" / "v1" / "bad_run:model=x" / "run_spec.json"
+    spec.write_text('{"name": "bad_run:model=x", "name": "other"}')
+    before = set_count(client)
+    detail = service.refused(client, "/v1/measurement-sets/helm", pack(root), "application/gzip")
+    assert detail == (
+        "upload: benchmark_output/runs/v1/bad_run:model=x/run_spec.json: not valid here: "
+        "the key 'name' is given twice in one object"
+    ), detail
+    assert set_count(client) == before

@@ -68,6 +68,19 @@ def test_a_mixture_of_experts_is_split_every_way_a_dense_model_is_not() -> None:
     assert dense == [Layout(1), Layout(2), Layout(4), Layout(8)]
 
 
+def test_wide_expert_parallel_instances_only_within_a_larger_nvlink_domain() -> None:
+    deepseek = get_architecture("deepseek-r1")
+    rack = [lay for lay in layouts(deepseek, 64, scale_up_gpus=72) if lay.tp > 8]
+    assert rack == [Layout(16, 16, 16), Layout(32, 32, 32), Layout(64, 64, 64)]
+    assert max(lay.tp for lay in layouts(deepseek, 64, scale_up_gpus=8)) == 8
+    assert max(lay.tp for lay in layouts(deepseek, 16, scale_up_gpus=72)) == 16
+    assert max(lay.tp for lay in layouts(get_architecture("llama-3.1-70b"), 64, 72)) == 8
+    gb200 = request(architecture=deepseek, weights=["nvfp4"], max_gpus=40, mtp=False,
+                    hardware=[get_hardware("gb200")], modes=["disaggregated"])  # fmt: skip
+    decode = {c.deployment.tp for c in candidates(gb200, ["tensorrt-llm"])}
+    assert {16, 32} <= decode and 64 not in decode  # within 40 GPUs, prefill included
+
+
 def test_multi_token_prediction_is_searched_where_its_acceptance_is_published() -> None:
     deepseek = request(architecture=get_architecture("deepseek-r1"), weights=None, max_gpus=8,
                        hardware=[get_hardware("h200")], modes=["aggregated"])  # fmt: skip

@@ -159,3 +159,8 @@ def test_bad_runs_are_one_line_errors(tmp_path: Path) -> None:
     result = run_cli("import-helm", str(broken), "-o", str(tmp_path / "r.csv"))
     assert result.returncode == 2 and "not valid JSON" in result.stderr
     assert not (tmp_path / "r.csv").exists()
+    (broken / "run_spec.json").write_text('{"name": "a", "name": "b"}')
+    result = run_cli("import-helm", str(broken), "-o", str(tmp_path / "r.csv"))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1
+    assert "the key 'name' is given twice in one object" in result.stderr, result.stderr
+    assert not (tmp_path / "r.csv").exists()

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from idealized_runtime.core.errors import InputError
+from idealized_runtime.core.json_members import RepeatedKey, unique_members
 
 RUN_SPEC = "run_spec.json"
 PER_INSTANCE_STATS = "per_instance_stats.json"
@@ -81,13 +82,15 @@ def find_runs(paths: Iterable[str | Path]) -> list[Path]:
 
 def _load(path: Path) -> Any:
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"), object_pairs_hook=unique_members)
     except UnicodeDecodeError:
         raise InputError("not a UTF-8 text file", path=str(path)) from None
     except json.JSONDecodeError as error:
         raise InputError(
             f"not valid JSON ({error.msg}, line {error.lineno})", path=str(path)
         ) from None
+    except RepeatedKey as repeated:
+        raise InputError(f"not valid here: {repeated}", path=str(path)) from None
 
 
 def _model(spec: dict[str, Any], where: str, run_dir: Path | None = None) -> str:
@@ -349,11 +352,13 @@ def _read_member(handle: Any, size: int, budget: _Budget, where: str) -> bytes:
 
 def _archive_json(data: bytes, where: str) -> Any:
     try:
-        return json.loads(data.decode("utf-8"))
+        return json.loads(data.decode("utf-8"), object_pairs_hook=unique_members)
     except UnicodeDecodeError:
         raise InputError("not UTF-8 text", path=where) from None
     except json.JSONDecodeError as error:
         raise InputError(f"not valid JSON ({error.msg}, line {error.lineno})", path=where) from None
+    except RepeatedKey as repeated:
+        raise InputError(f"not valid here: {repeated}", path=where) from None
 
 
 def _archive_run(folder: str, files: dict[str, bytes], name: str) -> Iterator[dict[str, Any]]:

@@ -1,0 +1,166 @@
+"""The plan-against-published benchmark's comparison logic (``benchmarks/plan_vs_published.py``)
+on small hand-made data: which published figures make points, how a model's frontier is drawn
+from every source's points, how the plan's frontier is read at a published tokens/s per user,
+and that predictions run on engine stacks without what is fitted on serving figures."""
+
+from __future__ import annotations
+
+import runpy
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from idealized_runtime.core.published import PublishedRow
+from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
+
+BENCHMARK: dict[str, Any] = runpy.run_path(
+    str(Path(__file__).parents[2] / "benchmarks" / "plan_vs_published.py")
+)
+Published, Layout = BENCHMARK["Published"], BENCHMARK["Layout"]
+at_per_user, published_frontier = BENCHMARK["at_per_user"], BENCHMARK["published_frontier"]
+at_load_points, shortest_share = BENCHMARK["at_load_points"], BENCHMARK["shortest_share"]
+held_out_stack, held_out_stacks = BENCHMARK["held_out_stack"], BENCHMARK["held_out_stacks"]
+
+
+def _point(source: str, tpot_s: float, tput: float, **changes: Any) -> Any:
+    fields = {
+        "source_id": source, "engine": "sglang", "stack": "sglang", "gpu": "b200",
+        "model": "deepseek-r1", "weights": "fp8", "speculative": "", "prompt_tokens": 1024,
+        "output_tokens": 1024, "shortest": 0.8, "concurrency": 16,
+        "decode": Layout(1, 8, 1, False), "prefill": None, "tpot_s": tpot_s,
+        "tput_per_gpu": tput,
+    } | changes  # fmt: skip
+    return Published(**fields)
+
+
+def _row(metric: str, value: float, **changes: Any) -> PublishedRow:
+    fields = {
+        "row_id": f"r-{metric}".replace("_", "-"),
+        "source_id": "inferencex-run-1", "engine": "sglang", "gpu": "b200", "gpu_count": 8,
+        "model": "deepseek-r1", "weights": "fp8", "tensor_parallel_size": 8,
+        "prompt_tokens": 1024, "output_tokens": 1024, "metric": metric, "value": value,
+        "concurrency": 4,
+    } | changes  # fmt: skip
+    return PublishedRow(**fields)
+
+
+class TestAtPerUser:
+    FRONTIER: ClassVar[list[tuple[float, float]]] = [(10.0, 900.0), (20.0, 500.0), (40.0, 100.0)]
+
+    def test_linear_between_points(self) -> None:
+        assert at_per_user(self.FRONTIER, 15.0) == pytest.approx(700.0)
+        assert at_per_user(self.FRONTIER, 30.0) == pytest.approx(300.0)
+        assert at_per_user(self.FRONTIER, 20.0) == pytest.approx(500.0)
+
+    def test_top_throughput_below_the_slowest_point(self) -> None:
+        assert at_per_user(self.FRONTIER, 2.0) == pytest.approx(900.0)
+
+    def test_none_beyond_the_fastest_point(self) -> None:
+        assert at_per_user(self.FRONTIER, 40.5) is None
+        assert at_per_user([], 5.0) is None
+
+    @settings(max_examples=50, deadline=None)
+    @given(st.floats(min_value=0.1, max_value=40.0))
+    def test_between_the_frontier_s_extremes(self, per_user: float) -> None:
+        value = at_per_user(self.FRONTIER, per_user)
+        assert value is not None and 100.0 <= value <= 900.0
+
+
+class TestPublishedFrontier:
+    def test_drawn_from_every_source_of_the_workload(self) -> None:
+        old = _point("inferencex-run-1", 0.020, 400.0)  # beaten by the newer run's point
+        new = _point("inferencex-run-2", 0.020, 600.0)
+        fast = _point("inferencex-run-1", 0.010, 100.0)  # fastest per user: kept
+        assert set(published_frontier([old, new, fast])) == {new, fast}
+
+    def test_per_source_keeps_each_source_s_own(self) -> None:
+        old = _point("inferencex-run-1", 0.020, 400.0)
+        new = _point("inferencex-run-2", 0.020, 600.0)
+        assert set(published_frontier([old, new], per_source=True)) == {old, new}
+
+    @pytest.mark.parametrize(
+        "changes",
+        [{"model": "qwen3-235b-a22b"}, {"gpu": "h200"}, {"engine": "tensorrt-llm",
+         "stack": "tensorrt-llm"}, {"speculative": "mtp"}, {"prompt_tokens": 8192},
+         {"shortest": 0.0}, {"prefill": Layout(1, 4, 1, False)}],
+    )  # fmt: skip
+    def test_other_workloads_never_beat_a_point(self, changes: dict[str, Any]) -> None:
+        mine = _point("inferencex-run-1", 0.020, 400.0)
+        other = _point("inferencex-run-2", 0.010, 900.0, **changes)
+        assert set(published_frontier([mine, other])) == {mine, other}
+
+
+class TestAtLoadPoints:
+    def test_median_tpot_and_throughput_per_gpu(self) -> None:
+        rows = [
+            _row("time_per_output_token_s", 0.02, statistic="median"),
+            _row("output_throughput_tokens_per_s_per_gpu", 300.0),
+            _row("ttft_s", 0.5, statistic="median"),
+        ]
+        (point,) = at_load_points(rows)
+        assert (point.tpot_s, point.tput_per_gpu, point.statistic) == (0.02, 300.0, "median")
+        assert (point.shortest, point.family, point.stack) == (0.8, "inferencex", "sglang")
+
+    def test_system_throughput_is_divided_among_the_gpus(self) -> None:
+        source = {"source_id": "sglang-cookbook-deepseek-r1"}
+        rows = [
+            _row("time_per_output_token_s", 0.02, statistic="median", **source),
+            _row("output_throughput_tokens_per_s", 800.0, **source),
+        ]
+        (point,) = at_load_points(rows)
+        assert point.tput_per_gpu == pytest.approx(100.0)
+        assert (point.shortest, point.family) == (0.0, "sglang-cookbook")
+
+    def test_a_mean_tpot_where_no_median_is_published(self) -> None:
+        source = {"source_id": "nim-guide", "engine": "nim", "model": "llama-3.3-70b"}
+        rows = [
+            _row("time_per_output_token_s", 0.02, statistic="mean", **source),
+            _row("output_throughput_tokens_per_s", 800.0, **source),
+        ]
+        points = at_load_points(rows)
+        # The page does not name NIM's engine: one point per engine stack it could be.
+        assert sorted(p.stack for p in points) == ["tensorrt-llm", "vllm"]
+        assert {(p.statistic, p.engine_label.split()[0], p.shortest) for p in points} == {
+            ("mean", "nim", 1.0)
+        }
+        assert points[0].workload != points[1].workload
+
+    def test_rows_without_load_or_known_client_are_left_out(self) -> None:
+        rows = [
+            _row("time_per_output_token_s", 0.02, statistic="median", concurrency=None),
+            _row("output_throughput_tokens_per_s_per_gpu", 300.0, concurrency=None),
+            _row("time_per_output_token_s", 0.02, statistic="median", source_id="vendor-x"),
+            _row("output_throughput_tokens_per_s_per_gpu", 300.0, source_id="vendor-x"),
+            _row("time_per_output_token_s", 0.02, statistic="p99", concurrency=8),
+            _row("output_throughput_tokens_per_s_per_gpu", 300.0, concurrency=8),
+        ]
+        assert at_load_points(rows) == []
+
+
+def test_shortest_share_of_a_draw_from_one_token() -> None:
+    assert shortest_share(0.8, 1024) == 0.8
+    assert shortest_share(0.0, 8000) == pytest.approx(1 / 8000)
+
+
+class TestHeldOutStacks:
+    def test_only_the_residual_fitted_on_serving_figures_is_left_out(self) -> None:
+        shipped = get_engine("sglang")
+        held = held_out_stack(shipped)
+        assert held.scheduler.residual_overhead_s(61) == 0.0
+        changed = {
+            name
+            for name in shipped.scheduler.__dataclass_fields__
+            if getattr(held.scheduler, name) != getattr(shipped.scheduler, name)
+        }
+        assert changed <= {"request_overhead_s", "request_overhead_s_per_layer"}
+        assert held.gpus is shipped.gpus and held.name == shipped.name
+
+    def test_inside_only(self) -> None:
+        shipped = get_engine("sglang")
+        with held_out_stacks():
+            assert get_engine("sglang").scheduler.residual_overhead_s(61) == 0.0
+            assert get_engine("sglang").scheduler.token_budget == shipped.scheduler.token_budget
+        assert get_engine("sglang") is shipped
