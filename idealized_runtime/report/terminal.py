@@ -131,7 +131,10 @@ def current_models_table(board: Leaderboard, *, sort: str = "idealized") -> Tabl
     table = Table(title=current_title(current))
     table.add_column("model", no_wrap=True)
     for column in columns:
-        table.add_column(column.header, justify="left" if column.is_text else "right")
+        # Folded rather than cut: every figure and deployment reads whole in a narrow terminal.
+        table.add_column(
+            column.header, justify="left" if column.is_text else "right", overflow="fold"
+        )
     for row in sorted_rows(current.rows, sort):
         table.add_row(row.model, *(column.text(row) for column in columns))
     notes = sorted({row.note for row in current.rows if row.note})
