@@ -70,7 +70,10 @@ NOTES = (
     "measurements: tokenize_s_per_token and detokenize_s_per_token measured on a Hugging Face "
     "fast tokenizer (benchmarks/tokenizer_costs.py), request_http_s and stream_s a priori "
     "(0.5 ms per hand-off between the engine's processes), schedule_ahead_steps from the "
-    "engine's overlap scheduler; request_overhead_s + request_overhead_s_per_layer x layers "
+    "engine's overlap scheduler; the elementwise kernels between the matmuls (norms, rotary "
+    "embedding, KV-cache write, top-k routing, activations) counted from the engine's model "
+    "code, each timed by the database's one-pass elementwise kernel; request_overhead_s + "
+    "request_overhead_s_per_layer x layers "
     "(what the request path and the kernels leave of published TTFTs) is fitted across models "
     "only (benchmarks/serving_vs_published.py, leave one model out), per layer as the residuals "
     "scale: SGLang 0.79 ms per layer (DeepSeek-R1 and Qwen3-235B-A22B, the mean of their "
@@ -118,12 +121,15 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "whole sequence beside the running ones'; under attention DP max_batch_size and "
         "max_num_tokens hold per rank; a prompt longer than max_num_tokens is refused, and "
         "unless the budget is given it is sized as deployments size max_num_tokens: the "
-        "longest prompt beside every running sequence, + 64, in 64s, at least 8192",
+        "longest prompt beside every running sequence, + 64, in 64s, at least 8192; the "
+        "residual add and RMSNorm fused into the tensor-parallel all-reduce, the rotary "
+        "embedding and KV-cache write into one kernel before the attention",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
             of_free=True, cuda_graph_max_batch=128, admission="reserve", limits_per_rank=True,
             unchunked_limit="prompt", sized_budget=True, budget_setting="max_num_tokens",
             request_http_s=2 * HOP_S, stream_s=HOP_S, schedule_ahead_steps=1,
+            norms_in_allreduce=True, rope_in_attention=True,
         ),
     ),
 }  # fmt: skip
