@@ -6,7 +6,10 @@ checked against them without the calibration extra)."""
 from __future__ import annotations
 
 import json
+import runpy
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +27,7 @@ from idealized_runtime.cost_model.hardware.engines.step import (
     elementwise_passes,
     weight_bytes_per_gpu,
 )
+from idealized_runtime.cost_model.serving.engines import engine_server
 
 H100, H200, B200 = get_hardware("h100-sxm"), get_hardware("h200"), get_hardware("b200")
 # h100_sxm/attention/vllm/0.24.0/context_attention_perf.parquet: one prompt (batch 1), a 16-bit
@@ -171,3 +175,36 @@ def test_nvfp4_deepseek_checkpoints_keep_attention_in_16_bits() -> None:
     assert weight_bytes_per_gpu(deployment) - as_nvfp4 == pytest.approx(
         matrices * (2.0 - nvfp4.bytes_per_weight) / 8
     )
+
+
+# Published decode TPOTs at load, and the decode step our stacks give for them (every client
+# decoding at the mean context). The step is a lower bound of the TPOT: a client's tokens also
+# wait for the other clients' prompt steps.
+_BENCHMARK: dict[str, Any] = runpy.run_path(
+    str(Path(__file__).parents[2] / "benchmarks" / "serving_vs_published.py")
+)
+HAND_CASES = [
+    # SGLang's cookbook: Qwen3-235B-A22B-Instruct-2507 bf16 on 8 B200 (TP 8), 1 client,
+    # 1000/1000 tokens: TPOT 10.12 ms. Without the elementwise kernels the step was 6.7 ms.
+    ("sglang", "b200", "qwen3-235b-a22b", "bf16", 8, 1, 1000, 1000, 1,
+     "sglang-cookbook-qwen3-235b-a22b", 0.01012, (0.75, 1.0)),
+    # InferenceX: DeepSeek-R1-0528 NVFP4 on 8 B200 under SGLang, TP 8 EP 8, 32 clients, 1k/1k:
+    # TPOT 13.18 ms. The step was 11.5 ms.
+    ("sglang", "b200", "deepseek-r1", "nvfp4", 8, 8, 1024, 1024, 32,
+     "inferencex-run-20117712794", 0.013183, (0.85, 1.0)),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case", HAND_CASES, ids=lambda c: f"{c[0]}-{c[2]}-c{c[8]}")
+def test_decode_steps_against_published_tpot(case: tuple) -> None:
+    engine, gpu, model, weights, tp, ep, prompt, output, clients, source, tpot, band = case
+    point = _BENCHMARK["Point"](engine, gpu, model, weights, tp, ep, False, "", prompt, output,
+                                clients, source)  # fmt: skip
+    launch = _BENCHMARK["launch_settings"](point)
+    settings = dict(launch.settings)
+    max_batch = settings.pop("max_running", None)
+    deployment = _BENCHMARK["deployment_of"](point, launch)
+    step_time, _ = engine_server(engine, deployment, max_batch=max_batch, settings=settings)
+    context = prompt + output / 2
+    step = float(step_time.model.seconds(clients, clients * context, 0, 0, 0))
+    assert band[0] <= step / tpot <= band[1], step
