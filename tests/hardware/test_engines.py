@@ -506,8 +506,8 @@ def test_the_moe_table_is_the_version_that_measured_the_most_formats(tmp_path) -
 
 def test_sglang_fuses_deepseeks_shared_expert_into_the_routed_kernel_by_hand() -> None:
     """SGLang's shared-experts fusion: with tensor-parallel experts the shared expert is one more
-    expert every token picks (no GEMMs or elementwise kernels of its own); with expert parallelism or FP4 experts it
-    keeps its GEMMs, as on the engines without the fusion."""
+    expert every token picks (no GEMMs or elementwise kernels of its own); with expert
+    parallelism or FP4 experts it keeps its GEMMs, as on the engines without the fusion."""
     from dataclasses import replace
 
     deepseek = get_architecture("deepseek-r1")

@@ -43,9 +43,10 @@ TOKENIZE_S_PER_TOKEN = 3.0e-6
 DETOKENIZE_S_PER_TOKEN = 2.0e-6
 HOP_S = 0.5e-3  # one hand-off between an engine's Python processes (ZMQ/IPC, pickling)
 # SGLang's residual TTFT per layer of the model, fitted across models: the mean of the medians
-# of DeepSeek-R1 (0.83 ms x 61 layers, InferenceX) and Qwen3-235B-A22B (0.74 ms x 94, SGLang's
-# cookbook) at <= 8 clients, `python benchmarks/serving_vs_published.py` (2026-11-27).
-SGLANG_OVERHEAD_S_PER_LAYER = 0.79e-3
+# of DeepSeek-R1 (0.66 ms x 61 layers, InferenceX) and Qwen3-235B-A22B (0.72 ms x 94, SGLang's
+# cookbook) at <= 8 clients, `python benchmarks/serving_vs_published.py` (2026-11-27, with the
+# elementwise kernels and the prompt-attention grids).
+SGLANG_OVERHEAD_S_PER_LAYER = 0.69e-3
 
 
 def _scheduler(**own: Any) -> SchedulerDefaults:
@@ -76,7 +77,7 @@ NOTES = (
     "request_overhead_s_per_layer x layers "
     "(what the request path and the kernels leave of published TTFTs) is fitted across models "
     "only (benchmarks/serving_vs_published.py, leave one model out), per layer as the residuals "
-    "scale: SGLang 0.79 ms per layer (DeepSeek-R1 and Qwen3-235B-A22B, the mean of their "
+    "scale: SGLang 0.69 ms per layer (DeepSeek-R1 and Qwen3-235B-A22B, the mean of their "
     "medians); 0 where the published serving figures at load hold one model (vLLM, "
     "TensorRT-LLM)"
 )
