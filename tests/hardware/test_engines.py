@@ -506,8 +506,8 @@ def test_the_moe_table_is_the_version_that_measured_the_most_formats(tmp_path) -
 
 def test_sglang_fuses_deepseeks_shared_expert_into_the_routed_kernel_by_hand() -> None:
     """SGLang's shared-experts fusion: with tensor-parallel experts the shared expert is one more
-    expert every token picks (no GEMMs of its own); with expert parallelism or FP4 experts it
-    keeps its GEMMs, as on the engines without the fusion."""
+    expert every token picks (no GEMMs or elementwise kernels of its own); with expert
+    parallelism or FP4 experts it keeps its GEMMs, as on the engines without the fusion."""
     from dataclasses import replace
 
     deepseek = get_architecture("deepseek-r1")
@@ -529,6 +529,8 @@ def test_sglang_fuses_deepseeks_shared_expert_into_the_routed_kernel_by_hand() -
         - kernels.moe_time(B200, tokens, experts=256, topk=8, fmt=experts_fmt, **common)
         - kernels.gemm_time(B200, tokens, 2 * width, h, linear)
         - kernels.gemm_time(B200, tokens, h, width, linear)
+        # the shared experts' activation and their sum with the routed output
+        - kernels.elementwise_time(B200, tokens, h, 2)
     )
     moe_layers = deepseek.num_layers - deepseek.first_k_dense_layers
     fused_s = engine.step_model(plain).seconds(tokens, attended, 0, 0, 0)

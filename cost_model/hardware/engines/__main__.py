@@ -43,9 +43,10 @@ TOKENIZE_S_PER_TOKEN = 3.0e-6
 DETOKENIZE_S_PER_TOKEN = 2.0e-6
 HOP_S = 0.5e-3  # one hand-off between an engine's Python processes (ZMQ/IPC, pickling)
 # SGLang's residual TTFT per layer of the model, fitted across models: the mean of the medians
-# of DeepSeek-R1 (0.83 ms x 61 layers, InferenceX) and Qwen3-235B-A22B (0.74 ms x 94, SGLang's
-# cookbook) at <= 8 clients, `python benchmarks/serving_vs_published.py` (2026-11-27).
-SGLANG_OVERHEAD_S_PER_LAYER = 0.79e-3
+# of DeepSeek-R1 (0.66 ms x 61 layers, InferenceX) and Qwen3-235B-A22B (0.72 ms x 94, SGLang's
+# cookbook) at <= 8 clients, `python benchmarks/serving_vs_published.py` (2026-11-27, with the
+# elementwise kernels and the prompt-attention grids).
+SGLANG_OVERHEAD_S_PER_LAYER = 0.69e-3
 
 
 def _scheduler(**own: Any) -> SchedulerDefaults:
@@ -70,10 +71,13 @@ NOTES = (
     "measurements: tokenize_s_per_token and detokenize_s_per_token measured on a Hugging Face "
     "fast tokenizer (benchmarks/tokenizer_costs.py), request_http_s and stream_s a priori "
     "(0.5 ms per hand-off between the engine's processes), schedule_ahead_steps from the "
-    "engine's overlap scheduler; request_overhead_s + request_overhead_s_per_layer x layers "
+    "engine's overlap scheduler; the elementwise kernels between the matmuls (norms, rotary "
+    "embedding, KV-cache write, top-k routing, activations) counted from the engine's model "
+    "code, each timed by the database's one-pass elementwise kernel; request_overhead_s + "
+    "request_overhead_s_per_layer x layers "
     "(what the request path and the kernels leave of published TTFTs) is fitted across models "
     "only (benchmarks/serving_vs_published.py, leave one model out), per layer as the residuals "
-    "scale: SGLang 0.79 ms per layer (DeepSeek-R1 and Qwen3-235B-A22B, the mean of their "
+    "scale: SGLang 0.69 ms per layer (DeepSeek-R1 and Qwen3-235B-A22B, the mean of their "
     "medians); 0 where the published serving figures at load hold one model (vLLM, "
     "TensorRT-LLM)"
 )
@@ -118,12 +122,15 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         "whole sequence beside the running ones'; under attention DP max_batch_size and "
         "max_num_tokens hold per rank; a prompt longer than max_num_tokens is refused, and "
         "unless the budget is given it is sized as deployments size max_num_tokens: the "
-        "longest prompt beside every running sequence, + 64, in 64s, at least 8192",
+        "longest prompt beside every running sequence, + 64, in 64s, at least 8192; the "
+        "residual add and RMSNorm fused into the tensor-parallel all-reduce, the rotary "
+        "embedding and KV-cache write into one kernel before the attention",
         _scheduler(
             max_running=2048, chunked_prefill=False, prefill_first=False, memory_fraction=0.9,
             of_free=True, cuda_graph_max_batch=128, admission="reserve", limits_per_rank=True,
             unchunked_limit="prompt", sized_budget=True, budget_setting="max_num_tokens",
             request_http_s=2 * HOP_S, stream_s=HOP_S, schedule_ahead_steps=1,
+            norms_in_allreduce=True, rope_in_attention=True,
         ),
     ),
 }  # fmt: skip

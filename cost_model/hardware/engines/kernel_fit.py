@@ -28,6 +28,7 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     MLA_LATENT,
     MLA_QK_DIM,
     MLA_V_DIM,
+    PROMPT_GRID_FLOPS,
     GpuKernels,
     MeasuredCurve,
     MeasuredGrid,
@@ -35,6 +36,7 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     decode_layout,
     moe_layout,
     moe_measured_from,
+    prompt_layout,
 )
 
 if TYPE_CHECKING:
@@ -89,6 +91,8 @@ MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
     ("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")
 }
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+# vLLM's static_scaled_fp8_quant over m x k activations: one elementwise kernel, measured
+ELEMENTWISE_FILE = "scale_matrix_perf.parquet"
 MS = 1e-3  # the database's latencies are milliseconds
 HOLD_OUT_EVERY = 5
 MAX_ROWS = 3000  # shapes per fit (a deterministic sample of larger tables)
@@ -483,6 +487,85 @@ def _decode_grids(
     return grids, _error_summary(errors)
 
 
+def _prompt_grids(
+    cells: pandas.DataFrame, by: list[str], flops_per_position: Callable[..., float],
+    key: Callable[..., str],
+) -> tuple[dict[str, MeasuredGrid], dict]:  # fmt: skip
+    """Prompt attention's measured seconds per ``PROMPT_GRID_FLOPS`` causal FLOPs over (batch
+    of prompts, prompt length) per group of ``by`` (``flops_per_position``: per position
+    attended, of the group). A cell the database lacks (long prompts at large batches) takes
+    its row's nearest measured length's rate (a saturated GPU's), one between measured cells
+    log-log between them. Held out: every fifth inner length predicted from a grid without
+    it."""
+    grids: dict[str, MeasuredGrid] = {}
+    errors: list[float] = []
+    for group_key, group in cells[cells["latency"] > 0].groupby(by):
+        table = group.pivot(index="batch_size", columns="isl", values="latency") * MS
+        lengths = table.columns.to_numpy(dtype=np.float64)
+        batches = table.index.to_numpy(dtype=np.float64)
+        causal = batches[:, None] * lengths * (lengths + 1.0) / 2.0
+        values = table.to_numpy(dtype=np.float64) / (
+            causal * flops_per_position(*group_key) / PROMPT_GRID_FLOPS
+        )
+        if len(lengths) < 3 or len(batches) < 2 or np.isnan(values).all(axis=1).any():
+            continue  # a batch with no length measured, or too few lengths: not a grid
+        for row in values:
+            known = np.flatnonzero(~np.isnan(row))
+            row[:] = np.exp(np.interp(np.log(lengths), np.log(lengths[known]),
+                                      np.log(row[known])))  # fmt: skip
+        found = tuple(float(b) for b in batches)
+        grids[key(*group_key)] = _grid(found, lengths, values)
+        for j in range(1, len(lengths) - 1, HOLD_OUT_EVERY):
+            keep = np.arange(len(lengths)) != j
+            trial = _grid(found, lengths[keep], values[:, keep])
+            predicted = trial.at(batches, np.full(len(batches), lengths[j]))
+            errors.extend(np.abs(predicted / values[:, j] - 1.0))
+    return grids, _error_summary(errors)
+
+
+def _gqa_prompt_grids(
+    frame: pandas.DataFrame, layouts: set[tuple[int, int, int]]
+) -> tuple[dict[str, MeasuredGrid], dict]:
+    """Prompt attention's measured grid of every per-GPU layout (heads, KV heads, head dim) of
+    a shipped architecture (full attention, the 16-bit cache the formula is fitted on), keyed
+    by ``prompt_layout``."""
+    by = ["num_heads", "num_key_value_heads", "head_dim"]
+    frame = frame[(frame["window_size"] == 0) & (frame["kv_cache_dtype"] == "bfloat16")]
+    cells = _fastest(_rows_of(frame, by, layouts), [*by, "batch_size", "isl"])
+    return _prompt_grids(
+        cells, by, lambda h, kv, d: 4.0 * h * d, lambda h, kv, d: prompt_layout(h, kv, int(d))
+    )
+
+
+def _mla_prompt_grids(frame: pandas.DataFrame) -> tuple[dict[str, MeasuredGrid], dict]:
+    """MLA prompt attention's measured grid per heads count on one GPU (16-bit cache), keyed by
+    ``prompt_layout``."""
+    frame = _mla_frames(frame)
+    cells = _fastest(frame[frame["kv_cache_dtype"] == "bfloat16"], ["heads", "batch_size", "isl"])
+    return _prompt_grids(
+        cells, ["heads"], lambda h: 2.0 * h * (MLA_QK_DIM + MLA_V_DIM), lambda h: prompt_layout(h)
+    )
+
+
+def _elementwise_fit(frame: pandas.DataFrame, hardware: Hardware) -> tuple[OpFit, dict]:
+    """One elementwise pass: latency + bytes at a fraction of the HBM bandwidth, fitted on a
+    measured single-kernel pass over an m x k activation (vLLM's static_scaled_fp8_quant:
+    reads 16-bit values, writes 8-bit ones, 3 bytes per element)."""
+    shapes = _sample(_fastest(frame, ["m", "k"]))
+    nbytes = shapes["m"].to_numpy(dtype=np.float64) * shapes["k"].to_numpy(dtype=np.float64) * 3
+    hbm = hardware.memory_bandwidth_gbps * 1e9
+
+    def predict(fit: OpFit, x: np.ndarray) -> np.ndarray:
+        return fit.latency_s + x[:, 0] / (hbm * fit.bandwidth)
+
+    return _fit(
+        [_Parameter("latency_s", 2e-6, 1e-7, 1e-4), _Parameter("bandwidth", 0.6, 0.05, 1.0)],
+        predict,
+        nbytes[:, None],
+        _latency_s(shapes),
+    )
+
+
 def _rows_of(
     frame: pandas.DataFrame, columns: list[str], layouts: set[tuple[int, ...]]
 ) -> pandas.DataFrame:
@@ -698,14 +781,17 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
             if len(rows) >= 20:
                 moe[fmt], errors[f"moe_{fmt}"] = _moe_fit(rows, hardware, fmt)
         moe_curves, errors["moe_curve"] = _moe_curves(moe_frame, shipped_moe_layouts())
-    context, errors["context_attention"] = _context_attention_fit(
-        _read(need("attention", "context_attention_perf.parquet")), hardware
+    context_frame = _read(need("attention", "context_attention_perf.parquet"))
+    context, errors["context_attention"] = _context_attention_fit(context_frame, hardware)
+    prompt_grids, errors["prompt_grid"] = _gqa_prompt_grids(
+        context_frame, shipped_attention_layouts()
     )
     generation = _read(need("attention", "generation_attention_perf.parquet"))
     decode, errors["decode_attention"] = _decode_attention_fit(generation, hardware)
     decode_grids, errors["decode_grid"] = _gqa_decode_grids(generation, shipped_attention_layouts())
     mla: dict[str, OpFit] = {}
     grids: dict[str, MeasuredGrid] = {}
+    mla_prompt_grids: dict[str, MeasuredGrid] = {}
     for kind, name, fitter in (
         ("mla_context", "context_mla_perf.parquet", _mla_context_fit),
         ("mla_decode", "generation_mla_perf.parquet", _mla_decode_fit),
@@ -718,8 +804,18 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
             files.append(path)
             frame = _read(path)
             mla[kind], errors[kind] = fitter(frame, hardware)
+            if kind == "mla_context":
+                mla_prompt_grids, errors["mla_prompt_grid"] = _mla_prompt_grids(frame)
             if kind == "mla_decode":
                 grids, errors["mla_decode_grid"] = _mla_decode_grids(frame)
+    # One elementwise pass, timed by the one database kernel that is a single such pass on
+    # every GPU (vLLM's static fp8 quantization; the other engines' quantize tables time
+    # several kernels or none): the same CUDA kernel class under every engine.
+    elementwise_path = newest_file(root, database_gpu, "quantize", "vllm", ELEMENTWISE_FILE)
+    elementwise = None
+    if elementwise_path is not None:
+        files.append(elementwise_path)
+        elementwise, errors["elementwise"] = _elementwise_fit(_read(elementwise_path), hardware)
     allreduce_source = _allreduce_frame(root, database_gpu, engine)
     nccl = newest_file(root, database_gpu, "comm", "nccl", "nccl_perf.parquet")
     if nccl is None:
@@ -754,7 +850,10 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
         mla_context=mla.get("mla_context"),
         mla_decode=mla.get("mla_decode"),
         mla_decode_grids=grids,
+        elementwise=elementwise,
         decode_grids=decode_grids,
+        prompt_grids=prompt_grids,
+        mla_prompt_grids=mla_prompt_grids,
         moe_curves=moe_curves,
         moe_served=served,
         files=tuple(str(p.relative_to(root)) for p in files),

@@ -10,7 +10,12 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   above all: a 4096 x 4096 weight runs at 60% of the rate of a 65536-wide one at the same M),
   the rate grows with N and K too, ``x N / (N + n_half) x K / (K + k_half)``.
 - attention of prompt chunks (FlashAttention / FlashInfer style): ``latency + flops / (peak x
-  compute x S / (S + s_half))``, causal flops over the attended positions;
+  compute x S / (S + s_half))``, causal flops over the attended positions; at a per-GPU layout
+  (heads, KV heads, head dim; MLA: heads) the engine measured, the measured seconds per causal
+  FLOP over (chunks in the step, chunk length) instead: the rate depends on the heads as much as
+  on the length (the kernels parallelise over heads x chunks x tiles), which the one formula
+  fitted over 1-96 heads misses (vLLM on H100, 32-64 heads: 15-30% slow; 8 heads: up to 25%
+  fast);
 - attention of decode tokens: ``latency + KV bytes / (bandwidth x HBM) + per_sequence x
   sequences``; at a per-GPU layout (heads, KV heads, head dim) and cache format the engine
   measured, its measured (batch, context) grid instead, as MLA decode below;
@@ -26,6 +31,10 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   the tokens per expert), which the one formula fitted on every layout misses (DeepSeek's at
   TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens); MXFP4 experts read it at every size
   (``MOE_MEASURED_EVERY_SIZE``);
+- an elementwise pass over a step's activations (RMSNorm, rotary embedding, KV-cache write,
+  top-k routing, gated activation: the small kernels between the matmuls):
+  ``latency + bytes / (bandwidth x HBM)``, fitted on a measured one-pass kernel
+  (``ELEMENTWISE_BYTES`` per element read and written);
 - all-reduce and all-to-all: at a GPU count the engine measured, its measured latency curve
   over message sizes (interpolated in log-log; beyond the largest message, at that message's
   bandwidth): the curve bends where the algorithm changes (one-shot, two-shot, NVLS rings),
@@ -74,6 +83,10 @@ ACTIVATION_BYTES: dict[str, float] = {
 # weights times MXFP8 activations run at the fp8 rate on Blackwell).
 FP8_FORMATS = ("fp8", "fp8_block", "mxfp4_mxfp8")
 FP4_FORMATS = ("nvfp4",)
+# Bytes an elementwise pass moves per activation element: a 16-bit read and a 16-bit write.
+ELEMENTWISE_BYTES = 4.0
+# The FLOPs a prompt-attention grid's seconds are per (a tera-FLOP: seconds of a few digits)
+PROMPT_GRID_FLOPS = 1e12
 MLA_LATENT = 576  # DeepSeek's kv_lora_rank 512 + RoPE key 64, cached per token and layer
 MLA_QK_DIM, MLA_V_DIM = 192, 128  # per head: nope 128 + rope 64 for q.k, 128 for values
 # MoE steps of this many tokens and more read the layout's measured curve where there is one.
@@ -109,6 +122,14 @@ def decode_layout(
     if kv_heads is None:
         return f"{heads:g}/{element:g}"
     return f"{heads:g}/{kv_heads:g}/{head_dim}/{element:g}"
+
+
+def prompt_layout(heads: float, kv_heads: float | None = None, head_dim: int | None = None) -> str:
+    """The key of a measured prompt-attention grid, per GPU: MLA's "heads" (``kv_heads`` None),
+    other attention's "heads/KV heads/head dim"."""
+    if kv_heads is None:
+        return f"{heads:g}"
+    return f"{heads:g}/{kv_heads:g}/{head_dim}"
 
 
 def peak_flops(hardware: Hardware, fmt: str) -> float:
@@ -331,10 +352,16 @@ class GpuKernels:
     alltoall: OpFit
     mla_context: OpFit | None = None
     mla_decode: OpFit | None = None
+    # One elementwise pass over a step's activations (None: not measured, costs nothing)
+    elementwise: OpFit | None = None
     # Decode attention measured (``decode_layout``): MLA's by "heads/cache bytes per element",
     # e.g. "16/2" (bf16 cache); other attention's by "heads/KV heads/head dim/bytes" per GPU
     mla_decode_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
     decode_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
+    # Prompt attention measured: seconds per ``PROMPT_GRID_FLOPS`` causal FLOPs over (chunks,
+    # chunk length), by ``prompt_layout``; MLA's by heads per GPU
+    prompt_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
+    mla_prompt_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
     # MoE measured over tokens, by ``moe_layout`` (prompt-sized steps read them)
     moe_curves: dict[str, MeasuredCurve] = field(default_factory=dict)
     # The measured MoE format the engine runs a checkpoint format's experts in, where it is
@@ -408,12 +435,28 @@ class GpuKernels:
         return np.where(t > 0, seconds, 0.0)
 
     def context_attention_time(
-        self, hardware: Hardware, flops: ArrayLike, positions: ArrayLike, mla: bool = False
+        self,
+        hardware: Hardware,
+        flops: ArrayLike,
+        positions: ArrayLike,
+        mla: bool = False,
+        grid: tuple[str, ArrayLike] | None = None,
     ) -> Array:
-        """Prompt-chunk attention of ``flops`` causal FLOPs, chunks of ``positions`` each."""
-        fit = self.mla_context if mla and self.mla_context is not None else self.context_attention
+        """Prompt-chunk attention of ``flops`` causal FLOPs, chunks of ``positions`` each;
+        ``grid``: (``prompt_layout``, chunks in the step), to read the measured seconds per
+        FLOP where the engine measured that layout (within its measured chunks and lengths:
+        beyond them, at the largest measured, the rate a saturated GPU keeps)."""
         f = np.asarray(flops, dtype=np.float64)
         s = np.maximum(np.asarray(positions, dtype=np.float64), 1.0)
+        if grid is not None:
+            layout, chunks = grid
+            measured = (self.mla_prompt_grids if mla else self.prompt_grids).get(layout)
+            if measured is not None:
+                c = np.minimum(np.maximum(np.asarray(chunks, dtype=np.float64), 1.0),
+                               measured.batches[-1])  # fmt: skip
+                per_tera = measured.at(c, np.minimum(s, measured.positions[-1]))
+                return np.where(f > 0, f / PROMPT_GRID_FLOPS * per_tera, 0.0)
+        fit = self.mla_context if mla and self.mla_context is not None else self.context_attention
         peak = peak_flops(hardware, "bf16")
         return np.where(f > 0, fit.compute_memory(f, s, 0.0 * f, peak, 1.0), 0.0)
 
@@ -444,6 +487,19 @@ class GpuKernels:
         body = fit.compute_memory(np.asarray(flops, dtype=np.float64), 1.0 + 0.0 * b, b, peak, hbm)
         return np.where(seqs > 0, body + fit.per_sequence_s * seqs, 0.0)
 
+    def elementwise_time(
+        self, hardware: Hardware, tokens: ArrayLike, width: float, passes: float = 1.0
+    ) -> Array:
+        """``passes`` elementwise kernels over ``tokens`` x ``width`` activations (zero where
+        the engine's kernels have no elementwise fit, or no tokens)."""
+        t = np.asarray(tokens, dtype=np.float64)
+        if self.elementwise is None or passes <= 0:
+            return 0.0 * t
+        nbytes = t * width * ELEMENTWISE_BYTES
+        hbm = hardware.memory_bandwidth_gbps * 1e9
+        one = self.elementwise.latency_s + nbytes / (hbm * self.elementwise.bandwidth)
+        return np.where(t > 0, passes * one, 0.0)
+
     def allreduce_time(self, hardware: Hardware, message_bytes: ArrayLike, gpus: int) -> Array:
         link = hardware.interconnect_gbps * 1e9
         return self.allreduce.collective(message_bytes, gpus, 2.0 * (gpus - 1) / gpus, link)
@@ -470,6 +526,8 @@ class GpuKernels:
             data["mla_context"] = self.mla_context.to_json()
         if self.mla_decode is not None:
             data["mla_decode"] = self.mla_decode.to_json()
+        if self.elementwise is not None:
+            data["elementwise"] = self.elementwise.to_json()
         if self.mla_decode_grids:
             data["mla_decode_grids"] = {
                 key: grid.to_json() for key, grid in sorted(self.mla_decode_grids.items())
@@ -478,6 +536,11 @@ class GpuKernels:
             data["decode_grids"] = {
                 key: grid.to_json() for key, grid in sorted(self.decode_grids.items())
             }
+        for name in ("prompt_grids", "mla_prompt_grids"):
+            if getattr(self, name):
+                data[name] = {
+                    key: grid.to_json() for key, grid in sorted(getattr(self, name).items())
+                }
         if self.moe_curves:
             data["moe_curves"] = {
                 key: curve.to_json() for key, curve in sorted(self.moe_curves.items())
@@ -491,7 +554,7 @@ class GpuKernels:
         try:
             optional = {
                 name: OpFit.from_json(data[name]) if name in data else None
-                for name in ("mla_context", "mla_decode")
+                for name in ("mla_context", "mla_decode", "elementwise")
             }
             return cls(
                 gpu=gpu,
@@ -511,6 +574,14 @@ class GpuKernels:
                 decode_grids={
                     key: MeasuredGrid.from_json(grid)
                     for key, grid in dict(data.get("decode_grids", {})).items()
+                },
+                prompt_grids={
+                    key: MeasuredGrid.from_json(grid)
+                    for key, grid in dict(data.get("prompt_grids", {})).items()
+                },
+                mla_prompt_grids={
+                    key: MeasuredGrid.from_json(grid)
+                    for key, grid in dict(data.get("mla_prompt_grids", {})).items()
                 },
                 moe_curves={
                     key: MeasuredCurve.from_json(curve)

@@ -6,8 +6,9 @@ Per layer and GPU (``Deployment``: tp GPUs, ``attention_dp`` attention groups of
 
 - attention projections: GEMMs over the group's tokens (a 1 / attention_dp share of the step's),
   split over attention_tp (MLA: its low-rank projections, the latent up-projections absorbed);
-- attention: prompt chunks as causal attention over their attended positions, decode tokens as
-  reads of their cached K/V (or MLA latent), in the KV-cache format;
+- attention: prompt chunks as causal attention over their attended positions (at the measured
+  rate of the step's chunk count and mean length where the engine measured the layout), decode
+  tokens as reads of their cached K/V (or MLA latent), in the KV-cache format;
 - an all-reduce of the hidden states over attention_tp;
 - dense MLP GEMMs, or the router, the routed experts' grouped GEMM for all the step's tokens on
   the rank's experts, the shared experts; an all-to-all dispatch and combine when the ranks hold
@@ -15,6 +16,8 @@ Per layer and GPU (``Deployment``: tp GPUs, ``attention_dp`` attention groups of
   rank holds every token, so expert parallelism computes each rank's experts on all of them and
   sums the partial outputs as tensor parallelism does (SGLang's and TensorRT-LLM's expert
   parallelism without attention DP; no tokens travel);
+- the small elementwise kernels between them (norms, rotary embedding, KV-cache write, top-k
+  routing, activations: ``elementwise_passes``), each a pass over the group's tokens;
 - the LM head for the sampled positions.
 
 Multi-token prediction (``Deployment.speculative``) verifies draft + 1 tokens per decoding
@@ -36,13 +39,17 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from idealized_runtime.core.errors import InputError
-from idealized_runtime.core.types import Deployment, Precision
+from idealized_runtime.core.types import Architecture, Deployment, Precision
 from idealized_runtime.cost_model.hardware.counts import (
     end_weight_parameters,
     kv_bytes_per_token_layer,
     layer_weights,
 )
-from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels, decode_layout
+from idealized_runtime.cost_model.hardware.engines.kernels import (
+    GpuKernels,
+    decode_layout,
+    prompt_layout,
+)
 from idealized_runtime.cost_model.hardware.engines.request_path import RequestPath
 
 GB = 1e9
@@ -95,7 +102,12 @@ class SchedulerDefaults:
     deployments size TensorRT-LLM's max_num_tokens; ``serving.engines.sized_token_budget``);
     ``budget_setting``: the engine's name for its token budget, named in refusals and
     warnings; ``unchunked_budget``: the budget per step when prompts are not chunked, where the
-    engine has another one for that (SGLang's max_prefill_tokens; 0: ``token_budget``)."""
+    engine has another one for that (SGLang's max_prefill_tokens; 0: ``token_budget``);
+    ``norms_in_allreduce``: the residual add and RMSNorm run inside the tensor-parallel
+    all-reduce kernel (TensorRT-LLM's fused all-reduce), not as kernels of their own;
+    ``rope_in_attention``: the rotary embedding and the KV-cache write are one kernel before
+    the attention (TensorRT-LLM's attention pre-processing), else two
+    (``elementwise_passes``)."""
 
     token_budget: int
     max_running: int
@@ -123,6 +135,8 @@ class SchedulerDefaults:
     detokenize_s_per_token: float = 0.0
     stream_s: float = 0.0
     schedule_ahead_steps: int = 0
+    norms_in_allreduce: bool = False
+    rope_in_attention: bool = False
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
@@ -224,6 +238,43 @@ def kernel_format(precision: Precision, experts: bool = False) -> str:
     return "bf16"
 
 
+def elementwise_passes(
+    arch: Architecture,
+    layer: int,
+    scheduler: SchedulerDefaults,
+    attention_tp: int,
+    shared_fused: bool = False,
+) -> float:
+    """The small elementwise kernels a layer's forward pass runs between its matmuls,
+    attention and collectives (each a pass over the step's activations), as the engines' model
+    code runs them: the input and post-attention RMSNorms (none of their own where the engine
+    fuses them into the all-reduce), the rotary embedding and the KV-cache write (one kernel
+    where the engine fuses them), Qwen3's per-head q and k norms, MLA's q and latent norms, the
+    MoE router's top-k, the gated activation of a dense MLP or of shared experts and the sum of
+    shared and routed outputs (unless the shared experts run inside the routed kernel)."""
+    fused_norms = scheduler.norms_in_allreduce and attention_tp > 1
+    passes = (0 if fused_norms else 2) + (1 if scheduler.rope_in_attention else 2)
+    passes += 2 if arch.qk_norm else 0
+    passes += 2 if arch.mla else 0
+    if not arch.is_moe_layer(layer):
+        return passes + 1
+    passes += 1  # top-k routing
+    if arch.num_shared_experts and not shared_fused:
+        passes += 2  # the shared experts' activation, and their sum with the routed output
+    return passes
+
+
+def attention_format(precision: Precision, mla: bool) -> str:
+    """The kernel number format of the attention block's projections: ModelOpt's NVFP4
+    checkpoints of DeepSeek-style (MLA) models leave the whole self-attention block
+    unquantized (nvidia/DeepSeek-R1-FP4 and -R1-0528-FP4: ``exclude_modules`` lists every
+    layer's ``self_attn*``), so the engines load those projections, and the absorbed
+    up-projections, in 16 bits; else the linear layers' format."""
+    if mla and precision.weight_format == "nvfp4":
+        return "bf16"
+    return kernel_format(precision)
+
+
 @dataclass(frozen=True)
 class EngineStepModel:
     """Step times of one deployment on one engine's kernels (see the module docstring)."""
@@ -288,6 +339,14 @@ class EngineStepModel:
         return decode_layout(arch.num_heads / tp, element, kv_heads, arch.dim_per_head)
 
     @cached_property
+    def _prompt_layout(self) -> str:
+        """The measured prompt-attention grid this deployment's layers read, per GPU."""
+        arch, tp = self.deployment.architecture, self.deployment.attention_tp
+        if arch.mla:
+            return prompt_layout(arch.num_heads / tp)
+        return prompt_layout(arch.num_heads / tp, max(arch.kv_heads / tp, 1.0), arch.dim_per_head)
+
+    @cached_property
     def _layer_groups(self) -> list[tuple[int, bool, int]]:
         """(a layer of the group, whether its attention slides, layers in the group): the
         layers grouped by MLP (dense or MoE) and attention kind (full or sliding window),
@@ -332,7 +391,7 @@ class EngineStepModel:
         linear = kernel_format(precision)
         local = tokens / dp  # the tokens of one attention group
         w = layer_weights(arch, layer)
-        time = self._attention_gemms(local, linear)
+        time = self._attention_gemms(local, attention_format(precision, arch.mla))
         # Attention over the cache: decode reads, prompt chunks compute.
         kv_token = kv_bytes_per_token_layer(arch, precision, atp)
         heads = arch.num_heads / atp
@@ -359,11 +418,22 @@ class EngineStepModel:
             mla=arch.mla,
             grid=(self._decode_layout, decode_tokens / dp, decode_attended / dp),
         )
+        prompt = work[3]
+        chunks = np.where(chunk > 0, prompt / np.maximum(chunk, 1.0), 0.0) / dp
         time = time + k.context_attention_time(
-            hw, prompt_flops * prompt_attended / dp, chunk, mla=arch.mla
+            hw,
+            prompt_flops * prompt_attended / dp,
+            chunk,
+            mla=arch.mla,
+            grid=(self._prompt_layout, chunks),
         )
         if atp > 1:
             time = time + k.allreduce_time(hw, local * h * 2.0, atp)
+        shared_fused = bool(w.num_experts) and self._fuses_shared_experts(
+            kernel_format(precision, experts=True)
+        )
+        passes = elementwise_passes(arch, layer, self.scheduler, atp, shared_fused)
+        time = time + k.elementwise_time(hw, local, h, passes)
         if w.num_experts:
             time = time + self._moe(w, tokens, local)
         else:
@@ -469,8 +539,12 @@ def weight_bytes_per_gpu(deployment: Deployment) -> float:
         w = layer_weights(arch, layer)
         whole = float(layer_weight_bytes(arch, layer, precision))
         linear = precision.bytes_per_weight if precision.scope == "linear" else dense_bytes
-        attention = w.attention_matrices * linear + w.attention_other * dense_bytes
-        total += attention / deployment.attention_tp + (whole - attention) / tp
+        served = linear  # the attention block kept in 16 bits where ``attention_format`` says
+        if attention_format(precision, arch.mla) == "bf16":
+            served = dense_bytes
+        counted = w.attention_matrices * linear + w.attention_other * dense_bytes
+        attention = w.attention_matrices * served + w.attention_other * dense_bytes
+        total += attention / deployment.attention_tp + (whole - counted) / tp
     embedding, head = end_weight_parameters(arch)
     return total + (embedding + head) * dense_bytes / tp
 
