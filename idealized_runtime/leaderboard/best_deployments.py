@@ -250,22 +250,40 @@ def board_cell(
     return found.model_copy(update={"source": "shipped"})
 
 
-def generate(
-    models: Sequence[str], gpus: Sequence[str], *, say=lambda text: None
-) -> ShippedFigures:
-    """Plan every model on every GPU under ``STANDARD``: the shipped figures' content."""
-    from idealized_runtime import __version__
+def _planned_entry(model: str, gpu_name: str) -> ShippedEntry:
+    """One model's best deployment on one GPU, timed (a process pool's unit of work)."""
     from idealized_runtime.core.catalog import get_architecture, get_hardware
 
-    entries = []
-    for gpu_name in gpus:
-        gpu = get_hardware(gpu_name)
-        for name in models:
-            started = time.perf_counter()
-            best = best_deployment(get_architecture(name), gpu)
-            seconds = round(time.perf_counter() - started, 1)
-            entries.append(ShippedEntry(model=name, hardware=gpu.name, best=best, seconds=seconds))
-            say(f"{gpu.name} {name}: {best.status} {best.cell_text()} ({seconds} s)")
+    gpu = get_hardware(gpu_name)
+    started = time.perf_counter()
+    best = best_deployment(get_architecture(model), gpu)
+    seconds = round(time.perf_counter() - started, 1)
+    return ShippedEntry(model=model, hardware=gpu.name, best=best, seconds=seconds)
+
+
+def generate(
+    models: Sequence[str], gpus: Sequence[str], *, jobs: int = 1, say=lambda text: None
+) -> ShippedFigures:
+    """Plan every model on every GPU under ``STANDARD``: the shipped figures' content.
+    ``jobs`` > 1 plans the pairs on that many processes (the entries keep the given order)."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    from idealized_runtime import __version__
+    from idealized_runtime.core.catalog import get_hardware
+
+    pairs = [(name, get_hardware(gpu_name).name) for gpu_name in gpus for name in models]
+
+    def report(entry: ShippedEntry) -> ShippedEntry:
+        best = entry.best
+        say(f"{entry.hardware} {entry.model}: {best.status} {best.cell_text()} ({entry.seconds} s)")
+        return entry
+
+    if jobs <= 1:
+        entries = [report(_planned_entry(model, gpu)) for model, gpu in pairs]
+    else:
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            futures = [pool.submit(_planned_entry, model, gpu) for model, gpu in pairs]
+            entries = [report(future.result()) for future in futures]
     return ShippedFigures(
         standard=STANDARD,
         command=REGENERATE,
@@ -293,11 +311,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     parser.add_argument("--models", default=",".join(FLAGSHIP_MODELS))
     parser.add_argument("--gpus", default=",".join(SHIPPED_GPUS))
+    parser.add_argument(
+        "--jobs", type=int, default=1, help="plan on this many processes (one per core)"
+    )
     args = parser.parse_args(argv)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
     try:
-        figures = generate(models, gpus, say=lambda text: print(text, file=sys.stderr, flush=True))
+        figures = generate(
+            models, gpus, jobs=args.jobs, say=lambda text: print(text, file=sys.stderr, flush=True)
+        )
     except InputError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
