@@ -350,8 +350,61 @@ def aggregated_steady_state(
     ttft = np.maximum(clients / x - in_server - overhead, first) + overhead
     tpot = in_server / max(request.output_tokens - 1, 1)
     if request.same_lengths:
-        ttft, tpot, x = _lockstep(table, clients, slots, decode, overhead, (ttft, tpot, x))
+        steady = _clustered_line(table, clients, slots, decode, overhead, (ttft, tpot, x))
+        ttft, tpot, x = _lockstep(table, clients, slots, decode, overhead, steady)
     return SteadyState(clients, ttft, tpot, x, np.full(clients.shape, fits))
+
+
+def _clustered_line(
+    table: StepTable,
+    clients: np.ndarray,
+    slots: np.ndarray,
+    decode: float,
+    overhead: np.ndarray,
+    steady: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(TTFT, TPOT, requests/s) of closed-loop clients with requests of the same lengths on a
+    decode-first engine whose request path holds a resubmitted prompt back from the scheduler
+    (front end, tokenization, the last token's delivery: ``gap`` seconds): the n requests of a
+    turn decode in step, one token a step, so they end one step apart; while no new prompt has
+    reached the scheduler those steps are decode-only and short, so the m = 1 + gap / t_decode
+    first to end send their next prompts together (a cluster), and the prompts then queue in
+    one line, each taking r = p' / (budget - decoders) full steps. The k-th of the cluster has
+    its first token after ceil(k r) full steps; the later ones end one per (full) step while
+    the line runs and join its tail. The turn: the line's L steps, then decode-only steps
+    until the first request's D decode steps are done. Where m is 1 (no cluster) or the line
+    outlasts the decoding, ``steady`` stands."""
+    config, request = table.server.config, table.request
+    if config.prefill_first or (config.balance_timeout_steps > 0 and config.dp_ranks > 1):
+        return steady
+    path = config.request_path
+    new, budget = request.new_tokens, table.budget
+    gap = config.request_overhead_s + float(path.to_scheduler_s(request.prompt_tokens))
+    gap += path.delivery_s
+    ttft0, tpot0, x0 = (np.array(v, dtype=np.float64) for v in steady)
+    for i, n in enumerate(slots.astype(int)):
+        t_decode = float(table.decode(np.array([float(n)]))[0])
+        m = min(n, 1 + int(gap / t_decode))
+        if m < 2:
+            continue
+        # A step of the line: the other n - 1 decoding, the prompt in what they leave.
+        left = max(budget - (n - 1) * config.decode_tokens, 1.0)
+        r = new / left if config.chunked_prefill else math.ceil(new / left)
+        k = np.arange(1, n + 1, dtype=np.float64)
+        backlog = np.maximum(m * r + (k - m - 1) * r - (k - m), 0.0) + r
+        steps = np.ceil(np.where(k <= m, k * r, backlog) - 1e-9)
+        line = max(float(np.ceil(n * r - 1e-9)), float(steps.max()))
+        if line - steps[0] >= decode:
+            continue  # requests end while the line runs: not this regime
+        t_full = float(table.mixed(np.array([n - 1.0]), np.array([min(left, new * n)]))[0])
+        cycle = overhead[i] + line * t_full + (decode - line + steps[0]) * t_decode
+        x = n / cycle
+        first = overhead[i] + steps * t_full
+        after = (line - steps) * t_full + (decode - line + steps) * t_decode
+        ttft0[i] = max(clients[i] / x - float(np.median(after)), float(np.median(first)))
+        tpot0[i] = float(np.median(after)) / max(request.output_tokens - 1, 1)
+        x0[i] = x
+    return ttft0, tpot0, x0
 
 
 def _full_steps(
@@ -518,12 +571,17 @@ def disaggregated_steady_state(
         if np.all(moved < TOLERANCE):
             break
     in_server = steps * mean
-    capacity = np.minimum(
-        split.decode_workers * slots / np.maximum(in_server, 1e-12), prefill_capacity
+    decode_capacity = split.decode_workers * slots / np.maximum(in_server, 1e-12)
+    x = np.minimum(
+        clients / (overhead + ttft + in_server), np.minimum(decode_capacity, prefill_capacity)
     )
-    x = np.minimum(clients / (overhead + ttft + in_server), capacity)
-    # Clients beyond the capacity wait; the request overhead is part of the TTFT.
-    ttft = np.maximum(ttft, clients / x - in_server - overhead) + overhead
-    tpot = in_server / max(request.output_tokens - 1, 1)
+    # Clients beyond the capacity wait in front of the pool that bounds it: for a prompt
+    # instance before the first token; for a decode slot after it (the first token comes with
+    # the prompt's last step and the transfer, the next when a decode instance takes the
+    # request in), so that wait is part of the TPOT. The request overhead is part of the TTFT.
+    wait = np.maximum(clients / x - in_server - overhead - ttft, 0.0)
+    at_decode = decode_capacity <= prefill_capacity
+    ttft = ttft + np.where(at_decode, 0.0, wait) + overhead
+    tpot = (in_server + np.where(at_decode, wait, 0.0)) / max(request.output_tokens - 1, 1)
     fits = np.full(clients.shape, prefill_fits and decode_fits)
     return SteadyState(clients, ttft, tpot, x, fits)

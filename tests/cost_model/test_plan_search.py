@@ -152,16 +152,9 @@ def _both(req: PlanRequest, stack: str, deployment: Deployment, clients: int) ->
     return point, verify(req, point, point_servers(req, point))
 
 
-# The estimator does not yet follow how the request path (tokenization, delivery) staggers
-# clients whose prompts fill vLLM's whole budget: 0.32 s estimated vs 0.72 s simulated.
-_STAGGERED = pytest.mark.xfail(
-    strict=True, reason="request path not in the lockstep estimate of budget-long prompts"
-)
-
-
 @pytest.mark.parametrize(
     ("stack", "clients"),
-    [("sglang", 16), ("sglang", 64), pytest.param("vllm", 8, marks=_STAGGERED)],
+    [("sglang", 16), ("sglang", 64), ("vllm", 8)],
 )
 def test_clients_in_step_queue_their_prompts_as_the_simulator_does(
     stack: str, clients: int
