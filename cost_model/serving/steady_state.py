@@ -383,25 +383,41 @@ def _clustered_line(
     gap += path.delivery_s
     ttft0, tpot0, x0 = (np.array(v, dtype=np.float64) for v in steady)
     for i, n in enumerate(slots.astype(int)):
-        t_decode = float(table.decode(np.array([float(n)]))[0])
-        m = min(n, 1 + int(gap / t_decode))
-        if m < 2:
+        if n < 2:
             continue
-        # A step of the line: the other n - 1 decoding, the prompt in what they leave.
+        t_decode = float(table.decode(np.array([float(n)]))[0])
+        # A step of the line: the other n - 1 decoding, prompts in what they leave; r: the
+        # share of such a step a prompt takes (whole prompts: as many as fit).
         left = max(budget - (n - 1) * config.decode_tokens, 1.0)
-        r = new / left if config.chunked_prefill else math.ceil(new / left)
+        if config.chunked_prefill:
+            r = new / left
+        elif new <= left:
+            r = 1.0 / math.floor(left / new)
+        else:
+            continue  # the prompt waits for decoders to end (``_waves``)
         k = np.arange(1, n + 1, dtype=np.float64)
-        backlog = np.maximum(m * r + (k - m - 1) * r - (k - m), 0.0) + r
-        steps = np.ceil(np.where(k <= m, k * r, backlog) - 1e-9)
-        line = max(float(np.ceil(n * r - 1e-9)), float(steps.max()))
-        if line - steps[0] >= decode:
+        # The previous turn's prompts were done at steps ceil(k r), so its requests end those
+        # steps apart; the ones ending within ``gap`` of the first (decode-only steps) send
+        # together, each later one a step after its end, when the line runs (steps counted
+        # from the line's start).
+        ends = np.ceil(k * r - 1e-9)
+        within = math.floor(gap / t_decode)
+        arrive = np.maximum(ends - ends[0] - within, 0.0)
+        if arrive[1] > 0:
+            continue  # no cluster: the ends stagger (``_full_steps``)
+        # First come first served at r steps a prompt: done at k r + the largest idle gap.
+        done = np.ceil(k * r + np.maximum.accumulate(arrive - (k - 1) * r) - 1e-9)
+        steps = done - arrive
+        line = float(done[-1])
+        if line - done[0] >= decode:
             continue  # requests end while the line runs: not this regime
         t_full = float(table.mixed(np.array([n - 1.0]), np.array([min(left, new * n)]))[0])
-        cycle = overhead[i] + line * t_full + (decode - line + steps[0]) * t_decode
+        cycle = overhead[i] + line * t_full + (decode - line + done[0]) * t_decode
         x = n / cycle
         first = overhead[i] + steps * t_full
-        after = (line - steps) * t_full + (decode - line + steps) * t_decode
-        ttft0[i] = max(clients[i] / x - float(np.median(after)), float(np.median(first)))
+        after = (line - done) * t_full + (decode - line + done) * t_decode
+        # Clients beyond the n running wait for a slot: (C - n) / X more.
+        ttft0[i] = float(np.median(first)) + max(clients[i] - n, 0.0) / x
         tpot0[i] = float(np.median(after)) / max(request.output_tokens - 1, 1)
         x0[i] = x
     return ttft0, tpot0, x0
@@ -552,8 +568,11 @@ def disaggregated_steady_state(
         prompts = np.clip(arriving * t_prompts, 1.0, full)
         if request.same_lengths:
             # Clients in step: the first burst's groups (a step's worth of prompts) arrive
-            # together on every later turn too.
-            prompts = np.minimum(full, np.ceil(clients / split.prefill_workers))
+            # together on every later turn too, where every decode instance holds as many
+            # requests (the same steps); otherwise they end apart and arrive one by one.
+            even = clients % split.decode_workers == 0
+            prompts = np.where(even, np.minimum(full, np.ceil(clients / split.prefill_workers)),
+                               prompts)  # fmt: skip
         t_prompts = prompt_steps(prompts)
         busy = np.minimum(arriving * t_prompts / prompts, 0.95)
         if request.length_cv2 is None:
