@@ -222,6 +222,27 @@ def test_a_prefill_instance_fed_evenly_does_not_queue() -> None:
     assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
 
 
+@pytest.mark.parametrize(("clients", "in_step"), [(4, False), (6, True)])
+def test_xpyd_clients_stay_in_step_only_on_evenly_loaded_decode_instances(
+    clients: int, in_step: bool
+) -> None:
+    """Fixed lengths, 1P3D: the first burst's prompts end together; 6 clients put two requests
+    on every decode instance, whose steps then last alike, and the prompts come back together
+    every turn; 4 leave one instance with two, its requests end later, and the prompts come
+    back one by one (the TTFT of a prompt alone)."""
+    req = request(stacks=["tensorrt-llm"], concurrency=[1, 4, 6], requests_per_client=5,
+                  workload=PlanWorkload(prompt_tokens=1024, output_tokens=1024))  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    split = Disaggregation(prefill_workers=1, decode_workers=3, prefill_tp=1)
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1, disaggregation=split,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point = estimate_point(req, "tensorrt-llm", deployment, clients)
+    check = verify(req, point, point_servers(req, point))
+    alone = estimate_point(req, "tensorrt-llm", deployment, 1)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert (point.ttft_s > 2 * alone.ttft_s) == in_step
+
+
 def test_xpyd_clients_beyond_the_decode_slots_wait_after_their_first_token() -> None:
     """The decode instance's KV cache holds fewer requests than there are clients: the first
     token comes with the prompt and the KV transfer, the wait for a decode slot follows it, so
