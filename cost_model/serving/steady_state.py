@@ -34,19 +34,28 @@ and is found by a damped fixed-point iteration on X:
 Disaggregated (``disaggregated_steady_state``): each prefill instance serves X / x prompts/s in
 steps of the prompts waiting (its utilization adds the mean wait), the KV transfer
 (``kv_transfer_seconds``) follows, and each decode instance holds d = X / y x D x t_decode(d)
-sequences; X follows from C = X (TTFT + D t_decode).
+sequences; X follows from C = X (TTFT + D t_decode). Clients beyond what the pools serve wait in
+front of the one that bounds X: at a prefill instance before their first token, for a decode
+slot after it (the first token comes with the prompt and the transfer), so that wait is TPOT's.
 
 Closed-loop clients are not Poisson arrivals. With requests of the same lengths
 (``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
 requests on the same step they stay in step, each turn one burst of prompts then decoding
-together (``_lockstep``); elsewhere the first burst staggers their ends, prompts reach the
-scheduler one after another and every step is full (``_full_steps``), and a prefill instance
-receives the first burst's groups together on every turn. With lengths spread a little
+together (``_lockstep``). On a decode-first engine the requests of a turn end a step or so
+apart; the ones ending within the request path's delay (front end, tokenization, delivery) of
+the first send their next prompts together and the turn's prompts queue in one line
+(``_clustered_line``); without such a delay the ends stagger, prompts reach the scheduler one
+after another and every step is full (``_full_steps``). A prefill instance receives the first
+burst's groups together on every turn where every decode instance holds as many requests (their
+steps last alike), else one by one. With lengths spread a little
 (``MeanRequest.length_cv2``) arrivals at a prefill instance are nearly evenly spaced, and the
 wait is Kingman's G/G/1 with that variability.
 
 What the estimate leaves out: the drain of the first burst over a finite run (every client's
-first request arrives at t = 0; near a prefill instance's saturation it takes a few turns), the
+first request arrives at t = 0; where a prefill instance's line of first prompts outlasts the
+first requests' decoding, the next turns queue behind it and it drains over several turns as
+the decode pool fills and its steps lengthen), the preemptions of an engine that admits more
+requests than its KV cache holds to their end (vLLM, SGLang) and recomputes them, the
 spread of the lengths (it takes their means) and FCFS waits for the KV cache beyond the mean,
 TensorRT-LLM's whole prompts queueing behind staggered decoders, and the way a request overhead
 spreads resubmissions over the steps under load. Medians from ``simulate`` are the figures to
