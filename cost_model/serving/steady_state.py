@@ -41,15 +41,15 @@ slot after it (the first token comes with the prompt and the transfer), so that 
 Closed-loop clients are not Poisson arrivals. With requests of the same lengths
 (``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
 requests on the same step they stay in step, each turn one burst of prompts then decoding
-together (``_lockstep``). On a decode-first engine the requests of a turn end a step or so
-apart; the ones ending within the request path's delay (front end, tokenization, delivery) of
-the first send their next prompts together and the turn's prompts queue in one line
-(``_clustered_line``); without such a delay the ends stagger, prompts reach the scheduler one
-after another and every step is full (``_full_steps``). A prefill instance receives the first
-burst's groups together on every turn where every decode instance holds as many requests (their
-steps last alike), else one by one. With lengths spread a little
-(``MeanRequest.length_cv2``) arrivals at a prefill instance are nearly evenly spaced, and the
-wait is Kingman's G/G/1 with that variability.
+together (``_lockstep``). On a decode-first engine that chunks prompts (vLLM) the requests of
+a turn end a step or so apart; the ones ending within the request path's delay (front end,
+tokenization, delivery) of the first send their next prompts together and the turn's prompts
+queue in one line (``_clustered_line``); without such a delay, and for whole prompts
+(TensorRT-LLM), the ends stagger, prompts reach the scheduler one after another and every step
+is full (``_full_steps``). A prefill instance receives the first burst's groups together on
+every turn where every decode instance holds as many requests (their steps last alike), else
+one by one. With lengths spread a little (``MeanRequest.length_cv2``) arrivals at a prefill
+instance are nearly evenly spaced, and the wait is Kingman's G/G/1 with that variability.
 
 What the estimate leaves out: the drain of the first burst over a finite run (every client's
 first request arrives at t = 0; where a prefill instance's line of first prompts outlasts the
@@ -373,18 +373,19 @@ def _clustered_line(
     steady: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(TTFT, TPOT, requests/s) of closed-loop clients with requests of the same lengths on a
-    decode-first engine whose request path holds a resubmitted prompt back from the scheduler
-    (front end, tokenization, the last token's delivery: ``gap`` seconds): the n requests of a
-    turn decode in step, one token a step, so they end one step apart; while no new prompt has
-    reached the scheduler those steps are decode-only and short, so the m = 1 + gap / t_decode
-    first to end send their next prompts together (a cluster), and the prompts then queue in
-    one line, each taking r = p' / (budget - decoders) full steps. The k-th of the cluster has
-    its first token after ceil(k r) full steps; the later ones end one per (full) step while
-    the line runs and join its tail. The turn: the line's L steps, then decode-only steps
-    until the first request's D decode steps are done. Where m is 1 (no cluster) or the line
-    outlasts the decoding, ``steady`` stands."""
+    decode-first engine that chunks prompts (vLLM) whose request path holds a resubmitted
+    prompt back from the scheduler (front end, tokenization, the last token's delivery: ``gap``
+    seconds): the n requests of a turn decode in step, so they end as many steps apart as their
+    prompts were done; while no new prompt has reached the scheduler those steps are
+    decode-only and short, so the ones ending within ``gap`` of the first send their next
+    prompts together (a cluster), and the prompts queue in one line, each taking
+    r = p' / (budget - decoders) full steps; the later ones end one step after another while
+    the line runs and join its tail. The turn: the line's steps, then decode-only steps until
+    the first request's D decode steps are done. Where no cluster forms (the ends stagger) or
+    the line outlasts the decoding, ``steady`` stands."""
     config, request = table.server.config, table.request
-    if config.prefill_first or (config.balance_timeout_steps > 0 and config.dp_ranks > 1):
+    if config.prefill_first or not config.chunked_prefill:
+        # Whole prompts behind a scheduler a step ahead (TensorRT-LLM) are left to ``steady``.
         return steady
     path = config.request_path
     new, budget = request.new_tokens, table.budget
@@ -395,15 +396,10 @@ def _clustered_line(
         if n < 2:
             continue
         t_decode = float(table.decode(np.array([float(n)]))[0])
-        # A step of the line: the other n - 1 decoding, prompts in what they leave; r: the
-        # share of such a step a prompt takes (whole prompts: as many as fit).
+        # A step of the line: the other n - 1 decoding, prompt chunks in what they leave; r:
+        # the share of such a step a prompt takes.
         left = max(budget - (n - 1) * config.decode_tokens, 1.0)
-        if config.chunked_prefill:
-            r = new / left
-        elif new <= left:
-            r = 1.0 / math.floor(left / new)
-        else:
-            continue  # the prompt waits for decoders to end (``_waves``)
+        r = new / left
         k = np.arange(1, n + 1, dtype=np.float64)
         # The previous turn's prompts were done at steps ceil(k r), so its requests end those
         # steps apart; the ones ending within ``gap`` of the first (decode-only steps) send
@@ -424,7 +420,10 @@ def _clustered_line(
         cycle = overhead[i] + line * t_full + (decode - line + done[0]) * t_decode
         x = n / cycle
         first = overhead[i] + steps * t_full
-        after = (line - done) * t_full + (decode - line + done) * t_decode
+        # A request decodes through the rest of its line and, when its prompt came late in
+        # it, into the next turn's line (which starts once the cluster's successors are in).
+        long = line - done + np.maximum(done - done[0] - within - 1, 0.0)
+        after = long * t_full + (decode - long) * t_decode
         # Clients beyond the n running wait for a slot: (C - n) / X more.
         ttft0[i] = float(np.median(first)) + max(clients[i] - n, 0.0) / x
         tpot0[i] = float(np.median(after)) / max(request.output_tokens - 1, 1)
