@@ -34,8 +34,9 @@ and is found by a damped fixed-point iteration on X:
 Disaggregated (``disaggregated_steady_state``): each prefill instance serves X / x prompts/s in
 steps of the prompts waiting (its utilization adds the mean wait), the KV transfer
 (``kv_transfer_seconds``) follows, and each decode instance holds d = X / y x D x t_decode(d)
-sequences; X follows from C = X (TTFT + D t_decode); clients beyond what the pools serve wait
-before their first token.
+sequences; X follows from C = X (TTFT + D t_decode). Clients beyond what the pools serve wait in
+front of the one that bounds X: at a prefill instance before their first token, for a decode
+slot after it (the first token comes with the prompt and the transfer), so that wait is TPOT's.
 
 Closed-loop clients are not Poisson arrivals. With requests of the same lengths
 (``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
@@ -597,14 +598,17 @@ def disaggregated_steady_state(
         if np.all(moved < TOLERANCE):
             break
     in_server = steps * mean
-    capacity = np.minimum(
-        split.decode_workers * slots / np.maximum(in_server, 1e-12), prefill_capacity
+    decode_capacity = split.decode_workers * slots / np.maximum(in_server, 1e-12)
+    x = np.minimum(
+        clients / (overhead + ttft + in_server), np.minimum(decode_capacity, prefill_capacity)
     )
-    x = np.minimum(clients / (overhead + ttft + in_server), capacity)
-    # Clients beyond the capacity wait before their first token (a decode instance takes a
-    # request in, its KV cache allocated, before the transfer and the first token it
-    # streams); the request overhead is part of the TTFT.
-    ttft = np.maximum(ttft, clients / x - in_server - overhead) + overhead
-    tpot = in_server / max(request.output_tokens - 1, 1)
+    # Clients beyond the capacity wait in front of the pool that bounds it: for a prompt
+    # instance before the first token; for a decode slot after it (the first token comes with
+    # the prompt's last step and the transfer, the next when a decode instance takes the
+    # request in), so that wait is part of the TPOT. The request overhead is part of the TTFT.
+    wait = np.maximum(clients / x - in_server - overhead - ttft, 0.0)
+    at_decode = decode_capacity <= prefill_capacity
+    ttft = ttft + np.where(at_decode, 0.0, wait) + overhead
+    tpot = (in_server + np.where(at_decode, wait, 0.0)) / max(request.output_tokens - 1, 1)
     fits = np.full(clients.shape, prefill_fits and decode_fits)
     return SteadyState(clients, ttft, tpot, x, fits)

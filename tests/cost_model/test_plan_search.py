@@ -243,6 +243,28 @@ def test_xpyd_clients_stay_in_step_only_on_evenly_loaded_decode_instances(
     assert (point.ttft_s > 2 * alone.ttft_s) == in_step
 
 
+def test_xpyd_clients_beyond_the_decode_slots_wait_after_their_first_token() -> None:
+    """The decode instance's KV cache holds fewer requests than there are clients: the first
+    token comes with the prompt and the KV transfer, the wait for a decode slot follows it, so
+    TTFT stays the prompt's and TPOT carries the wait, in the estimate as in the simulator."""
+    req = request(stacks=["tensorrt-llm"], concurrency=[40],
+                  workload=PlanWorkload(prompt_tokens=4096, output_tokens=256))  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    split = Disaggregation(prefill_workers=1, decode_workers=1, prefill_tp=1)
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1, disaggregation=split,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point = estimate_point(req, "tensorrt-llm", deployment, 40, memory_fraction=0.1)
+    check = verify(req, point, point_servers(req, point))
+    decode = point_servers(req, point)[1]
+    assert decode.config.kv_capacity_tokens // (4096 + 256) < 40  # clients wait for a slot
+    alone = estimate_point(req, "tensorrt-llm", deployment, 1, memory_fraction=0.1)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
+    # The wait (a share of the request's time) is in the TPOT, not in the TTFT.
+    waited = (point.tpot_s - alone.tpot_s) * 255
+    assert point.tpot_s > 1.3 * alone.tpot_s and point.ttft_s < 0.5 * waited
+
+
 # --- messages -------------------------------------------------------------------------------------
 
 
