@@ -34,19 +34,28 @@ and is found by a damped fixed-point iteration on X:
 Disaggregated (``disaggregated_steady_state``): each prefill instance serves X / x prompts/s in
 steps of the prompts waiting (its utilization adds the mean wait), the KV transfer
 (``kv_transfer_seconds``) follows, and each decode instance holds d = X / y x D x t_decode(d)
-sequences; X follows from C = X (TTFT + D t_decode).
+sequences; X follows from C = X (TTFT + D t_decode). Clients beyond what the pools serve wait in
+front of the one that bounds X: at a prefill instance before their first token, for a decode
+slot after it (the first token comes with the prompt and the transfer), so that wait is TPOT's.
 
 Closed-loop clients are not Poisson arrivals. With requests of the same lengths
 (``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
 requests on the same step they stay in step, each turn one burst of prompts then decoding
-together (``_lockstep``); elsewhere the first burst staggers their ends, prompts reach the
-scheduler one after another and every step is full (``_full_steps``), and a prefill instance
-receives the first burst's groups together on every turn. With lengths spread a little
-(``MeanRequest.length_cv2``) arrivals at a prefill instance are nearly evenly spaced, and the
-wait is Kingman's G/G/1 with that variability.
+together (``_lockstep``). On a decode-first engine that chunks prompts (vLLM) the requests of
+a turn end a step or so apart; the ones ending within the request path's delay (front end,
+tokenization, delivery) of the first send their next prompts together and the turn's prompts
+queue in one line (``_clustered_line``); without such a delay, and for whole prompts
+(TensorRT-LLM), the ends stagger, prompts reach the scheduler one after another and every step
+is full (``_full_steps``). A prefill instance receives the first burst's groups together on
+every turn where every decode instance holds as many requests (their steps last alike), else
+one by one. With lengths spread a little (``MeanRequest.length_cv2``) arrivals at a prefill
+instance are nearly evenly spaced, and the wait is Kingman's G/G/1 with that variability.
 
 What the estimate leaves out: the drain of the first burst over a finite run (every client's
-first request arrives at t = 0; near a prefill instance's saturation it takes a few turns), the
+first request arrives at t = 0; where a prefill instance's line of first prompts outlasts the
+first requests' decoding, the next turns queue behind it and it drains over several turns as
+the decode pool fills and its steps lengthen), the preemptions of an engine that admits more
+requests than its KV cache holds to their end (vLLM, SGLang) and recomputes them, the
 spread of the lengths (it takes their means) and FCFS waits for the KV cache beyond the mean,
 TensorRT-LLM's whole prompts queueing behind staggered decoders, and the way a request overhead
 spreads resubmissions over the steps under load. Medians from ``simulate`` are the figures to
@@ -350,8 +359,76 @@ def aggregated_steady_state(
     ttft = np.maximum(clients / x - in_server - overhead, first) + overhead
     tpot = in_server / max(request.output_tokens - 1, 1)
     if request.same_lengths:
-        ttft, tpot, x = _lockstep(table, clients, slots, decode, overhead, (ttft, tpot, x))
+        steady = _clustered_line(table, clients, slots, decode, overhead, (ttft, tpot, x))
+        ttft, tpot, x = _lockstep(table, clients, slots, decode, overhead, steady)
     return SteadyState(clients, ttft, tpot, x, np.full(clients.shape, fits))
+
+
+def _clustered_line(
+    table: StepTable,
+    clients: np.ndarray,
+    slots: np.ndarray,
+    decode: float,
+    overhead: np.ndarray,
+    steady: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(TTFT, TPOT, requests/s) of closed-loop clients with requests of the same lengths on a
+    decode-first engine that chunks prompts (vLLM) whose request path holds a resubmitted
+    prompt back from the scheduler (front end, tokenization, the last token's delivery: ``gap``
+    seconds): the n requests of a turn decode in step, so they end as many steps apart as their
+    prompts were done; while no new prompt has reached the scheduler those steps are
+    decode-only and short, so the ones ending within ``gap`` of the first send their next
+    prompts together (a cluster), and the prompts queue in one line, each taking
+    r = p' / (budget - decoders) full steps; the later ones end one step after another while
+    the line runs and join its tail. The turn: the line's steps, then decode-only steps until
+    the first request's D decode steps are done. Where no cluster forms (the ends stagger) or
+    the line outlasts the decoding, ``steady`` stands."""
+    config, request = table.server.config, table.request
+    if config.prefill_first or not config.chunked_prefill:
+        # Whole prompts behind a scheduler a step ahead (TensorRT-LLM) are left to ``steady``.
+        return steady
+    path = config.request_path
+    new, budget = request.new_tokens, table.budget
+    gap = config.request_overhead_s + float(path.to_scheduler_s(request.prompt_tokens))
+    gap += path.delivery_s
+    ttft0, tpot0, x0 = (np.array(v, dtype=np.float64) for v in steady)
+    for i, n in enumerate(slots.astype(int)):
+        if n < 2:
+            continue
+        t_decode = float(table.decode(np.array([float(n)]))[0])
+        # A step of the line: the other n - 1 decoding, prompt chunks in what they leave; r:
+        # the share of such a step a prompt takes.
+        left = max(budget - (n - 1) * config.decode_tokens, 1.0)
+        r = new / left
+        k = np.arange(1, n + 1, dtype=np.float64)
+        # The previous turn's prompts were done at steps ceil(k r), so its requests end those
+        # steps apart; the ones ending within ``gap`` of the first (decode-only steps) send
+        # together, each later one a step after its end, when the line runs (steps counted
+        # from the line's start).
+        ends = np.ceil(k * r - 1e-9)
+        within = math.floor(gap / t_decode)
+        arrive = np.maximum(ends - ends[0] - within, 0.0)
+        if arrive[1] > 0:
+            continue  # no cluster: the ends stagger (``_full_steps``)
+        # First come first served at r steps a prompt: done at k r + the largest idle gap.
+        done = np.ceil(k * r + np.maximum.accumulate(arrive - (k - 1) * r) - 1e-9)
+        steps = done - arrive
+        line = float(done[-1])
+        if line - done[0] >= decode:
+            continue  # requests end while the line runs: not this regime
+        t_full = float(table.mixed(np.array([n - 1.0]), np.array([min(left, new * n)]))[0])
+        cycle = overhead[i] + line * t_full + (decode - line + done[0]) * t_decode
+        x = n / cycle
+        first = overhead[i] + steps * t_full
+        # A request decodes through the rest of its line and, when its prompt came late in
+        # it, into the next turn's line (which starts once the cluster's successors are in).
+        long = line - done + np.maximum(done - done[0] - within - 1, 0.0)
+        after = long * t_full + (decode - long) * t_decode
+        # Clients beyond the n running wait for a slot: (C - n) / X more.
+        ttft0[i] = float(np.median(first)) + max(clients[i] - n, 0.0) / x
+        tpot0[i] = float(np.median(after)) / max(request.output_tokens - 1, 1)
+        x0[i] = x
+    return ttft0, tpot0, x0
 
 
 def _full_steps(
@@ -499,8 +576,11 @@ def disaggregated_steady_state(
         prompts = np.clip(arriving * t_prompts, 1.0, full)
         if request.same_lengths:
             # Clients in step: the first burst's groups (a step's worth of prompts) arrive
-            # together on every later turn too.
-            prompts = np.minimum(full, np.ceil(clients / split.prefill_workers))
+            # together on every later turn too, where every decode instance holds as many
+            # requests (the same steps); otherwise they end apart and arrive one by one.
+            even = clients % split.decode_workers == 0
+            prompts = np.where(even, np.minimum(full, np.ceil(clients / split.prefill_workers)),
+                               prompts)  # fmt: skip
         t_prompts = prompt_steps(prompts)
         busy = np.minimum(arriving * t_prompts / prompts, 0.95)
         if request.length_cv2 is None:
@@ -518,12 +598,17 @@ def disaggregated_steady_state(
         if np.all(moved < TOLERANCE):
             break
     in_server = steps * mean
-    capacity = np.minimum(
-        split.decode_workers * slots / np.maximum(in_server, 1e-12), prefill_capacity
+    decode_capacity = split.decode_workers * slots / np.maximum(in_server, 1e-12)
+    x = np.minimum(
+        clients / (overhead + ttft + in_server), np.minimum(decode_capacity, prefill_capacity)
     )
-    x = np.minimum(clients / (overhead + ttft + in_server), capacity)
-    # Clients beyond the capacity wait; the request overhead is part of the TTFT.
-    ttft = np.maximum(ttft, clients / x - in_server - overhead) + overhead
-    tpot = in_server / max(request.output_tokens - 1, 1)
+    # Clients beyond the capacity wait in front of the pool that bounds it: for a prompt
+    # instance before the first token; for a decode slot after it (the first token comes with
+    # the prompt's last step and the transfer, the next when a decode instance takes the
+    # request in), so that wait is part of the TPOT. The request overhead is part of the TTFT.
+    wait = np.maximum(clients / x - in_server - overhead - ttft, 0.0)
+    at_decode = decode_capacity <= prefill_capacity
+    ttft = ttft + np.where(at_decode, 0.0, wait) + overhead
+    tpot = (in_server + np.where(at_decode, wait, 0.0)) / max(request.output_tokens - 1, 1)
     fits = np.full(clients.shape, prefill_fits and decode_fits)
     return SteadyState(clients, ttft, tpot, x, fits)

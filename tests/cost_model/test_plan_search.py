@@ -6,11 +6,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Deployment, Disaggregation, Slo
+from idealized_runtime.cost_model.hardware.engines.request_path import RequestPath
 from idealized_runtime.cost_model.planning import search as plan_search
 from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
 from idealized_runtime.cost_model.planning.search import (
@@ -21,6 +23,7 @@ from idealized_runtime.cost_model.planning.search import (
     point_servers,
     steady_output_tokens_per_s,
     verify,
+    workload_shapes,
 )
 from idealized_runtime.cost_model.planning.space import (
     WORKER_PAIRS,
@@ -28,7 +31,11 @@ from idealized_runtime.cost_model.planning.space import (
     candidates,
     layouts,
 )
+from idealized_runtime.cost_model.serving.disaggregated import Server
 from idealized_runtime.cost_model.serving.engines import default_precision
+from idealized_runtime.cost_model.serving.simulator import simulate
+from idealized_runtime.cost_model.serving.steady_state import aggregated_steady_state
+from idealized_runtime.cost_model.serving.step_time import StepWork
 from idealized_runtime.report.plan import plan_text
 
 
@@ -165,22 +172,17 @@ def _both(req: PlanRequest, stack: str, deployment: Deployment, clients: int) ->
     return point, verify(req, point, point_servers(req, point))
 
 
-# The estimator does not yet follow how the request path (tokenization, delivery) staggers
-# clients whose prompts fill vLLM's whole budget: 0.32 s estimated vs 0.72 s simulated.
-_STAGGERED = pytest.mark.xfail(
-    strict=True, reason="request path not in the lockstep estimate of budget-long prompts"
-)
-
-
 @pytest.mark.parametrize(
     ("stack", "clients"),
-    [("sglang", 16), ("sglang", 64), pytest.param("vllm", 8, marks=_STAGGERED)],
+    [("sglang", 16), ("sglang", 64), ("vllm", 8)],
 )
 def test_clients_in_step_queue_their_prompts_as_the_simulator_does(
     stack: str, clients: int
 ) -> None:
     """Fixed lengths: SGLang runs each wave's prompts as one burst before decoding (the median
-    prompt waits for half of it); vLLM's prompts, as long as the budget, take two full steps."""
+    prompt waits for half of it); vLLM's prompts, as long as the budget, queue in one line: the
+    clients whose requests end within the request path's delay (tokenization, delivery) of
+    the first send together, the others join the line's tail."""
     prompt = 8192 if stack == "vllm" else 1024
     req = request(stacks=[stack], workload=PlanWorkload(prompt_tokens=prompt, output_tokens=128))
     arch, hardware = req.architecture, req.hardware[0]
@@ -199,6 +201,29 @@ def test_clients_in_step_queue_their_prompts_as_the_simulator_does(
         assert before.ttft_s < 0.5 * check.ttft_p50_s
 
 
+@pytest.mark.parametrize("path", ["engine", "none"])
+def test_budget_long_prompts_line_up_only_behind_a_request_path(path: str) -> None:
+    """vLLM, 8 clients, prompts of the whole budget: with the engine's request path the
+    clients whose requests end within its delay send together and the prompts queue in one
+    line (the median waits for about half of it); with none, each resubmitted prompt joins the
+    next step at once, the ends stagger and a prompt takes its own two full steps."""
+    req = request(workload=PlanWorkload(prompt_tokens=8192, output_tokens=128),
+                  requests_per_client=5)  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    server = point_servers(req, estimate_point(req, "vllm", deployment, 8))[1]
+    if path == "none":
+        server = Server(server.step_time, replace(server.config, request_path=RequestPath()))
+    state = aggregated_steady_state(server, mean_request(req), [8])
+    rows = simulate(workload_shapes(req, 40), server.step_time, server.config, concurrency=8)
+    after_first = np.median([r["ttft_s"] for r in rows if r["request_index"] >= 8])
+    assert state.ttft_s[0] == pytest.approx(after_first, rel=0.1)
+    full_step = server.step_time.seconds(StepWork.of([8192] * 7, [(8185, 0)]))[0]
+    lined_up = path == "engine"
+    assert (state.ttft_s[0] > 4 * full_step) == lined_up
+
+
 def test_a_prefill_instance_fed_evenly_does_not_queue() -> None:
     req = request(workload=PlanWorkload(prompt_tokens=4096, output_tokens=256))
     arch, hardware = req.architecture, req.hardware[0]
@@ -208,6 +233,49 @@ def test_a_prefill_instance_fed_evenly_does_not_queue() -> None:
     point, check = _both(req, "vllm", deployment, 8)
     assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
     assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
+
+
+@pytest.mark.parametrize(("clients", "in_step"), [(4, False), (6, True)])
+def test_xpyd_clients_stay_in_step_only_on_evenly_loaded_decode_instances(
+    clients: int, in_step: bool
+) -> None:
+    """Fixed lengths, 1P3D: the first burst's prompts end together; 6 clients put two requests
+    on every decode instance, whose steps then last alike, and the prompts come back together
+    every turn; 4 leave one instance with two, its requests end later, and the prompts come
+    back one by one (the TTFT of a prompt alone)."""
+    req = request(stacks=["tensorrt-llm"], concurrency=[1, 4, 6], requests_per_client=5,
+                  workload=PlanWorkload(prompt_tokens=1024, output_tokens=1024))  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    split = Disaggregation(prefill_workers=1, decode_workers=3, prefill_tp=1)
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1, disaggregation=split,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point = estimate_point(req, "tensorrt-llm", deployment, clients)
+    check = verify(req, point, point_servers(req, point))
+    alone = estimate_point(req, "tensorrt-llm", deployment, 1)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert (point.ttft_s > 2 * alone.ttft_s) == in_step
+
+
+def test_xpyd_clients_beyond_the_decode_slots_wait_after_their_first_token() -> None:
+    """The decode instance's KV cache holds fewer requests than there are clients: the first
+    token comes with the prompt and the KV transfer, the wait for a decode slot follows it, so
+    TTFT stays the prompt's and TPOT carries the wait, in the estimate as in the simulator."""
+    req = request(stacks=["tensorrt-llm"], concurrency=[40],
+                  workload=PlanWorkload(prompt_tokens=4096, output_tokens=256))  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    split = Disaggregation(prefill_workers=1, decode_workers=1, prefill_tp=1)
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1, disaggregation=split,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point = estimate_point(req, "tensorrt-llm", deployment, 40, memory_fraction=0.1)
+    check = verify(req, point, point_servers(req, point))
+    decode = point_servers(req, point)[1]
+    assert decode.config.kv_capacity_tokens // (4096 + 256) < 40  # clients wait for a slot
+    alone = estimate_point(req, "tensorrt-llm", deployment, 1, memory_fraction=0.1)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
+    # The wait (a share of the request's time) is in the TPOT, not in the TTFT.
+    waited = (point.tpot_s - alone.tpot_s) * 255
+    assert point.tpot_s > 1.3 * alone.tpot_s and point.ttft_s < 0.5 * waited
 
 
 # --- messages -------------------------------------------------------------------------------------
