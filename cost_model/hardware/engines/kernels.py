@@ -337,6 +337,11 @@ class MeasuredGrid:
         )
 
 
+def _grids(data: Mapping[str, Any], name: str) -> dict[str, MeasuredGrid]:
+    """The measured grids stored under ``name`` in an engine file (none: empty)."""
+    return {key: MeasuredGrid.from_json(grid) for key, grid in dict(data.get(name, {})).items()}
+
+
 @dataclass(frozen=True)
 class GpuKernels:
     """An engine's kernel fits on one GPU: GEMMs and MoE per kernel format, attention, MLA,
@@ -567,22 +572,10 @@ class GpuKernels:
                 allreduce=OpFit.from_json(data["allreduce"]),
                 alltoall=OpFit.from_json(data["alltoall"]),
                 errors=dict(data.get("errors", {})),
-                mla_decode_grids={
-                    key: MeasuredGrid.from_json(grid)
-                    for key, grid in dict(data.get("mla_decode_grids", {})).items()
-                },
-                decode_grids={
-                    key: MeasuredGrid.from_json(grid)
-                    for key, grid in dict(data.get("decode_grids", {})).items()
-                },
-                prompt_grids={
-                    key: MeasuredGrid.from_json(grid)
-                    for key, grid in dict(data.get("prompt_grids", {})).items()
-                },
-                mla_prompt_grids={
-                    key: MeasuredGrid.from_json(grid)
-                    for key, grid in dict(data.get("mla_prompt_grids", {})).items()
-                },
+                mla_decode_grids=_grids(data, "mla_decode_grids"),
+                decode_grids=_grids(data, "decode_grids"),
+                prompt_grids=_grids(data, "prompt_grids"),
+                mla_prompt_grids=_grids(data, "mla_prompt_grids"),
                 moe_curves={
                     key: MeasuredCurve.from_json(curve)
                     for key, curve in dict(data.get("moe_curves", {})).items()
