@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture, Hardware, Slo
 from idealized_runtime.cost_model.planning.request import PlanRequest, PlanResult, PlanWorkload
+from idealized_runtime.leaderboard.flagships import FLAGSHIP_MODELS
 from idealized_runtime.leaderboard.rows import BestDeployment
 
 SHIPPED_FILE = "current_models_serving.json"
@@ -301,8 +302,6 @@ def _cores() -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from idealized_runtime.leaderboard.current_models import FLAGSHIP_MODELS
-
     parser = argparse.ArgumentParser(
         prog="python -m idealized_runtime.leaderboard.best_deployments",
         description="Plan today's models on each GPU under the board's standard SLO and write "

@@ -35,6 +35,7 @@ from idealized_runtime.leaderboard.best_deployments import (
     board_cell,
     read_shipped,
 )
+from idealized_runtime.leaderboard.flagships import FLAGSHIP, FLAGSHIP_MODELS
 from idealized_runtime.leaderboard.metrics import cost_per_1000, mean_of_present
 from idealized_runtime.leaderboard.rows import (
     REQUESTS_PER_COST_UNIT,
@@ -52,23 +53,9 @@ from idealized_runtime.leaderboard.stack_comparison import (
     workload_deployment,
 )
 
-# The catalog's flagship configs (data/architectures.yaml), from their published config.json.
-FLAGSHIP_MODELS = (
-    "llama-3.3-70b",
-    "qwen3-8b",
-    "qwen3-32b",
-    "qwen3-235b-a22b",
-    "gemma-3-27b",
-    "deepseek-v3",
-    "gpt-oss-20b",
-    "gpt-oss-120b",
-    "mistral-small-24b",
-    "phi-4",
-)
 # A current datacenter GPU that holds every flagship config at its checkpoint's precision on
 # one node (DeepSeek-V3 in fp8 takes two pipeline stages of 8).
 DEFAULT_GPU = "h100-sxm"
-FLAGSHIP = "flagship"  # the name of FLAGSHIP_MODELS on the command line
 
 
 @dataclass(frozen=True)
