@@ -337,6 +337,10 @@ class MeasuredGrid:
         )
 
 
+# GpuKernels' measured grids, in the order an engine file stores them.
+GRID_FIELDS = ("mla_decode_grids", "decode_grids", "prompt_grids", "mla_prompt_grids")
+
+
 def _grids(data: Mapping[str, Any], name: str) -> dict[str, MeasuredGrid]:
     """The measured grids stored under ``name`` in an engine file (none: empty)."""
     return {key: MeasuredGrid.from_json(grid) for key, grid in dict(data.get(name, {})).items()}
@@ -533,19 +537,9 @@ class GpuKernels:
             data["mla_decode"] = self.mla_decode.to_json()
         if self.elementwise is not None:
             data["elementwise"] = self.elementwise.to_json()
-        if self.mla_decode_grids:
-            data["mla_decode_grids"] = {
-                key: grid.to_json() for key, grid in sorted(self.mla_decode_grids.items())
-            }
-        if self.decode_grids:
-            data["decode_grids"] = {
-                key: grid.to_json() for key, grid in sorted(self.decode_grids.items())
-            }
-        for name in ("prompt_grids", "mla_prompt_grids"):
-            if getattr(self, name):
-                data[name] = {
-                    key: grid.to_json() for key, grid in sorted(getattr(self, name).items())
-                }
+        for name in GRID_FIELDS:
+            if grids := getattr(self, name):
+                data[name] = {key: grid.to_json() for key, grid in sorted(grids.items())}
         if self.moe_curves:
             data["moe_curves"] = {
                 key: curve.to_json() for key, curve in sorted(self.moe_curves.items())
@@ -572,10 +566,7 @@ class GpuKernels:
                 allreduce=OpFit.from_json(data["allreduce"]),
                 alltoall=OpFit.from_json(data["alltoall"]),
                 errors=dict(data.get("errors", {})),
-                mla_decode_grids=_grids(data, "mla_decode_grids"),
-                decode_grids=_grids(data, "decode_grids"),
-                prompt_grids=_grids(data, "prompt_grids"),
-                mla_prompt_grids=_grids(data, "mla_prompt_grids"),
+                **{name: _grids(data, name) for name in GRID_FIELDS},
                 moe_curves={
                     key: MeasuredCurve.from_json(curve)
                     for key, curve in dict(data.get("moe_curves", {})).items()
