@@ -196,6 +196,12 @@ class ServerConfig:
                 f"{', '.join(UNCHUNKED_LIMITS)}"
             )
 
+    def to_scheduler_s(self, prompt_tokens: ArrayLike) -> np.ndarray:
+        """Seconds from sending a request of ``prompt_tokens`` tokens until the scheduler's
+        queue holds it: the residual overhead, then the request path's front end and
+        tokenizer."""
+        return self.request_overhead_s + self.request_path.to_scheduler_s(prompt_tokens)
+
     @property
     def budget_flag(self) -> str:
         """The option that sets the token budget, with the engine's name for it."""
@@ -331,10 +337,7 @@ def simulate(
     # Heap of (when the scheduler's queue holds it, request index, arrival time).
     arrivals: list[tuple[float, int, float]] = []
     path = config.request_path
-    delays = (
-        config.request_overhead_s
-        + path.to_scheduler_s([s.num_prompt_tokens for s in shapes])
-    ).tolist()  # fmt: skip
+    delays = config.to_scheduler_s([s.num_prompt_tokens for s in shapes]).tolist()
     delivery = path.delivery_s
     ahead = path.schedule_ahead_steps
     next_closed = 0

@@ -295,7 +295,7 @@ def aggregated_steady_state(
     # step boundary when the request comes mid-step, plus the steps the scheduler plans ahead)
     # and the first token's delivery (each token's: the client resends after the last).
     path = config.request_path
-    before = config.request_overhead_s + float(path.to_scheduler_s(request.prompt_tokens))
+    before = float(config.to_scheduler_s(request.prompt_tokens))
     waits = path.boundary_wait_steps(mid_step=before > 0)
 
     def outside(step: np.ndarray, lifetime: np.ndarray) -> np.ndarray:
@@ -387,10 +387,8 @@ def _clustered_line(
     if config.prefill_first or not config.chunked_prefill:
         # Whole prompts behind a scheduler a step ahead (TensorRT-LLM) are left to ``steady``.
         return steady
-    path = config.request_path
     new, budget = request.new_tokens, table.budget
-    gap = config.request_overhead_s + float(path.to_scheduler_s(request.prompt_tokens))
-    gap += path.delivery_s
+    gap = float(config.to_scheduler_s(request.prompt_tokens)) + config.request_path.delivery_s
     ttft0, tpot0, x0 = (np.array(v, dtype=np.float64) for v in steady)
     for i, n in enumerate(slots.astype(int)):
         if n < 2:
@@ -554,8 +552,7 @@ def disaggregated_steady_state(
     # The prefill instance receives the request (front end, tokenization, any fitted
     # overhead); the decode instance streams the tokens.
     overhead = (
-        prefill.config.request_overhead_s
-        + float(prefill.config.request_path.to_scheduler_s(request.prompt_tokens))
+        float(prefill.config.to_scheduler_s(request.prompt_tokens))
         + decode.config.request_path.delivery_s
     )
 
