@@ -150,8 +150,9 @@ def simulated_requests(request: PlanRequest) -> int:
     """The most requests a plan's verification may simulate (``search.verify``)."""
     if not request.verify:
         return 0
-    top = max(request.concurrency)
-    return max(min(request.requests_per_client * top, request.max_verify_requests), top)
+    from idealized_runtime.cost_model.planning.search import verification_requests
+
+    return verification_requests(request, max(request.concurrency))
 
 
 def check_plan_work(

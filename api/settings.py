@@ -26,10 +26,10 @@ DEFAULT_MAX_STRING_BYTES = 1 << 20
 DEFAULT_MAX_CONCURRENT_COMPUTATIONS = 2
 DEFAULT_COMPUTE_RETRY_AFTER_S = 5
 # A plan evaluates each deployment at each concurrency level: a Llama-3.1-70B plan on two GPUs
-# with the defaults is 15,000 evaluations. Its verification simulates at most 2048 requests
-# with the defaults.
+# with the defaults is 15,000 evaluations. Its verification simulates at most 6,144 requests
+# with the defaults (three per client at 2,048 clients: fewer show only the start-up burst).
 DEFAULT_MAX_PLAN_EVALUATIONS = 20_000
-DEFAULT_MAX_SIMULATED_REQUESTS = 4_096
+DEFAULT_MAX_SIMULATED_REQUESTS = 8_192
 DEFAULT_MAX_CACHE_ENTRIES = 1024
 
 

@@ -54,8 +54,8 @@ class PlanSettings(_Value):
     token budgets per step (``token_budgets``; default: ``space.TOKEN_BUDGETS``, pruned per
     engine); ``rate``: requests/s to size the fleet for. ``verify``: simulate the best
     configuration request by request (``requests_per_client`` requests per client, at most
-    ``max_verify_requests``); when its simulation misses the SLO, the next best, up to
-    ``verify_candidates`` in all."""
+    ``max_verify_requests`` but at least three per client: ``search.verification_requests``);
+    when its simulation misses the SLO, the next best, up to ``verify_candidates`` in all."""
 
     stacks: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
     workload: PlanWorkload

@@ -22,6 +22,7 @@ from idealized_runtime.cost_model.planning.search import (
     plan,
     point_servers,
     steady_output_tokens_per_s,
+    verification_requests,
     verify,
     workload_shapes,
 )
@@ -162,6 +163,39 @@ def test_the_verified_best_meets_the_slo_in_its_simulation() -> None:
     result = plan(request())
     assert result.best is not None and result.verified >= 1
     assert result.verification is not None and result.verification.meets_slo
+
+
+def test_a_verification_runs_three_rounds_whatever_the_request_cap() -> None:
+    capped = request(requests_per_client=5, max_verify_requests=100)
+    assert verification_requests(capped, 64) == 3 * 64  # the cap gives way to three rounds
+    assert verification_requests(capped, 8) == 40  # five rounds fit the cap
+    assert verification_requests(request(requests_per_client=5), 64) == 320
+    assert verification_requests(request(requests_per_client=1), 64) == 64  # as asked
+
+
+@pytest.mark.parametrize("clients", [64, 128])
+def test_a_verification_beyond_the_request_cap_judges_the_steady_state(clients: int) -> None:
+    """1P1D at as many clients as the cap allows requests: one round is only the start-up
+    burst (every prompt at once on one prefill instance: TTFT 8-15x the steady state's); from
+    the third round the simulation agrees with the estimate."""
+    req = request(stacks=["tensorrt-llm"], concurrency=[clients], requests_per_client=5,
+                  max_verify_requests=clients,
+                  workload=PlanWorkload(prompt_tokens=2048, output_tokens=256))  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    split = Disaggregation(prefill_workers=1, decode_workers=1, prefill_tp=1)
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1, disaggregation=split,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point = estimate_point(req, "tensorrt-llm", deployment, clients)
+    check = verify(req, point, point_servers(req, point))
+    assert check.requests == 3 * clients
+    assert check.ttft_p50_s == pytest.approx(point.ttft_s, rel=0.1)
+    assert check.tpot_p50_s == pytest.approx(point.tpot_s, rel=0.1)
+    assert check.output_tokens_per_s_per_gpu == pytest.approx(
+        point.output_tokens_per_s_per_gpu, rel=0.05
+    )
+    burst_only = req.model_copy(update={"requests_per_client": 1})
+    burst = verify(burst_only, point, point_servers(burst_only, point))
+    assert burst.requests == clients and burst.ttft_p50_s > 5 * point.ttft_s
 
 
 # --- the estimator against the simulator, clients in step ---------------------------------------
