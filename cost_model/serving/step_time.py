@@ -58,8 +58,16 @@ class StepWork:
     def of(cls, decode_contexts: Sequence[int], chunks: Sequence[tuple[int, int]]) -> StepWork:
         """One step: a decode token per entry of ``decode_contexts`` (tokens cached), plus
         prompt chunks of (new tokens, tokens cached)."""
-        decode = float(len(decode_contexts))
-        context = float(sum(decode_contexts))
+        return cls.of_totals(len(decode_contexts), sum(decode_contexts), chunks)
+
+    @classmethod
+    def of_totals(
+        cls, decoding: int, decode_context: int, chunks: Sequence[tuple[int, int]]
+    ) -> StepWork:
+        """``of`` for ``decoding`` decode tokens whose sequences hold ``decode_context``
+        tokens cached in all."""
+        decode = float(decoding)
+        context = float(decode_context)
         tokens, attended, chunk_context = decode, context + decode, 0.0
         for n, cached in chunks:
             tokens += n
