@@ -590,6 +590,8 @@ class _Batch:
         return done
 
     def in_order(self) -> list[_Request]:
+        """The running requests in the order they were admitted (what SGLang's admission
+        and the choice of a request to evict read one by one)."""
         return list(self.running.values())
 
 
