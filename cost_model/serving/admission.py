@@ -85,7 +85,11 @@ class KvCache:
         return self.capacity is not None and self.admission != "reserve"
 
     def free(self, running: Sequence[CachedRequest]) -> int:
-        return (self.capacity or 0) - sum(r.held for r in running)
+        return self.free_beside(sum(r.held for r in running))
+
+    def free_beside(self, held: int) -> int:
+        """The cache left beside ``held`` tokens in use."""
+        return (self.capacity or 0) - held
 
     def admits(
         self,
@@ -95,15 +99,19 @@ class KvCache:
         step_need: int,
         chunk: int,
         free: int | None = None,
+        running_need: int | None = None,
     ) -> bool:
         """Whether ``request`` comes in now, beside ``running`` (``admitted`` of them came in
         at this scheduling point); ``step_need``: cache the running requests take in this
         step; ``chunk``: prompt tokens the request would read in it; ``free``: the cache the
-        running requests leave (computed when not given)."""
+        running requests leave, ``running_need``: their prompt + output tokens (each computed
+        when not given; with both given, only SGLang's rules read ``running``)."""
         if self.capacity is None:
             return True
         if self.admission == "reserve":
-            return sum(r.need for r in running) + request.need <= self.capacity
+            if running_need is None:
+                running_need = sum(r.need for r in running)
+            return running_need + request.need <= self.capacity
         free = self.free(running) if free is None else free
         if self.admission == "allocated":
             return free - step_need >= chunk
@@ -152,12 +160,15 @@ class KvCache:
     def idle(self) -> None:
         self.ratio = SGLANG_INIT_RATIO
 
-    def decode_steps_that_fit(self, running: Sequence[CachedRequest], per_step: int) -> int:
+    def decode_steps_that_fit(
+        self, running: Sequence[CachedRequest], per_step: int, free: int | None = None
+    ) -> int:
         """Decode-only steps the cache holds before a step would find it full (``per_step``
-        new tokens each step); unbounded (a large number) for ``reserve``."""
+        new tokens each step; ``free``: the cache ``running`` leaves, computed when not
+        given); unbounded (a large number) for ``reserve``."""
         if not self.evicts or per_step <= 0:
             return 1 << 40
-        return max(0, self.free(running) // per_step)
+        return max(0, (self.free(running) if free is None else free) // per_step)
 
 
 def _forecast_fits(request: CachedRequest, running: Sequence[CachedRequest], free: int) -> bool:

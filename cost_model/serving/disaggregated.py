@@ -31,7 +31,7 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Deployment
 from idealized_runtime.cost_model.hardware.counts import kv_bytes_per_token_layer
 from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
-from idealized_runtime.cost_model.serving.step_time import StepTime
+from idealized_runtime.cost_model.serving.step_time import RememberedStepTime, StepTime
 from idealized_runtime.cost_model.serving.workload import RequestShape
 
 GB = 1e9
@@ -115,6 +115,9 @@ def simulate_closed_loop(
     """The closed loop of ``simulate_disaggregated``, with how many passes it took."""
     if concurrency < 1:
         raise InputError(f"--concurrency must be >= 1, got {concurrency}")
+    # Each pass repeats most of the last one's steps: their times are computed once.
+    prefill = Server(RememberedStepTime(prefill.step_time), prefill.config)
+    decode = Server(RememberedStepTime(decode.step_time), decode.config)
     count = len(shapes)
     arrivals = np.zeros(count)
     rows: list[dict[str, Any]] = []
@@ -227,6 +230,6 @@ def _user_row(
     end = ready if decoded is None else decoded["finished_at_s"]
     arrival, ready, end = first["started_at_s"], ready + delivery, end + delivery
     row.update(num_output_tokens=shape.num_output_tokens, ttft_s=ready - arrival,
-               runtime_s=end - arrival, inter_token_latencies_s=[float(g) for g in gaps],
+               runtime_s=end - arrival, inter_token_latencies_s=gaps,
                finished_at_s=end)  # fmt: skip
     return row

@@ -35,7 +35,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,7 +76,7 @@ def kv_capacity_tokens(
 # --- the simulation -----------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)
 class _Request:
     index: int
     shape: RequestShape
@@ -86,6 +86,13 @@ class _Request:
     decode_steps: int = 0  # decode steps taken (speculative decoding yields more tokens each)
     recompute: int = 0  # generated tokens read again as prompt after losing the KV cache
     rank: int = 0  # the attention-DP rank serving it
+    # Its place in the running batch's order (``_Batch``: the order it was admitted in).
+    seq: int = -1
+    # While it decodes one token per step, its tokens since ``since`` are the batch's step
+    # ends from that index on (``_Batch.ticks``), copied into ``token_times`` only when it
+    # leaves the batch (``settle``): a step then costs nothing per running request.
+    ticks: list[float] | None = None
+    since: int = 0
 
     def __post_init__(self) -> None:
         # Plain ints: admission reads them for every running request at every step.
@@ -103,21 +110,34 @@ class _Request:
 
     @property
     def outputs(self) -> int:
-        return len(self.token_times)
+        if self.ticks is None:
+            return len(self.token_times)
+        return min(len(self.token_times) + len(self.ticks) - self.since, self.output)
 
     @property
     def output_left(self) -> int:
-        return self.output - len(self.token_times)
+        return self.output - self.outputs
 
     @property
     def held(self) -> int:
         """Tokens in the KV cache (the newest token's entry counted: the next step writes it)."""
         if self.prefilled == self.prompt + self.recompute:
-            return self.prompt + len(self.token_times)
+            return self.prompt + self.outputs
         return self.prefilled
+
+    def settle(self) -> None:
+        """Copy the steps decoded since ``since`` into ``token_times``."""
+        if self.ticks is None:
+            return
+        times = self.ticks[self.since :]
+        self.token_times.extend(times[: self.output - len(self.token_times)])
+        self.decode_steps += len(times)
+        self.since = len(self.ticks)
 
     def evict(self) -> None:
         """The KV cache is freed: prompt and generated tokens are read again (recompute)."""
+        self.settle()
+        self.ticks = None
         self.prefilled, self.recompute = 0, len(self.token_times)
 
 
@@ -226,7 +246,7 @@ class ServerConfig:
         counts = np.floor((steps_done[:, None] + np.arange(steps + 1)[None, :]) * rate + 1e-9)
         return np.diff(counts, axis=1).astype(np.int64)
 
-    def chunks(self, num_decoding: int, prompt_left: list[int], budget: int = 0) -> list[int]:
+    def chunks(self, num_decoding: int, prompt_left: Iterable[int], budget: int = 0) -> list[int]:
         """Prompt tokens each waiting prompt reads in this step (the engine's rule), beside
         ``num_decoding`` decoding sequences, within ``budget`` tokens (default: the token
         budget). Chunked: Dynamic SplitFuse (``prompt_chunks``). Whole prompts, first come
@@ -353,7 +373,7 @@ def simulate(
             next_closed += 1
 
     waiting: deque[_Request] = deque()
-    running: list[_Request] = []
+    batch = _Batch(config)
     cache = KvCache(capacity, config.admission)
     per_token = ceil_tokens(config.tokens_per_step)  # cache slots a decoding sequence takes
     since_receive = config.recv_interval  # decode steps since the scheduler took requests in
@@ -373,8 +393,8 @@ def simulate(
             heapq.heappush(arrivals, (sent + delays[next_closed], next_closed, sent))
             next_closed += 1
 
-    while arrivals or waiting or running:
-        if not running or since_receive >= config.recv_interval:
+    while arrivals or waiting or batch.running:
+        if not batch.running or since_receive >= config.recv_interval:
             since_receive = 0
             while arrivals and arrivals[0][0] <= seen_until:
                 _, index, arrival = heapq.heappop(arrivals)
@@ -384,8 +404,8 @@ def simulate(
                     finish(request, False, error)
                     continue
                 waiting.append(request)
-        _admit(waiting, running, cache, config, per_token)
-        if waiting and not running:
+        _admit(waiting, batch, cache, config, per_token)
+        if waiting and not batch.running:
             # Refused by an idle server: the engine's rule never lets this request in
             # (e.g. SGLang's estimate wants a spare token per request beyond its length).
             request = waiting.popleft()
@@ -396,7 +416,7 @@ def simulate(
                 f"with its output, the {config.admission} rule's idle cache holds {capacity}",
             )
             continue
-        if not running:
+        if not batch.running:
             cache.idle()
             since_receive = config.recv_interval
             if not arrivals:
@@ -405,36 +425,38 @@ def simulate(
             seen_until = now  # an idle engine takes a request in as it arrives
             continue
 
-        decoding, chunks = _step_plan(running, config)
+        decoders, chunks = _step_plan(batch, config)
         if cache.evicts:
-            decoding, chunks = _make_room(decoding, chunks, running, waiting, cache, config)
+            decoders, chunks = _make_room(decoders, chunks, batch, waiting, cache, config)
         held_back = 0  # decode-only steps the attention-DP balance holds the prompts back for
         if config.balance_timeout_steps and chunks:
-            held_back = _balance(decoding, chunks, config, balance_count)
+            busy = batch.decoding_per_rank if decoders else [0] * config.dp_ranks
+            held_back = _balance(busy, chunks, config, balance_count)
             if held_back:
                 chunks = []
             else:
                 balance_count = 0
-        contexts = [r.shape.num_prompt_tokens + len(r.token_times) - 1 for r in decoding]
+        context = batch.context if decoders else 0  # cached tokens of the decoding sequences
         if chunks:
-            work = StepWork.of(contexts, [(n, r.prefilled) for r, n in chunks])
+            work = StepWork.of_totals(decoders, context, [(n, r.prefilled) for r, n in chunks])
             started, now = now, now + float(step_time.seconds(work)[0])
             seen_until = started if ahead else now
-            _decode(decoding, config, np.array([now]))
+            if decoders:
+                batch.decode(np.array([now]))
             for request, n in chunks:
-                request.prefilled += n
-                if request.decoding:
-                    request.token_times.append(now)
+                batch.prefill(request, n, now)
             since_receive = config.recv_interval  # after prompts, SGLang takes requests in
         else:
-            limit = cache.decode_steps_that_fit(running, len(decoding) * per_token)
+            free = cache.free_beside(batch.held)
+            limit = cache.decode_steps_that_fit((), decoders * per_token, free=free)
             if waiting and cache.admission == "ratio":
                 limit = min(limit, _RATIO_RECHECK_STEPS)  # the decaying ratio may admit one
             if held_back:
                 limit = min(limit, held_back)
             started, now, steps = _decode_until_change(
-                decoding, contexts, config, step_time, now, arrivals, max(limit, 1), since_receive
-            )
+                batch, decoders, context, config, step_time, now, arrivals, max(limit, 1),
+                since_receive,
+            )  # fmt: skip
             seen_until = started if ahead else now
             # The scheduler polled for requests every recv_interval steps: what is left.
             total, interval = since_receive + steps, config.recv_interval
@@ -445,8 +467,8 @@ def simulate(
                 balance_count += steps
                 if not held_back:
                     balance_count %= config.balance_timeout_steps
-        for request in [r for r in running if len(r.token_times) == r.shape.num_output_tokens]:
-            running.remove(request)
+        for request in batch.finished():
+            batch.remove(request)
             finish(request, True)
     return [row for row in rows if row is not None]
 
@@ -456,25 +478,130 @@ def simulate(
 _RATIO_RECHECK_STEPS = 8
 
 
-def _per_rank(requests: list[_Request], ranks: int) -> list[int]:
-    """How many of ``requests`` each attention-DP rank holds."""
-    counts = [0] * ranks
-    for request in requests:
-        counts[request.rank] += 1
-    return counts
+class _Batch:
+    """The running requests, in the order they were admitted, with the totals the scheduler
+    reads at every step kept up to date as requests come, go, read prompt chunks and decode
+    (a step costs nothing per running request when each decodes one token per step: their
+    tokens stay in the shared list of step ends, ``ticks``, until they leave)."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.running: dict[int, _Request] = {}  # by admission order (``_Request.seq``)
+        self.prefilling: dict[int, _Request] = {}
+        self.decoding: dict[int, _Request] = {}
+        self.admitted = 0  # requests admitted so far: the next one's ``seq``
+        self.pending = 0  # prompt tokens the prefilling requests have still to read
+        self.held = 0  # tokens in the KV cache
+        self.need = 0  # prompt + output tokens of the running requests
+        self.context = 0  # tokens cached for the decoding requests (their attention context)
+        self.per_rank = [0] * config.dp_ranks  # running requests per attention-DP rank
+        self.decoding_per_rank = [0] * config.dp_ranks
+        # One token per decode step: every decoding request decodes in every step that has
+        # decoding at all, so their token times are the ends of those steps.
+        self.lazy = config.tokens_per_step == 1.0
+        self.ticks: list[float] = []
+        # (steps in ``ticks`` when it has all its tokens, seq) of each decoding request (lazy);
+        # entries of requests that left are skipped when met.
+        self.ends: list[tuple[int, int]] = []
+
+    def add(self, request: _Request) -> None:
+        request.seq = self.admitted
+        self.admitted += 1
+        self.running[request.seq] = request
+        self.per_rank[request.rank] += 1
+        self.need += request.need
+        self.held += request.held
+        if request.decoding:
+            self._start_decoding(request)
+        else:
+            self.prefilling[request.seq] = request
+            self.pending += request.to_prefill
+
+    def _start_decoding(self, request: _Request) -> None:
+        self.decoding[request.seq] = request
+        self.decoding_per_rank[request.rank] += 1
+        self.context += request.prompt + len(request.token_times) - 1
+        if self.lazy:
+            request.ticks, request.since = self.ticks, len(self.ticks)
+            end = len(self.ticks) + request.output - len(request.token_times)
+            heapq.heappush(self.ends, (end, request.seq))
+
+    def remove(self, request: _Request) -> None:
+        """``request`` leaves the batch (ended, or evicted): its token times settled."""
+        request.settle()
+        del self.running[request.seq]
+        self.per_rank[request.rank] -= 1
+        self.need -= request.need
+        self.held -= request.held
+        if self.decoding.pop(request.seq, None) is not None:
+            self.decoding_per_rank[request.rank] -= 1
+            self.context -= request.prompt + len(request.token_times) - 1
+        else:
+            del self.prefilling[request.seq]
+            self.pending -= request.to_prefill
+        request.ticks = None
+
+    def prefill(self, request: _Request, tokens: int, now: float) -> None:
+        """``request`` reads ``tokens`` prompt tokens in the step ending at ``now``; the last
+        chunk yields its first token (or, recomputing, its next)."""
+        before = request.held
+        request.prefilled += tokens
+        self.pending -= tokens
+        if request.decoding:
+            request.token_times.append(now)
+            del self.prefilling[request.seq]
+            self._start_decoding(request)
+        self.held += request.held - before
+
+    def decode(self, ends: np.ndarray) -> None:
+        """Every decoding request decodes in the steps ending at ``ends`` (none ends before
+        the last: a stretch of steps stops where the first does)."""
+        if self.lazy:
+            self.ticks.extend(ends.tolist())
+            gained = len(self.decoding) * len(ends)
+        else:
+            gained = _decode(list(self.decoding.values()), self.config, ends)
+        self.held += gained
+        self.context += gained
+
+    def steps_to_first_end(self) -> int:
+        """Decode steps until the first decoding request has its last token: at least that
+        of the fewest tokens left (speculative decoding: the first to end may need a step
+        more)."""
+        if self.lazy:
+            while self.ends[0][1] not in self.decoding:
+                heapq.heappop(self.ends)
+            return max(1, self.ends[0][0] - len(self.ticks))
+        left = np.array([r.output - len(r.token_times) for r in self.decoding.values()])
+        return max(1, int(np.min(np.ceil(left / self.config.tokens_per_step))))
+
+    def finished(self) -> list[_Request]:
+        """The decoding requests that have all their tokens, in the batch's order."""
+        if not self.lazy:
+            done = [r for r in self.decoding.values() if len(r.token_times) == r.output]
+            return sorted(done, key=lambda r: r.seq)
+        done, steps = [], len(self.ticks)
+        while self.ends and self.ends[0][0] <= steps:
+            _, seq = heapq.heappop(self.ends)
+            request = self.decoding.get(seq)
+            if request is not None:
+                done.append(request)
+        done.sort(key=lambda r: r.seq)
+        return done
+
+    def in_order(self) -> list[_Request]:
+        """The running requests in the order they were admitted (what SGLang's admission
+        and the choice of a request to evict read one by one)."""
+        return list(self.running.values())
 
 
-def _balance(
-    decoding: list[_Request],
-    chunks: list[tuple[_Request, int]],
-    config: ServerConfig,
-    count: int,
-) -> int:
-    """TensorRT-LLM's attention-DP balance on a step with prompts planned: 0 when they run
-    (every rank has a prompt and a free slot, some rank decodes nothing, or the counter, at
-    ``count``, reaches the timeout on this step), else the decode-only steps they wait."""
+def _balance(busy: list[int], chunks: list[tuple[_Request, int]], config: ServerConfig,
+             count: int) -> int:  # fmt: skip
+    """TensorRT-LLM's attention-DP balance on a step with prompts planned, ``busy``: the
+    sequences each rank decodes in it: 0 when they run (every rank has a prompt and a free
+    slot, some rank decodes nothing, or the counter, at ``count``, reaches the timeout on this
+    step), else the decode-only steps they wait."""
     ranks = config.dp_ranks
-    busy = _per_rank(decoding, ranks)
     with_prompts = {request.rank for request, _ in chunks}
     ready = len(with_prompts) == ranks and max(busy) < config.rank_slots
     if ready or min(busy) == 0 or count + 1 >= config.balance_timeout_steps:
@@ -484,7 +611,7 @@ def _balance(
 
 def _admit(
     waiting: deque[_Request],
-    running: list[_Request],
+    batch: _Batch,
     cache: KvCache,
     config: ServerConfig,
     per_token: int,
@@ -495,11 +622,13 @@ def _admit(
     one has a free slot. Under the engines' rules (all but ``reserve``) a request comes in only
     in a step that has token budget left for its prompt."""
     admitted: list[_Request] = []
-    decoding = sum(1 for r in running if r.decoding)
-    pending = sum(r.to_prefill for r in running if not r.decoding)
-    free = cache.free(running)
-    held = _per_rank(running, config.dp_ranks)
-    while waiting and len(running) < config.max_batch:
+    decoding = len(batch.decoding)
+    pending = batch.pending
+    free = cache.free_beside(batch.held)
+    held = batch.per_rank  # counts the ones admitted here too (``_Batch.add``)
+    # SGLang's rules read every running request; the others the batch's totals.
+    each = cache.capacity is not None and cache.admission in ("ratio", "forecast")
+    while waiting and len(batch.running) < config.max_batch:
         head = waiting[0]
         rank = held.index(min(held))
         if held[rank] >= config.rank_slots:
@@ -510,86 +639,94 @@ def _admit(
             break
         step_need = decoding * per_token + min(pending, config.token_budget)
         chunk = min(head.to_prefill, budget)
-        if not cache.admits(head, running, admitted, step_need, chunk, free):
+        running = batch.in_order() if each else ()
+        if not cache.admits(head, running, admitted, step_need, chunk, free, batch.need):
             break  # FCFS: the head of the queue waits for memory
         head.rank = rank
-        running.append(waiting.popleft())
+        batch.add(waiting.popleft())
         admitted.append(head)
-        held[rank] += 1
         pending += head.to_prefill
 
 
-def _step_plan(
-    running: list[_Request], config: ServerConfig
-) -> tuple[list[_Request], list[tuple[_Request, int]]]:
-    """The next step's decoding requests and prompt chunks (the engine's rule; under attention
-    DP each rank's prompts within the rank's share of the budget)."""
-    decoding = [r for r in running if r.decoding]
-    prefilling = [r for r in running if not r.decoding]
-    if config.prefill_first and prefilling:
-        decoding = []  # the engine runs the waiting prompts in a step of their own
+def _step_plan(batch: _Batch, config: ServerConfig) -> tuple[int, list[tuple[_Request, int]]]:
+    """The next step's decoding sequences (all the batch's, or none) and prompt chunks (the
+    engine's rule; under attention DP each rank's prompts within the rank's share of the
+    budget)."""
+    prefilling = batch.prefilling
+    # A prefill-first engine runs the waiting prompts in a step of their own.
+    decoders = 0 if config.prefill_first and prefilling else len(batch.decoding)
+    if not prefilling:
+        return decoders, []
     if config.dp_ranks == 1:
-        sizes = config.chunks(len(decoding), [r.to_prefill for r in prefilling])
-        return decoding, list(zip(prefilling, sizes, strict=False))
+        left = (r.prompt + r.recompute - r.prefilled for r in prefilling.values())
+        sizes = config.chunks(decoders, left)
+        return decoders, list(zip(prefilling.values(), sizes, strict=False))
+    by_rank: list[list[_Request]] = [[] for _ in range(config.dp_ranks)]
+    for request in prefilling.values():
+        by_rank[request.rank].append(request)
+    busy = batch.decoding_per_rank if decoders else [0] * config.dp_ranks
     chunks: list[tuple[_Request, int]] = []
-    for rank in range(config.dp_ranks):
-        mine = [r for r in prefilling if r.rank == rank]
+    for rank, mine in enumerate(by_rank):
         if mine:
-            busy = sum(1 for r in decoding if r.rank == rank)
-            sizes = config.chunks(busy, [r.to_prefill for r in mine], config.rank_budget)
+            left = (r.to_prefill for r in mine)
+            sizes = config.chunks(busy[rank], left, config.rank_budget)
             chunks.extend(zip(mine, sizes, strict=False))
-    return decoding, chunks
+    return decoders, chunks
 
 
 def _make_room(
-    decoding: list[_Request],
+    decoders: int,
     chunks: list[tuple[_Request, int]],
-    running: list[_Request],
+    batch: _Batch,
     waiting: deque[_Request],
     cache: KvCache,
     config: ServerConfig,
-) -> tuple[list[_Request], list[tuple[_Request, int]]]:
+) -> tuple[int, list[tuple[_Request, int]]]:
     """When the step's tokens do not fit the cache, running requests give theirs back (the
     engine's victim, requeued to recompute) until they do; the step is planned again."""
     per_token = ceil_tokens(config.tokens_per_step)
-    if cache.free(running) >= len(decoding) * per_token + sum(n for _, n in chunks):
-        return decoding, chunks
-    while len(running) > 1:
-        need = len(decoding) * per_token + sum(n for _, n in chunks)
-        if cache.free(running) >= cache.room_wanted(len(decoding), need):
+    if cache.free_beside(batch.held) >= decoders * per_token + sum(n for _, n in chunks):
+        return decoders, chunks
+    while len(batch.running) > 1:
+        need = decoders * per_token + sum(n for _, n in chunks)
+        if cache.free_beside(batch.held) >= cache.room_wanted(decoders, need):
             break
-        victim = cache.victim(running)
-        running.remove(victim)
+        victim = cache.victim(batch.in_order())
+        batch.remove(victim)
         victim.evict()
         if cache.requeue_first:
             waiting.appendleft(victim)
         else:
             waiting.append(victim)
-        decoding, chunks = _step_plan(running, config)
-    cache.after_eviction(running)
-    return decoding, chunks
+        decoders, chunks = _step_plan(batch, config)
+    cache.after_eviction(batch.in_order())
+    return decoders, chunks
 
 
-def _decode(decoding: list[_Request], config: ServerConfig, ends: np.ndarray) -> None:
-    """Give each decoding request its tokens of the steps ending at ``ends``."""
+def _decode(decoding: list[_Request], config: ServerConfig, ends: np.ndarray) -> int:
+    """Give each decoding request its tokens of the steps ending at ``ends``; the tokens
+    given."""
     if not decoding:
-        return
+        return 0
+    before = sum(len(r.token_times) for r in decoding)
     if config.tokens_per_step == 1.0:  # one token per step: the step ends themselves
         times = ends.tolist()
         for request in decoding:
             request.token_times.extend(times[: request.output_left])
             request.decode_steps += len(times)
-        return
-    done = np.array([r.decode_steps for r in decoding], dtype=np.float64)
-    emitted = config.emitted(done, len(ends))
-    for request, counts in zip(decoding, emitted, strict=True):
-        request.token_times.extend(np.repeat(ends, counts)[: request.output_left].tolist())
-        request.decode_steps += len(ends)
+    else:
+        done = np.array([r.decode_steps for r in decoding], dtype=np.float64)
+        emitted = config.emitted(done, len(ends))
+        for request, counts in zip(decoding, emitted, strict=True):
+            request.token_times.extend(np.repeat(ends, counts)[: request.output_left].tolist())
+            request.decode_steps += len(ends)
+    return sum(len(r.token_times) for r in decoding) - before
 
 
 def _decode_until_change(
-    decoding: list[_Request],
-    contexts: list[int],
+    batch: _Batch,
+    decoders: int,
+    context: int,
     config: ServerConfig,
     step_time: StepTime,
     now: float,
@@ -597,22 +734,21 @@ def _decode_until_change(
     limit: int,
     since_receive: int,
 ) -> tuple[float, float, int]:
-    """Decode-only steps: nothing changes the batch until a request ends, one arrives (and the
-    scheduler, which polls for requests every ``recv_interval`` steps, ``since_receive`` of
-    them gone, sees it: at the end of the step it arrived in, or with a scheduler a step ahead,
-    of the first step that started after it arrived) or the KV cache fills (``limit`` steps),
-    so the steps up to then are computed at once (contexts grow by the tokens each step
-    yields). Returns the last step's start, its end and the steps taken."""
-    left = np.array([r.shape.num_output_tokens - len(r.token_times) for r in decoding])
+    """Decode-only steps of the ``decoders`` sequences, ``context`` tokens cached for them:
+    nothing changes the batch until a request ends, one arrives (and the scheduler, which
+    polls for requests every ``recv_interval`` steps, ``since_receive`` of them gone, sees it:
+    at the end of the step it arrived in, or with a scheduler a step ahead, of the first step
+    that started after it arrived) or the KV cache fills (``limit`` steps), so the steps up to
+    then are computed at once (contexts grow by the tokens each step yields). Returns the last
+    step's start, its end and the steps taken."""
     rate = config.tokens_per_step
-    steps = max(1, int(np.min(np.ceil(left / rate))))  # the first to end may need a step more
-    steps = min(steps, limit)
+    steps = min(batch.steps_to_first_end(), limit)
     index = np.arange(steps, dtype=np.float64)
-    size = float(len(decoding))
-    context = float(sum(contexts)) + size * rate * index
+    size = float(decoders)
+    context_s = float(context) + size * rate * index
     work = StepWork(
-        np.full(steps, size), context + size, np.full(steps, size), context,
-        np.full(steps, size), context + size,
+        np.full(steps, size), context_s + size, np.full(steps, size), context_s,
+        np.full(steps, size), context_s + size,
     )  # fmt: skip
     ends = now + np.cumsum(step_time.seconds(work))
     if arrivals:  # stop at the first poll after the step that can take the next one in
@@ -625,7 +761,7 @@ def _decode_until_change(
         first_poll = max(interval - since_receive, 1)
         polls = -(-max(arrives - first_poll, 0) // interval)
         steps = min(steps, first_poll + polls * interval)
-    _decode(decoding, config, ends[:steps])
+    batch.decode(ends[:steps])
     started = float(ends[steps - 2]) if steps > 1 else now
     return started, float(ends[steps - 1]), steps
 
@@ -642,7 +778,9 @@ def _row(
 ) -> dict[str, Any]:
     """The request's row; each token read by the client ``delivery`` seconds after its step."""
     shape = request.shape
-    times = [t + delivery for t in request.token_times] if delivery else request.token_times
+    times = request.token_times
+    if ok and delivery:
+        times = (np.asarray(times) + delivery).tolist()
     row: dict[str, Any] = {
         "model": model,
         "load": load,

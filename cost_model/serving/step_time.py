@@ -58,8 +58,16 @@ class StepWork:
     def of(cls, decode_contexts: Sequence[int], chunks: Sequence[tuple[int, int]]) -> StepWork:
         """One step: a decode token per entry of ``decode_contexts`` (tokens cached), plus
         prompt chunks of (new tokens, tokens cached)."""
-        decode = float(len(decode_contexts))
-        context = float(sum(decode_contexts))
+        return cls.of_totals(len(decode_contexts), sum(decode_contexts), chunks)
+
+    @classmethod
+    def of_totals(
+        cls, decoding: int, decode_context: int, chunks: Sequence[tuple[int, int]]
+    ) -> StepWork:
+        """``of`` for ``decoding`` decode tokens whose sequences hold ``decode_context``
+        tokens cached in all."""
+        decode = float(decoding)
+        context = float(decode_context)
         tokens, attended, chunk_context = decode, context + decode, 0.0
         for n, cached in chunks:
             tokens += n
@@ -92,6 +100,38 @@ class StepTime(Protocol):
     def seconds(self, work: StepWork) -> np.ndarray:
         """Seconds of each step described by ``work``."""
         ...
+
+
+class RememberedStepTime:
+    """A ``StepTime`` that keeps the seconds of every ``StepWork`` it was asked for, by the
+    work's exact values, and answers the same work again from them (the closed loop of
+    ``disaggregated.simulate_closed_loop`` serves its requests again in passes whose steps
+    mostly repeat the last pass's). The seconds are the step time's own, bit for bit; past
+    ``max_bytes`` of works and answers it starts afresh."""
+
+    def __init__(self, step_time: StepTime, max_bytes: int = 128 << 20) -> None:
+        self.step_time = step_time
+        self.max_bytes = max_bytes
+        self._known: dict[tuple[Any, ...], np.ndarray] = {}
+        self._bytes = 0
+
+    def seconds(self, work: StepWork) -> np.ndarray:
+        key = tuple(
+            None if part is None else (part.dtype.str, part.shape, part.tobytes())
+            for part in (work.tokens, work.attended, work.sequences, work.context,
+                         work.decode_sequences, work.decode_attended)
+        )  # fmt: skip
+        known = self._known.get(key)
+        if known is None:
+            known = np.array(self.step_time.seconds(work))
+            known.setflags(write=False)  # shared by every caller of this work
+            size = known.nbytes + sum(len(part[2]) for part in key if part is not None)
+            if self._bytes + size > self.max_bytes:
+                self._known.clear()
+                self._bytes = 0
+            self._known[key] = known
+            self._bytes += size
+        return known
 
 
 # Per-sequence work of one forward pass is linear in these features of a sequence with n new

@@ -9,12 +9,12 @@ in the order they joined, each chunk as large as fits.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 DEFAULT_TOKEN_BUDGET = 256
 
 
-def prompt_chunks(num_decoding: int, prompt_left: Sequence[int], token_budget: int) -> list[int]:
+def prompt_chunks(num_decoding: int, prompt_left: Iterable[int], token_budget: int) -> list[int]:
     """The prompt tokens each still-prefilling request reads in this step: ``prompt_left`` are
     their unread prompt tokens, in the order they joined; the result has one chunk size (>= 1)
     for each of the first requests that get one (the rest wait for a later step)."""

@@ -306,12 +306,6 @@ def summarize_level(
     def per_second(count: float) -> float:
         return count / duration if duration > 0 else 0.0
 
-    gaps: list[float] = []
-    for row in ok_rows:
-        for gap in row.get("inter_token_latencies_s") or []:
-            number = _number(gap)
-            if number is not None:
-                gaps.append(number)
     output_tokens = sum(_number(row.get("num_output_tokens")) or 0.0 for row in ok_rows)
     return LoadSummary(
         model=model,
@@ -319,7 +313,7 @@ def summarize_level(
         requests=len(rows),
         requests_per_s=per_second(len(ok_rows)),
         output_tokens_per_s=per_second(output_tokens),
-        itl_s=latency_stats(gaps),
+        itl_s=latency_stats(_pooled_gaps(ok_rows)),
         **_latencies(ok_rows),
         error_rate=(len(rows) - len(ok_rows)) / len(rows) if rows else 0.0,
         goodput_requests_per_s=per_second(sum(_meets(row, slo) for row in ok_rows)),
@@ -327,6 +321,17 @@ def summarize_level(
         turns=_turn_summaries(rows),
         cost=level_cost(model, ok_rows, prices, idealized) if prices is not None else None,
     )
+
+
+def _pooled_gaps(ok_rows: Sequence[Mapping[str, Any]]) -> Sequence[float]:
+    """Every inter-token gap of the rows that is a number (``_number``), in row order."""
+    pooled: list[Any] = []
+    for row in ok_rows:
+        pooled.extend(row.get("inter_token_latencies_s") or [])
+    if set(map(type, pooled)) <= {float}:  # as rows hold them: millions at load, at once
+        gaps = np.array(pooled, dtype=np.float64)
+        return gaps[np.isfinite(gaps)]
+    return [number for number in map(_number, pooled) if number is not None]
 
 
 def summarize(

@@ -1,0 +1,106 @@
+"""How fast the request-by-request serving simulator verifies a plan's best deployments at high
+concurrency: the simulation and the summaries ``plan``'s verification makes of its rows.
+
+The cases are ``plan``'s own: gpt-oss-120b on B200 with TensorRT-LLM, 1k-token prompts and
+answers, TTFT 1 s, TPOT 20 ms, up to 8 GPUs; its best aggregated deployment that meets the SLO
+(``simulate``, closed loop) and its best deployment overall (xPyD, ``simulate_closed_loop``,
+which simulates both pools again until the arrivals settle), each at its concurrency with
+``--requests-per-client`` requests per client. Printed per case: requests, passes, seconds to
+simulate and to summarize (``summarize_level`` of all rows and of the rows after each
+client's first, as ``verify`` does), requests per second, and a hash of the rows (equal hashes:
+the same results).
+
+Usage: python benchmarks/simulator_speed.py [--requests-per-client 3] [--cases aggregated,xpyd]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+
+from idealized_runtime.core.catalog import get_architecture, get_hardware
+from idealized_runtime.core.types import Slo
+from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
+from idealized_runtime.cost_model.planning.search import plan, point_servers, workload_shapes
+from idealized_runtime.cost_model.serving.disaggregated import simulate_closed_loop
+from idealized_runtime.cost_model.serving.simulator import simulate
+from idealized_runtime.timing.summary import summarize_level
+
+CASES = ("aggregated", "xpyd")
+
+
+def best_points(request: PlanRequest) -> dict[str, PlanPoint]:
+    """The plan's best aggregated point that meets the SLO, and its best point overall."""
+    result = plan(request)
+    meeting = sorted(
+        (p for frontier in result.frontiers for p in frontier.points if p.meets_slo),
+        key=lambda p: -p.output_tokens_per_s_per_gpu,
+    )
+    best = {"aggregated": next(p for p in meeting if p.mode == "aggregated")}
+    best["xpyd"] = next(p for p in meeting if p.mode != "aggregated")
+    return best
+
+
+def run_case(request: PlanRequest, point: PlanPoint) -> dict[str, object]:
+    deployment, decode, prefill = point_servers(request, point)
+    shapes = workload_shapes(request, request.requests_per_client * point.concurrency)
+    started = time.perf_counter()
+    passes = 1
+    if prefill is None:
+        rows = simulate(shapes, decode.step_time, decode.config, concurrency=point.concurrency)
+    else:
+        result = simulate_closed_loop(shapes, deployment, prefill, decode, point.concurrency)
+        rows, passes = result.rows, result.passes
+    simulated = time.perf_counter()
+    summary = summarize_level("plan", "plan", rows, request.slo)
+    steady = [row for row in rows if row["request_index"] >= point.concurrency]
+    summarize_level("plan", "plan", steady, request.slo)
+    summarized = time.perf_counter()
+    text = json.dumps(rows, sort_keys=True) + summary.model_dump_json()
+    return {
+        "clients": point.concurrency,
+        "requests": len(rows),
+        "passes": passes,
+        "simulate_s": simulated - started,
+        "summarize_s": summarized - simulated,
+        "hash": hashlib.sha256(text.encode()).hexdigest()[:12],
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests-per-client", type=int, default=3)
+    parser.add_argument("--cases", default=",".join(CASES))
+    args = parser.parse_args()
+    request = PlanRequest(
+        architecture=get_architecture("gpt-oss-120b"),
+        hardware=[get_hardware("b200")],
+        stacks=["tensorrt-llm"],
+        workload=PlanWorkload(prompt_tokens=1024, output_tokens=1024),
+        slo=Slo(ttft_s=1.0, tpot_s=0.020),
+        max_gpus=8,
+        verify=False,
+    )
+    points = best_points(request)
+    request = request.model_copy(
+        update={"requests_per_client": args.requests_per_client, "max_verify_requests": 100_000}
+    )
+    print(
+        f"{'case':<11} {'clients':>7} {'requests':>8} {'passes':>6} {'simulate s':>10} "
+        f"{'summarize s':>11} {'requests/s':>10}  rows hash"
+    )
+    for name in args.cases.split(","):
+        figures = run_case(request, points[name])
+        total = figures["simulate_s"] + figures["summarize_s"]  # type: ignore[operator]
+        print(
+            f"{name:<11} {figures['clients']:>7} {figures['requests']:>8} {figures['passes']:>6} "
+            f"{figures['simulate_s']:>10.2f} {figures['summarize_s']:>11.2f} "
+            f"{figures['requests'] / total:>10.0f}  {figures['hash']}",  # type: ignore[operator]
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
