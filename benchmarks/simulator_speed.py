@@ -7,7 +7,7 @@ answers, TTFT 1 s, TPOT 20 ms, up to 8 GPUs; its best aggregated deployment that
 which simulates both pools again until the arrivals settle), each at its concurrency with
 ``--requests-per-client`` requests per client. Printed per case: requests, passes, seconds to
 simulate and to summarize (``summarize_level`` of all rows and of the rows after each
-client's first, as ``verify`` does), requests per second, and a hash of the rows (equal hashes:
+client's first two, as ``verify`` does), requests per second, and a hash of the rows (equal hashes:
 the same results).
 
 Usage: python benchmarks/simulator_speed.py [--requests-per-client 3] [--cases aggregated,xpyd]
@@ -23,9 +23,12 @@ import time
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import Slo
 from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
-from idealized_runtime.cost_model.planning.search import plan, point_servers, workload_shapes
-from idealized_runtime.cost_model.serving.disaggregated import simulate_closed_loop
-from idealized_runtime.cost_model.serving.simulator import simulate
+from idealized_runtime.cost_model.planning.search import (
+    plan,
+    point_servers,
+    simulate_point,
+    workload_shapes,
+)
 from idealized_runtime.timing.summary import summarize_level
 
 CASES = ("aggregated", "xpyd")
@@ -44,18 +47,13 @@ def best_points(request: PlanRequest) -> dict[str, PlanPoint]:
 
 
 def run_case(request: PlanRequest, point: PlanPoint) -> dict[str, object]:
-    deployment, decode, prefill = point_servers(request, point)
+    servers = point_servers(request, point)
     shapes = workload_shapes(request, request.requests_per_client * point.concurrency)
     started = time.perf_counter()
-    passes = 1
-    if prefill is None:
-        rows = simulate(shapes, decode.step_time, decode.config, concurrency=point.concurrency)
-    else:
-        result = simulate_closed_loop(shapes, deployment, prefill, decode, point.concurrency)
-        rows, passes = result.rows, result.passes
+    rows, passes = simulate_point(shapes, point.concurrency, servers)
     simulated = time.perf_counter()
     summary = summarize_level("plan", "plan", rows, request.slo)
-    steady = [row for row in rows if row["request_index"] >= point.concurrency]
+    steady = [row for row in rows if row["request_index"] >= 2 * point.concurrency]
     summarize_level("plan", "plan", steady, request.slo)
     summarized = time.perf_counter()
     text = json.dumps(rows, sort_keys=True) + summary.model_dump_json()

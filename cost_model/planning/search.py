@@ -705,14 +705,8 @@ def verify(
     TPOT."""
     from idealized_runtime.timing.summary import summarize_level
 
-    deployment, decode, prefill = servers
     shapes = workload_shapes(request, verification_requests(request, point.concurrency))
-    passes = 1
-    if prefill is None:
-        rows = simulate(shapes, decode.step_time, decode.config, concurrency=point.concurrency)
-    else:
-        result = simulate_closed_loop(shapes, deployment, prefill, decode, point.concurrency)
-        rows, passes = result.rows, result.passes
+    rows, passes = simulate_point(shapes, point.concurrency, servers)
     summary = summarize_level(request.architecture.name, "plan", rows, request.slo)
     judged = summary
     for rounds in (STEADY_ROUNDS - 1, 1):  # the requests after that many rounds, if enough
@@ -735,6 +729,18 @@ def verify(
         meets_slo=meets(request.slo, p50[0], p50[1], request.workload.output_tokens),
         passes=passes,
     )
+
+
+def simulate_point(
+    shapes: list[RequestShape], concurrency: int, servers: tuple[Deployment, Server, Server | None]
+) -> tuple[list[dict], int]:
+    """``shapes`` served by ``concurrency`` closed-loop clients on the point's servers
+    (``simulate``, or ``simulate_closed_loop`` for xPyD): the rows and the passes it took."""
+    deployment, decode, prefill = servers
+    if prefill is None:
+        return simulate(shapes, decode.step_time, decode.config, concurrency=concurrency), 1
+    result = simulate_closed_loop(shapes, deployment, prefill, decode, concurrency)
+    return result.rows, result.passes
 
 
 def steady_output_tokens_per_s(rows: list[dict], concurrency: int) -> float | None:

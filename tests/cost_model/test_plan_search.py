@@ -165,6 +165,17 @@ def test_the_verified_best_meets_the_slo_in_its_simulation() -> None:
     assert result.verification is not None and result.verification.meets_slo
 
 
+def one_gpu_fp8(req: PlanRequest, xpyd: tuple[int, int] | None = None) -> Deployment:
+    """The request's model in fp8 on instances of one GPU (``xpyd``: prefill and decode
+    instances)."""
+    arch = req.architecture
+    split = None
+    if xpyd is not None:
+        split = Disaggregation(prefill_workers=xpyd[0], decode_workers=xpyd[1], prefill_tp=1)
+    return Deployment(architecture=arch, hardware=req.hardware[0], tp=1, disaggregation=split,
+                      precision=default_precision(arch, weights="fp8"))  # fmt: skip
+
+
 def test_a_verification_runs_three_rounds_whatever_the_request_cap() -> None:
     capped = request(requests_per_client=5, max_verify_requests=100)
     assert verification_requests(capped, 64) == 3 * 64  # the cap gives way to three rounds
@@ -181,11 +192,7 @@ def test_a_verification_beyond_the_request_cap_judges_the_steady_state(clients: 
     req = request(stacks=["tensorrt-llm"], concurrency=[clients], requests_per_client=5,
                   max_verify_requests=clients,
                   workload=PlanWorkload(prompt_tokens=2048, output_tokens=256))  # fmt: skip
-    arch, hardware = req.architecture, req.hardware[0]
-    split = Disaggregation(prefill_workers=1, decode_workers=1, prefill_tp=1)
-    deployment = Deployment(architecture=arch, hardware=hardware, tp=1, disaggregation=split,
-                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
-    point = estimate_point(req, "tensorrt-llm", deployment, clients)
+    point = estimate_point(req, "tensorrt-llm", one_gpu_fp8(req, xpyd=(1, 1)), clients)
     check = verify(req, point, point_servers(req, point))
     assert check.requests == 3 * clients
     assert check.ttft_p50_s == pytest.approx(point.ttft_s, rel=0.1)
