@@ -35,7 +35,6 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     OpFit,
     decode_layout,
     moe_layout,
-    moe_measured_from,
     prompt_layout,
 )
 
@@ -87,8 +86,15 @@ MOE_SERVED: dict[tuple[str, str], dict[str, str]] = {
 # moe_runner_backend "triton_kernel" for GPT-OSS at EP 1); its Hopper tables time its generic
 # fused Triton MoE instead (gpt-oss-120b's experts, 32 tokens on H100: 1.13 ms), vLLM's the
 # triton_kernels path it also serves gpt-oss with there (0.38 ms).
+# TensorRT-LLM serves block-scaled fp8 experts (DeepSeek's) on Blackwell with its TRTLLM MoE
+# backend, the TensorRT-LLM-gen kernels (InferenceX's dsr1_fp8_b200_trt.sh: moe_config backend
+# TRTLLM); its own Blackwell table times the DEEPGEMM backend instead, 2-3x slower at decode
+# sizes under MoE TP (DeepSeek's experts at MoE TP 8 on B200, 1 / 16 / 64 tokens: 0.098 /
+# 0.220 / 0.349 ms against 0.035 / 0.102 / 0.181 ms). SGLang's table times the same kernels
+# through FlashInfer (trtllm_fp8_block_scale_moe).
 MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
-    ("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")
+    **{("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")},
+    **{("trtllm", gpu): {"fp8_block": ("sglang", "flashinfer_trtllm")} for gpu in BLACKWELL_GPUS},
 }
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 # vLLM's static_scaled_fp8_quant over m x k activations: one elementwise kernel, measured
@@ -601,11 +607,9 @@ def shipped_moe_layouts() -> set[tuple[int, int, int, int]]:
 def _moe_curves(
     frame: pandas.DataFrame, layouts: set[tuple[int, int, int, int]]
 ) -> tuple[dict[str, MeasuredCurve], dict]:
-    """The measured MoE curve over prompt-sized token counts (from the largest measured below
-    ``MOE_MEASURED_FROM_TOKENS`` up; MXFP4 formats over every count, ``moe_measured_from``) of
-    every layout of a shipped architecture, per format and MoE TP / EP split, keyed by
-    ``moe_layout``. Held out: every fifth inner point predicted from
-    its curve without it."""
+    """The measured MoE curve over every token count measured of every layout of a shipped
+    architecture, per format and MoE TP / EP split, keyed by ``moe_layout``. Held out: every
+    fifth inner point predicted from its curve without it."""
     columns = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size"]
     shipped = _rows_of(frame, columns[:4], layouts)
     curves: dict[str, MeasuredCurve] = {}
@@ -615,15 +619,9 @@ def _moe_curves(
         for layout, group in rows.groupby(columns):
             fastest = group.groupby("num_tokens")["latency"].min()
             tokens = fastest.index.to_numpy(dtype=np.float64)
-            keep = np.ones(tokens.size, dtype=bool)  # every size (MXFP4)
-            if moe_measured_from(fmt) > 0:
-                below = tokens[tokens <= moe_measured_from(fmt)]
-                if below.size == 0:
-                    continue
-                keep = tokens >= below.max()
-            if keep.sum() < 3:
+            if tokens.size < 3:
                 continue
-            tokens, seconds = tokens[keep], fastest.to_numpy(dtype=np.float64)[keep] * MS
+            seconds = fastest.to_numpy(dtype=np.float64) * MS
             key = moe_layout(fmt, *(float(v) for v in layout))
             curves[key] = MeasuredCurve(tuple(tokens), tuple(seconds))
             for j in range(1, len(tokens) - 1, HOLD_OUT_EVERY):
