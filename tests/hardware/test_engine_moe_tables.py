@@ -1,8 +1,9 @@
 """MoE layers of a measured expert layout read the engine's measured rows at every token count,
 decode batches included; each engine reads the table of the kernels it serves with (TensorRT-LLM
-on Blackwell: the TensorRT-LLM-gen block-scaled fp8 experts). Database cells are pinned as
-literals (the shipped engine files are checked against them without the calibration extra);
-where aiconfigurator-core is installed, also against the parquet files."""
+on Blackwell: the TensorRT-LLM-gen block-scaled fp8 experts; vLLM: DeepGEMM's block-scaled fp8
+GEMMs). Database cells are pinned as literals (the shipped engine files are checked against them
+without the calibration extra); where aiconfigurator-core is installed, also against the parquet
+files."""
 
 from __future__ import annotations
 
@@ -57,6 +58,9 @@ MEASURED: dict[tuple, tuple[str, str, str | None, dict[int, float]]] = {
 }  # fmt: skip
 # TensorRT-LLM's own B200 table (DEEPGEMM backend) at the same layout: not what it serves.
 TRTLLM_B200_DEEPGEMM_MS = {1: 0.097658, 4: 0.133466, 16: 0.22016, 64: 0.349197}
+# Block-scaled fp8 GEMMs on H200 (m, n, k): SGLang's DeepGEMM cell and vLLM's own (its floor).
+SGLANG_H200_FP8_BLOCK_GEMM_MS = {(64, 4096, 4096): 0.011226, (8192, 16384, 4096): 1.019231}
+VLLM_H200_FP8_BLOCK_GEMM_MS = {(64, 4096, 4096): 0.084043, (8192, 16384, 4096): 0.854571}
 
 
 def _moe_ms(kernels: GpuKernels, gpu, fmt: str, layout, moe_tp: int, ep: int, tokens) -> np.ndarray:  # type: ignore[no-untyped-def]
@@ -117,7 +121,26 @@ def test_tensorrt_llm_on_blackwell_serves_block_fp8_experts_with_trtllm_gen_kern
     assert not any("/sglang/" in f for f in get_engine("tensorrt-llm").gpus["h200"].files)
 
 
-def test_pinned_moe_cells_are_the_databases() -> None:
+def test_vllm_block_fp8_gemms_read_deepgemm_not_the_tables_floor() -> None:
+    """vLLM 0.24's block-scaled fp8 GEMM rows sit on a floor (60-90 us on Hopper, about
+    180-450 us on Blackwell) at every shape up to M = 1024; the GEMMs read SGLang's DeepGEMM
+    table instead, as fast as vLLM's own per-tensor fp8 GEMMs at decode sizes."""
+    for gpu, kernels in get_engine("vllm").gpus.items():
+        assert any(f.endswith("/gemm/sglang/0.5.14/gemm_perf.parquet") for f in kernels.files), gpu
+        assert kernels.errors["gemm_fp8_block"]["median"] <= 0.2, gpu
+        hardware = get_hardware(gpu)
+        block = float(kernels.gemm_time(hardware, 16.0, 4096.0, 4096.0, "fp8_block"))
+        tensor = float(kernels.gemm_time(hardware, 16.0, 4096.0, 4096.0, "fp8"))
+        assert block < 25e-6 and block < 2.0 * tensor, (gpu, block, tensor)
+    kernels = get_engine("vllm").gpus["h200"]
+    for (m, n, k), ms in SGLANG_H200_FP8_BLOCK_GEMM_MS.items():
+        ours = float(kernels.gemm_time(H200, m, n, k, "fp8_block")) * 1e3
+        assert abs(ours / ms - 1.0) < 0.35, ((m, n, k), ours, ms)
+    small = float(kernels.gemm_time(H200, 64.0, 4096.0, 4096.0, "fp8_block")) * 1e3
+    assert small < VLLM_H200_FP8_BLOCK_GEMM_MS[(64, 4096, 4096)] / 3
+
+
+def test_pinned_moe_and_gemm_cells_are_the_databases() -> None:
     """The literals above are the kernel database's cells (needs the calibration extra)."""
     pytest.importorskip("aiconfigurator_core")
     pandas = pytest.importorskip("pandas")
@@ -145,6 +168,13 @@ def test_pinned_moe_cells_are_the_databases() -> None:
         for tokens, ms in cells.items():
             cell = table[table["num_tokens"] == tokens]["latency"].min()
             assert float(cell) == pytest.approx(ms, abs=1e-6), (folder, dtype, tokens)
+    for engine, cells in (("sglang/0.5.14", SGLANG_H200_FP8_BLOCK_GEMM_MS),
+                          ("vllm/0.24.0", VLLM_H200_FP8_BLOCK_GEMM_MS)):  # fmt: skip
+        gemm = pandas.read_parquet(root / f"h200_sxm/gemm/{engine}/gemm_perf.parquet")
+        gemm = gemm[gemm["gemm_dtype"] == "fp8_block"]
+        for (m, n, k), ms in cells.items():
+            rows = gemm[(gemm["m"] == m) & (gemm["n"] == n) & (gemm["k"] == k)]
+            assert float(rows["latency"].min()) == pytest.approx(ms, abs=1e-6)
 
 
 def test_every_measured_layout_reads_its_curve_from_one_token() -> None:

@@ -96,6 +96,17 @@ MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
     **{("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")},
     **{("trtllm", gpu): {"fp8_block": ("sglang", "flashinfer_trtllm")} for gpu in BLACKWELL_GPUS},
 }
+# Whose measured GEMMs stand for an engine's in a format, where the engine's own table times
+# something else than the kernel a served step runs. vLLM 0.24's block-scaled fp8 table
+# (DeepGemmFp8BlockScaledMMKernel, CutlassFp8BlockScaledMMKernel, FlashInfer's) sits on a floor
+# at every shape up to M = 1024 (m <= 16, n and k 1024-4096: a median of 59 us on H100/H200,
+# 231-447 us on B200/B300/GB200), where the other engines' block-scaled tables and vLLM's own
+# per-tensor fp8 table measure 7-10 us; above the floor the rows agree with SGLang's (H200,
+# 16384 x 16384 x 4096: 1.70 ms against 1.84 ms). A decode step replays CUDA graphs, which pay
+# no such floor; SGLang's table times DeepGEMM's gemm_nt, the kernel vLLM's DeepGEMM path runs.
+GEMM_OWNERS: dict[tuple[str, str], dict[str, str]] = {
+    ("vllm", gpu): {"fp8_block": "sglang"} for gpu in DATABASE_GPUS
+}
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 # vLLM's static_scaled_fp8_quant over m x k activations: one elementwise kernel, measured
 ELEMENTWISE_FILE = "scale_matrix_perf.parquet"
@@ -748,8 +759,12 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
     gemm_path = need("gemm", "gemm_perf.parquet")
     gemm_frame = _read(gemm_path)
     gemm: dict[str, OpFit] = {}
+    owners = GEMM_OWNERS.get((engine, database_gpu), {})
     for name, fmt in GEMM_FORMATS.items():
-        rows = gemm_frame[gemm_frame["gemm_dtype"] == name]
+        frame = gemm_frame
+        if fmt in owners:
+            frame = _read(need("gemm", "gemm_perf.parquet", owners[fmt]))
+        rows = frame[frame["gemm_dtype"] == name]
         if len(rows) >= 20:
             gemm[fmt], errors[f"gemm_{fmt}"] = _gemm_fit(rows, hardware, fmt)
     moe: dict[str, OpFit] = {}
