@@ -27,11 +27,11 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   the engine did not measure; a layout it measured (format, hidden and expert widths, experts,
   top-k, MoE TP and EP) reads its measured curve over tokens at every size (log-log; below the
   smallest measured, that one; beyond the largest, linear in tokens). The one formula fitted
-  on every layout of a format misses the exact shape by 10-35% in the median (its held-out
+  on every layout of a format misses the exact shape by 12-37% in the median (its held-out
   errors), both ways: at equal bytes and FLOPs it reads every TP / EP split alike, where
-  DeepSeek's experts at MoE TP 8 (256 experts, each 256 wide on a GPU) run 1.5-2x the time of
-  the same work at EP 8 (32 whole experts) at 1-16 tokens (TensorRT-LLM, H200 and B200: 20-42%
-  under the measured rows at decode sizes), and compute-bound prompt steps run at an
+  DeepSeek's experts at MoE TP 8 (256 experts, each 256 wide on a GPU) take 1.3-2.5x the time
+  of the same work at EP 8 (32 whole experts) at 1-16 tokens (TensorRT-LLM on H200: the
+  formula 16-43% under the measured rows at 1-512 tokens), and compute-bound prompt steps run at an
   efficiency set by the tiles over the expert width and the tokens per expert (DeepSeek's at
   TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens);
 - an elementwise pass over a step's activations (RMSNorm, rotary embedding, KV-cache write,
