@@ -41,15 +41,19 @@ slot after it (the first token comes with the prompt and the transfer), so that 
 Closed-loop clients are not Poisson arrivals. With requests of the same lengths
 (``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
 requests on the same step they stay in step, each turn one burst of prompts then decoding
-together (``_lockstep``). On a decode-first engine that chunks prompts (vLLM) the requests of
-a turn end a step or so apart; the ones ending within the request path's delay (front end,
-tokenization, delivery) of the first send their next prompts together and the turn's prompts
-queue in one line (``_clustered_line``); without such a delay, and for whole prompts
-(TensorRT-LLM), the ends stagger, prompts reach the scheduler one after another and every step
-is full (``_full_steps``). A prefill instance receives the first burst's groups together on
-every turn where every decode instance holds as many requests (their steps last alike), else
-one by one. With lengths spread a little (``MeanRequest.length_cv2``) arrivals at a prefill
-instance are nearly evenly spaced, and the wait is Kingman's G/G/1 with that variability.
+together (``_lockstep``). On a decode-first engine (vLLM, TensorRT-LLM) the requests of a
+turn end a step or so apart; the ones ending before the first one's next prompt reaches the
+scheduler (after the request path's delay: front end, tokenization, delivery, and a scheduler
+that plans a step ahead) send their next prompts together and the turn's prompts queue in one
+line, in chunks or, without chunked prefill, as many whole prompts a step as fit; the later
+ones send while a step of the line runs and wait for it (``_clustered_line``). Without such a
+delay the ends stagger, prompts reach the scheduler one after another and every step is full
+(``_full_steps``). A prefill instance receives the first burst's groups together on every turn
+where every decode instance holds as many requests (their steps last alike), else one by one.
+With lengths spread a little (``MeanRequest.length_cv2``) each client's cycle varies by sigma:
+the arrivals at the prefill instances form a lattice perturbed by sigma, nearly even where
+sigma is small beside the gap between two arrivals and nearly Poisson where it is larger, and
+no backlog outgrows what crosses a window's ends; the median wait follows (``_prefill_wait``).
 
 What the estimate leaves out: the drain of the first burst over a finite run (every client's
 first request arrives at t = 0; where a prefill instance's line of first prompts outlasts the
@@ -57,9 +61,8 @@ first requests' decoding, the next turns queue behind it and it drains over seve
 the decode pool fills and its steps lengthen), the preemptions of an engine that admits more
 requests than its KV cache holds to their end (vLLM, SGLang) and recomputes them, the
 spread of the lengths (it takes their means) and FCFS waits for the KV cache beyond the mean,
-TensorRT-LLM's whole prompts queueing behind staggered decoders, and the way a request overhead
-spreads resubmissions over the steps under load. Medians from ``simulate`` are the figures to
-compare it to (``benchmarks/estimate_vs_simulator.py``).
+and the way a request overhead spreads resubmissions over the steps under load. Medians from
+``simulate`` are the figures to compare it to (``benchmarks/estimate_vs_simulator.py``).
 """
 
 from __future__ import annotations
@@ -98,9 +101,9 @@ class MeanRequest:
     # (see ``_lockstep``).
     same_lengths: bool = False
     # The squared coefficient of variation of the lengths (uniform between a fraction f and
-    # 1 of the stated: (1 - f)^2 / (3 (1 + f)^2)): closed-loop clients whose cycles vary this
-    # little arrive nearly evenly spaced at a prefill instance, so prompts queue as Kingman's
-    # G/G/1 says with arrival and service variability both this (None: the M/D/1-like wait).
+    # 1 of the stated: (1 - f)^2 / (3 (1 + f)^2)): closed-loop clients' cycles vary as much,
+    # which sets how evenly they arrive at a prefill instance and how long prompts queue there
+    # (``_prefill_wait``; None: the M/D/1-like wait).
     length_cv2: float | None = None
 
     def __post_init__(self) -> None:
@@ -374,16 +377,21 @@ def _clustered_line(
     steady: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(TTFT, TPOT, requests/s) of closed-loop clients with requests of the same lengths on a
-    decode-first engine that chunks prompts (vLLM) whose request path holds a resubmitted
-    prompt back from the scheduler (front end, tokenization, the last token's delivery: ``gap``
-    seconds): the n requests of a turn decode in step, so they end as many steps apart as their
-    prompts were done; while no new prompt has reached the scheduler those steps are
-    decode-only and short, so the ones ending within ``gap`` of the first send their next
-    prompts together (a cluster), and the prompts queue in one line, each taking
-    r = p' / (budget - decoders) full steps; the later ones end one step after another while
-    the line runs and join its tail. The turn: the line's steps, then decode-only steps until
-    the first request's D decode steps are done. Where no cluster forms (the ends stagger) or
-    the line outlasts the decoding, ``steady`` stands."""
+    decode-first engine (vLLM, TensorRT-LLM) whose request path holds a resubmitted prompt
+    back from the scheduler (front end, tokenization, the last token's delivery: ``gap``
+    seconds; a scheduler a step ahead takes it a step later still): the n requests of a turn
+    decode in step, so they end as many steps apart as their prompts were done in the turn
+    before; while no new prompt has reached the scheduler those steps are decode-only and
+    short, so the ones ending before the first's prompt is taken in send theirs together (a
+    cluster), and the prompts queue in one line, each taking r = p' / (budget - decoders)
+    steps (chunks), or 1 / (the whole prompts that fit beside the decoders) steps. The line's
+    first step holds the prompts of the requests that ended with the first; the rest of the
+    cluster arrives while it runs. The later ones end one line step after another and send
+    while the next step runs, which started without them: they wait for it, then queue. The
+    turn: the line's steps, then decode-only steps until the first request's D decode steps
+    are done; the ends of one turn give the next's (followed for up to ``TURNS`` turns).
+    Where no cluster forms (the ends stagger) or the line outlasts the decoding, ``steady``
+    stands."""
     config, request = table.server.config, table.request
     if config.prefill_first:
         return steady
