@@ -399,23 +399,28 @@ def _clustered_line(
     before = float(config.to_scheduler_s(request.prompt_tokens))
     gap = before + config.request_path.delivery_s
     ahead = config.request_path.schedule_ahead_steps
+    ranks = config.dp_ranks
     ttft0, tpot0, x0 = (np.array(v, dtype=np.float64) for v in steady)
     for i, n in enumerate(slots.astype(int)):
         if n < 2:
             continue
         t_decode = float(table.decode(np.array([float(n)]))[0])
-        # A step of the line: the other n - 1 decoding, prompt chunks in what they leave; r:
-        # the share of such a step a prompt takes.
-        left = max(budget - (n - 1) * config.decode_tokens, 1.0)
+        # Each attention-DP rank runs a line of its own requests in its share of the budget,
+        # all ranks in the same steps. A step of the line: the rank's other m - 1 decoding,
+        # prompt chunks in what they leave; r: the share of such a step a prompt takes.
+        m = math.ceil(n / ranks)
+        if m < 2:
+            continue
+        left = max(budget / ranks - (m - 1) * config.decode_tokens, 1.0)
         if config.chunked_prefill:
-            r, line_tokens = new / left, min(left, new * n)
+            r, line_tokens = new / left, min(left, new * m)
         else:  # whole prompts: as many as fit what the decoders leave share a step
             fit = math.floor(left / new)
             if fit < 1:
                 continue  # they wait for decoders to end (``_waves``)
-            r, line_tokens = 1.0 / fit, new * min(fit, n)
-        k = np.arange(1, n + 1, dtype=np.float64)
-        t_full = float(table.mixed(np.array([n - 1.0]), np.array([line_tokens]))[0])
+            r, line_tokens = 1.0 / fit, new * min(fit, m)
+        k = np.arange(1, m + 1, dtype=np.float64)
+        t_full = float(table.mixed(np.array([n - 1.0]), np.array([line_tokens * ranks]))[0])
         # Decode-only steps from the first request's end to the line's start: its prompt
         # reaches the scheduler ``gap`` later, at the boundary after that (and the steps
         # it plans ahead). A prompt arriving while a line step runs joins after the steps
@@ -450,7 +455,7 @@ def _clustered_line(
         first_tokens = min(left, new * opening)
         if not config.chunked_prefill:
             first_tokens = new * min(fit, opening)
-        t_first = float(table.mixed(np.array([n - 1.0]), np.array([first_tokens]))[0])
+        t_first = float(table.mixed(np.array([n - 1.0]), np.array([first_tokens * ranks]))[0])
         cycle = overhead[i] + t_first + (line - 1) * t_full + (decode - line + done[0]) * t_decode
         x = n / cycle
         # TTFT: the cluster's prompts reach the scheduler as many decode steps after the
