@@ -182,13 +182,15 @@ def estimate_point(
     *,
     mean: MeanRequest | None = None,
     memory_fraction: float | None = None,
+    token_budget: int | None = None,
 ) -> PlanPoint:
     """One deployment at one concurrency on the plan's estimator, as the plan ranks it
-    (``mean``: another mean request than the workload's; InputError in one line when the
-    stack cannot serve it)."""
+    (``mean``: another mean request than the workload's; ``memory_fraction`` and
+    ``token_budget``: the engine knobs, None for the engine's defaults; InputError in one line
+    when the stack cannot serve it)."""
     search = _Search(request.model_copy(update={"concurrency": [concurrency]}))
     search.mean = mean or search.mean
-    candidate = Candidate(stack, deployment, memory_fraction=memory_fraction)
+    candidate = Candidate(stack, deployment, token_budget, memory_fraction)
     state, _ = search._state(candidate, np.array([float(concurrency)]))
     points = _points(request, candidate, state, search.mean) if bool(state.fits[0]) else []
     if not points:
