@@ -19,6 +19,7 @@ from idealized_runtime.cost_model.planning.search import (
     _Search,
     estimate_point,
     mean_request,
+    most_verification_requests,
     plan,
     point_servers,
     steady_output_tokens_per_s,
@@ -182,6 +183,9 @@ def test_a_verification_runs_three_rounds_whatever_the_request_cap() -> None:
     assert verification_requests(capped, 8) == 40  # five rounds fit the cap
     assert verification_requests(request(requests_per_client=5), 64) == 320
     assert verification_requests(request(requests_per_client=1), 64) == 64  # as asked
+    # What a server must allow: runs on while the start-up queue drains, up to the cap.
+    assert most_verification_requests(request(), 64) == 32 * 64
+    assert most_verification_requests(request(), 2048) == 3 * 2048
 
 
 @pytest.mark.parametrize("clients", [64, 128])
@@ -203,6 +207,25 @@ def test_a_verification_beyond_the_request_cap_judges_the_steady_state(clients: 
     burst_only = req.model_copy(update={"requests_per_client": 1})
     burst = verify(burst_only, point, point_servers(burst_only, point))
     assert burst.requests == clients and burst.ttft_p50_s > 5 * point.ttft_s
+
+
+def test_a_verification_runs_on_while_the_start_up_queue_drains() -> None:
+    """Llama-3.3-70B fp8, vLLM, 3P(tp1)1D tp4, 103 clients, 8k/1k: the three prefill
+    instances get the first 103 prompts at once and drain them over about six rounds; five
+    rounds judge the drain (TTFT 2.4 s against the estimate's 0.97), ten rounds the steady
+    state after it."""
+    req = request(architecture=get_architecture("llama-3.3-70b"), hardware=[get_hardware("h200")],
+                  workload=PlanWorkload(prompt_tokens=8192, output_tokens=1024),
+                  slo=Slo(ttft_s=2.0, tpot_s=0.05), requests_per_client=5,
+                  concurrency=[103])  # fmt: skip
+    deployment = one_gpu_fp8(req, xpyd=(3, 1)).model_copy(update={"tp": 4})
+    point = estimate_point(req, "vllm", deployment, 103)
+    check = verify(req, point, point_servers(req, point))
+    assert check.requests == 10 * 103  # twice the five rounds asked for
+    assert check.ttft_p50_s == pytest.approx(point.ttft_s, rel=0.1)
+    capped = req.model_copy(update={"max_verify_requests": 5 * 103})
+    short = verify(capped, point, point_servers(capped, point))
+    assert short.requests == 5 * 103 and short.ttft_p50_s > 2 * point.ttft_s
 
 
 # --- the estimator against the simulator, clients in step ---------------------------------------
