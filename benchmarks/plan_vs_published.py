@@ -32,6 +32,8 @@ only). Two comparisons per frontier point:
   throughput per GPU at the published point's tokens/s per user (``at_per_user``: linear
   between frontier points; its top throughput below the frontier's slowest point; "beyond"
   when the published point is faster per user than any planned one);
+- the plan's frontier's tokens/s per user at the published throughput per GPU
+  (``at_throughput``, the other axis: well conditioned where the frontier is near vertical);
 - both again at the published point's load per GPU (``at_load``: its tokens/s per GPU over its
   tokens/s per user, the users decoding per GPU), where the curve crosses the ray from the
   origin through the point: there both axes scale alike, so the ratio is the curve's distance
@@ -361,6 +363,19 @@ def at_per_user(frontier: list[tuple[float, float]], per_user: float) -> float |
     return float(np.interp(per_user, xs, ys))
 
 
+def at_throughput(frontier: list[tuple[float, float]], per_gpu: float) -> float | None:
+    """The frontier's tokens/s per user at ``per_gpu`` tokens/s per GPU (the other axis of
+    ``at_per_user``): linear between its points, its fastest below its lowest throughput, None
+    above its highest."""
+    if not frontier:
+        return None
+    xs = np.array([x for x, _ in frontier])
+    ys = np.array([y for _, y in frontier])
+    if per_gpu > ys[0]:
+        return None
+    return float(np.interp(per_gpu, ys[::-1], xs[::-1]))
+
+
 def at_load(frontier: list[tuple[float, float]], per_user: float, per_gpu: float) -> float | None:
     """The frontier's throughput per GPU at the published point's load per GPU (``per_gpu /
     per_user``: the users decoding per GPU): where the frontier crosses the ray from the origin
@@ -435,6 +450,7 @@ class Predictions:
     layout_load: dict[Published, float | None] = field(default_factory=dict)
     along_load: dict[Published, float | None] = field(default_factory=dict)
     slopes: dict[Published, float | None] = field(default_factory=dict)
+    along_tput: dict[Published, float | None] = field(default_factory=dict)
 
     def errors(self, members: list[Published], which: str) -> list[float]:
         found = []
@@ -447,6 +463,8 @@ class Predictions:
                 found.append(self.layout[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
             elif which == "frontier" and self.along.get(p) is not None:
                 found.append(self.along[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
+            elif which == "frontier per user" and self.along_tput.get(p) is not None:
+                found.append(self.along_tput[p] / p.per_user - 1)  # type: ignore[operator]
             elif which == "layout at load" and self.layout_load.get(p) is not None:
                 found.append(self.layout_load[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
             elif which == "frontier at load" and self.along_load.get(p) is not None:
@@ -464,8 +482,8 @@ class Predictions:
 
     def cells(self, members: list[Published]) -> list[str]:
         beyond = sum(1 for p in members if p in self.along and self.along[p] is None)
-        columns = ("same tok/s/GPU", "same tok/s/user", "layout", "frontier", "layout at load",
-                   "frontier at load")  # fmt: skip
+        columns = ("same tok/s/GPU", "same tok/s/user", "layout", "frontier", "frontier per user",
+                   "layout at load", "frontier at load")  # fmt: skip
         beyond_load = sum(1 for p in members if p in self.along_load and self.along_load[p] is None)
         return (
             [_stats(self.errors(members, c)) for c in columns[:4]]
@@ -499,6 +517,7 @@ def predict(front: list[Published], refused: dict[str, int]) -> Predictions:
                 found.along[point] = at_per_user(pairs, point.per_user)
                 found.along_load[point] = at_load(pairs, point.per_user, point.tput_per_gpu)
                 found.slopes[point] = slope(pairs, point.per_user) if pairs else None
+                found.along_tput[point] = at_throughput(pairs, point.tput_per_gpu)
             except InputError as error:
                 refused[f"plan: {error}"[:160]] += 1
     return found
@@ -546,7 +565,11 @@ def main() -> None:
     print("\npredicted / published - 1 of frontier points: median and p90 of |error|, signed "
           "median, n (held out by source and model)")  # fmt: skip
     head = ("same: tok/s/GPU", "same: tok/s/user", "layout at tok/s/user", "frontier: tok/s/GPU")
-    at_load_head = ("layout at load per GPU", "frontier at load per GPU")
+    at_load_head = (
+        "frontier: tok/s/user at GPU's",
+        "layout at load per GPU",
+        "frontier at load per GPU",
+    )
     print(f"{'model':<16} {'mode':<14} {'gpu':<9} {'engine':<22} | "
           + " | ".join(f"{h:^26}" for h in head) + " | beyond | "
           + " | ".join(f"{h:^26}" for h in at_load_head) + " | beyond")  # fmt: skip

@@ -24,6 +24,7 @@ at_per_user, published_frontier = BENCHMARK["at_per_user"], BENCHMARK["published
 at_load_points, shortest_share = BENCHMARK["at_load_points"], BENCHMARK["shortest_share"]
 held_out_stack, held_out_stacks = BENCHMARK["held_out_stack"], BENCHMARK["held_out_stacks"]
 at_load, slope = BENCHMARK["at_load"], BENCHMARK["slope"]
+at_throughput = BENCHMARK["at_throughput"]
 
 
 def _point(source: str, tpot_s: float, tput: float, **changes: Any) -> Any:
@@ -100,6 +101,14 @@ class TestAtLoad:
     def test_between_the_frontier_s_extremes(self, load: float) -> None:
         value = at_load(self.FRONTIER, 10.0, 10.0 * load)
         assert value is not None and 100.0 * (1 - 1e-9) <= value <= 900.0 * (1 + 1e-9)
+
+
+def test_at_throughput_reads_the_other_axis() -> None:
+    frontier = [(10.0, 900.0), (20.0, 500.0), (40.0, 100.0)]
+    assert at_throughput(frontier, 700.0) == pytest.approx(15.0)
+    assert at_throughput(frontier, 50.0) == pytest.approx(40.0)  # its fastest below
+    assert at_throughput(frontier, 901.0) is None
+    assert at_throughput([], 1.0) is None
 
 
 def test_slope_on_log_axes() -> None:
