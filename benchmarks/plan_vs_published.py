@@ -383,27 +383,24 @@ def at_load(frontier: list[tuple[float, float]], per_user: float, per_gpu: float
     tokens/s per user and per GPU scale alike, so the ratio to ``per_gpu`` is the frontier's
     distance from the point on either axis, well conditioned where the frontier is near
     vertical (a few clients: throughput grows with them while tokens/s per user barely falls)
-    or near flat (the throughput's plateau). A load within ``END_TOLERANCE`` of an end is read
-    there (one client per instance on both sides: the loads differ by the prompt's share of the
-    request time alone); None further beyond the frontier's ends (a load heavier or lighter
-    than any of its points)."""
+    or near flat (the throughput's plateau). Beyond the frontier's ends, as ``at_per_user``
+    reads them: a heavier load than its heaviest point, its top throughput (more clients only
+    queue); a lighter load than its lightest point (one client per instance or rank), ``per_gpu``
+    scaled by its fastest tokens/s per user over ``per_user`` (no lighter load runs faster).
+    None for an empty frontier."""
     if not frontier:
         return None
     xs = np.log([x for x, _ in frontier])
     ys = np.log([y for _, y in frontier])
     load = float(np.log(per_gpu / per_user))
     loads = ys - xs  # descending along the frontier (tokens/s per user ascending)
-    if load > loads[0] + END_TOLERANCE or load < loads[-1] - END_TOLERANCE:
-        return None
-    load = float(np.clip(load, loads[-1], loads[0]))
-    if xs.size == 1:
+    if load >= loads[0]:
         return float(np.exp(ys[0]))
+    if load <= loads[-1]:
+        return per_gpu * float(np.exp(xs[-1])) / per_user
     i = int(np.clip(np.searchsorted(-loads, -load, side="right") - 1, 0, xs.size - 2))
     share = (loads[i] - load) / (loads[i] - loads[i + 1])
     return float(np.exp(ys[i] + share * (ys[i + 1] - ys[i])))
-
-
-END_TOLERANCE = float(np.log(1.05))  # of a load per GPU, on log axes
 
 
 def slope(frontier: list[tuple[float, float]], per_user: float) -> float | None:
@@ -441,7 +438,7 @@ class Predictions:
     """Per published point: the same deployment's (tokens/s per user, per GPU), its layout's
     estimated throughput per GPU at the published tokens/s per user, and the plan's frontier's
     (None: beyond the frontier's fastest point); both again at the published load per GPU
-    (``at_load``; None: beyond the frontier's ends); the plan frontier's slope there."""
+    (``at_load``); the plan frontier's slope there."""
 
     same: dict[Published, tuple[float, float]]
     layout: dict[Published, float | None]
@@ -484,12 +481,10 @@ class Predictions:
         beyond = sum(1 for p in members if p in self.along and self.along[p] is None)
         columns = ("same tok/s/GPU", "same tok/s/user", "layout", "frontier", "frontier per user",
                    "layout at load", "frontier at load")  # fmt: skip
-        beyond_load = sum(1 for p in members if p in self.along_load and self.along_load[p] is None)
         return (
             [_stats(self.errors(members, c)) for c in columns[:4]]
             + [f"{beyond:>6}"]
             + [_stats(self.errors(members, c)) for c in columns[4:]]
-            + [f"{beyond_load:>6}"]
         )
 
 
@@ -572,7 +567,7 @@ def main() -> None:
     )
     print(f"{'model':<16} {'mode':<14} {'gpu':<9} {'engine':<22} | "
           + " | ".join(f"{h:^26}" for h in head) + " | beyond | "
-          + " | ".join(f"{h:^26}" for h in at_load_head) + " | beyond")  # fmt: skip
+          + " | ".join(f"{h:^26}" for h in at_load_head))  # fmt: skip
     groups: dict[tuple, list[Published]] = defaultdict(list)
     for p in front:
         for key in {grouping(p) for grouping in GROUPINGS}:

@@ -90,10 +90,12 @@ class TestAtLoad:
         assert at_load(steep, *published) / published[1] == pytest.approx(1.1)
         assert at_per_user(steep, published[0]) / published[1] > 5
 
-    def test_none_beyond_the_ends_but_within_the_tolerance(self) -> None:
-        assert at_load(self.FRONTIER, 1.0, 100.0) is None  # load 100 > 90
-        assert at_load(self.FRONTIER, 100.0, 100.0) is None  # load 1 < 2.5
-        assert at_load(self.FRONTIER, 100.0, 245.0) == pytest.approx(100.0)  # 2.45: the end
+    def test_beyond_the_ends_as_at_per_user_reads_them(self) -> None:
+        # Heavier than the heaviest point (load 100 > 90): its top throughput.
+        assert at_load(self.FRONTIER, 1.0, 100.0) == pytest.approx(900.0)
+        # Lighter than the lightest (load 1 < 2.5): its fastest tokens/s per user over the
+        # point's, as a factor on the point's throughput.
+        assert at_load(self.FRONTIER, 100.0, 100.0) / 100.0 == pytest.approx(0.4)
         assert at_load([], 1.0, 1.0) is None
 
     @settings(max_examples=50, deadline=None)
