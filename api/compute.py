@@ -150,9 +150,9 @@ def simulated_requests(request: PlanRequest) -> int:
     """The most requests a plan's verification may simulate (``search.verify``)."""
     if not request.verify:
         return 0
-    from idealized_runtime.cost_model.planning.search import verification_requests
+    from idealized_runtime.cost_model.planning.search import most_verification_requests
 
-    return verification_requests(request, max(request.concurrency))
+    return most_verification_requests(request, max(request.concurrency))
 
 
 def check_plan_work(

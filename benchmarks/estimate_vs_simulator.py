@@ -80,7 +80,8 @@ def baseline(request: PlanRequest, point: PlanPoint) -> PlanPoint:
     mean = replace(mean_request(request), same_lengths=False, length_cv2=None)
     deployment = point_servers(request, point)[0]
     return estimate_point(request, point.stack, deployment, point.concurrency, mean=mean,
-                          memory_fraction=point.memory_fraction)  # fmt: skip
+                          memory_fraction=point.memory_fraction,
+                          token_budget=point.token_budget)  # fmt: skip
 
 
 def _ratios(point: PlanPoint, check: Verification) -> tuple[float, float, float]:

@@ -41,15 +41,19 @@ slot after it (the first token comes with the prompt and the transfer), so that 
 Closed-loop clients are not Poisson arrivals. With requests of the same lengths
 (``MeanRequest.same_lengths``) the clients all start at t = 0; where the engine ends their
 requests on the same step they stay in step, each turn one burst of prompts then decoding
-together (``_lockstep``). On a decode-first engine that chunks prompts (vLLM) the requests of
-a turn end a step or so apart; the ones ending within the request path's delay (front end,
-tokenization, delivery) of the first send their next prompts together and the turn's prompts
-queue in one line (``_clustered_line``); without such a delay, and for whole prompts
-(TensorRT-LLM), the ends stagger, prompts reach the scheduler one after another and every step
-is full (``_full_steps``). A prefill instance receives the first burst's groups together on
-every turn where every decode instance holds as many requests (their steps last alike), else
-one by one. With lengths spread a little (``MeanRequest.length_cv2``) arrivals at a prefill
-instance are nearly evenly spaced, and the wait is Kingman's G/G/1 with that variability.
+together (``_lockstep``). On a decode-first engine (vLLM, TensorRT-LLM) the requests of a
+turn end a step or so apart; the ones ending before the first one's next prompt reaches the
+scheduler (after the request path's delay: front end, tokenization, delivery, and a scheduler
+that plans a step ahead) send their next prompts together and the turn's prompts queue in one
+line, in chunks or, without chunked prefill, as many whole prompts a step as fit; the later
+ones send while a step of the line runs and wait for it (``_clustered_line``). Without such a
+delay the ends stagger, prompts reach the scheduler one after another and every step is full
+(``_full_steps``). A prefill instance receives the first burst's groups together on every turn
+where every decode instance holds as many requests (their steps last alike), else one by one.
+With lengths spread a little (``MeanRequest.length_cv2``) each client's cycle varies by sigma:
+the arrivals at the prefill instances form a lattice perturbed by sigma, nearly even where
+sigma is small beside the gap between two arrivals and nearly Poisson where it is larger, and
+no backlog outgrows what crosses a window's ends; the median wait follows (``_prefill_wait``).
 
 What the estimate leaves out: the drain of the first burst over a finite run (every client's
 first request arrives at t = 0; where a prefill instance's line of first prompts outlasts the
@@ -57,9 +61,8 @@ first requests' decoding, the next turns queue behind it and it drains over seve
 the decode pool fills and its steps lengthen), the preemptions of an engine that admits more
 requests than its KV cache holds to their end (vLLM, SGLang) and recomputes them, the
 spread of the lengths (it takes their means) and FCFS waits for the KV cache beyond the mean,
-TensorRT-LLM's whole prompts queueing behind staggered decoders, and the way a request overhead
-spreads resubmissions over the steps under load. Medians from ``simulate`` are the figures to
-compare it to (``benchmarks/estimate_vs_simulator.py``).
+and the way a request overhead spreads resubmissions over the steps under load. Medians from
+``simulate`` are the figures to compare it to (``benchmarks/estimate_vs_simulator.py``).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ from idealized_runtime.cost_model.serving.disaggregated import Server, kv_transf
 from idealized_runtime.cost_model.serving.step_time import StepWork
 
 ITERATIONS = 40
+TURNS = 4  # turns of clients in step followed until their requests end as the turn before
 DAMPING = 0.5
 TOLERANCE = 1e-4  # relative change of the throughput at which the iteration stops
 
@@ -97,9 +101,9 @@ class MeanRequest:
     # (see ``_lockstep``).
     same_lengths: bool = False
     # The squared coefficient of variation of the lengths (uniform between a fraction f and
-    # 1 of the stated: (1 - f)^2 / (3 (1 + f)^2)): closed-loop clients whose cycles vary this
-    # little arrive nearly evenly spaced at a prefill instance, so prompts queue as Kingman's
-    # G/G/1 says with arrival and service variability both this (None: the M/D/1-like wait).
+    # 1 of the stated: (1 - f)^2 / (3 (1 + f)^2)): closed-loop clients' cycles vary as much,
+    # which sets how evenly they arrive at a prefill instance and how long prompts queue there
+    # (``_prefill_wait``; None: the M/D/1-like wait).
     length_cv2: float | None = None
 
     def __post_init__(self) -> None:
@@ -373,51 +377,92 @@ def _clustered_line(
     steady: tuple[np.ndarray, np.ndarray, np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(TTFT, TPOT, requests/s) of closed-loop clients with requests of the same lengths on a
-    decode-first engine that chunks prompts (vLLM) whose request path holds a resubmitted
-    prompt back from the scheduler (front end, tokenization, the last token's delivery: ``gap``
-    seconds): the n requests of a turn decode in step, so they end as many steps apart as their
-    prompts were done; while no new prompt has reached the scheduler those steps are
-    decode-only and short, so the ones ending within ``gap`` of the first send their next
-    prompts together (a cluster), and the prompts queue in one line, each taking
-    r = p' / (budget - decoders) full steps; the later ones end one step after another while
-    the line runs and join its tail. The turn: the line's steps, then decode-only steps until
-    the first request's D decode steps are done. Where no cluster forms (the ends stagger) or
-    the line outlasts the decoding, ``steady`` stands."""
+    decode-first engine (vLLM, TensorRT-LLM) whose request path holds a resubmitted prompt
+    back from the scheduler (front end, tokenization, the last token's delivery: ``gap``
+    seconds; a scheduler a step ahead takes it a step later still): the n requests of a turn
+    decode in step, so they end as many steps apart as their prompts were done in the turn
+    before; while no new prompt has reached the scheduler those steps are decode-only and
+    short, so the ones ending before the first's prompt is taken in send theirs together (a
+    cluster), and the prompts queue in one line, each taking r = p' / (budget - decoders)
+    steps (chunks), or 1 / (the whole prompts that fit beside the decoders) steps. The line's
+    first step holds the prompts of the requests that ended with the first; the rest of the
+    cluster arrives while it runs. The later ones end one line step after another and send
+    while the next step runs, which started without them: they wait for it, then queue. The
+    turn: the line's steps, then decode-only steps until the first request's D decode steps
+    are done; the ends of one turn give the next's (followed for up to ``TURNS`` turns).
+    Where no cluster forms (the ends stagger) or the line outlasts the decoding, ``steady``
+    stands."""
     config, request = table.server.config, table.request
-    if config.prefill_first or not config.chunked_prefill:
-        # Whole prompts behind a scheduler a step ahead (TensorRT-LLM) are left to ``steady``.
+    if config.prefill_first:
         return steady
     new, budget = request.new_tokens, table.budget
-    gap = float(config.to_scheduler_s(request.prompt_tokens)) + config.request_path.delivery_s
+    before = float(config.to_scheduler_s(request.prompt_tokens))
+    gap = before + config.request_path.delivery_s
+    ahead = config.request_path.schedule_ahead_steps
+    ranks = config.dp_ranks
     ttft0, tpot0, x0 = (np.array(v, dtype=np.float64) for v in steady)
     for i, n in enumerate(slots.astype(int)):
         if n < 2:
             continue
         t_decode = float(table.decode(np.array([float(n)]))[0])
-        # A step of the line: the other n - 1 decoding, prompt chunks in what they leave; r:
-        # the share of such a step a prompt takes.
-        left = max(budget - (n - 1) * config.decode_tokens, 1.0)
-        r = new / left
-        k = np.arange(1, n + 1, dtype=np.float64)
-        # The previous turn's prompts were done at steps ceil(k r), so its requests end those
-        # steps apart; the ones ending within ``gap`` of the first (decode-only steps) send
-        # together, each later one a step after its end, when the line runs (steps counted
-        # from the line's start).
+        # Each attention-DP rank runs a line of its own requests in its share of the budget,
+        # all ranks in the same steps. A step of the line: the rank's other m - 1 decoding,
+        # prompt chunks in what they leave; r: the share of such a step a prompt takes.
+        m = math.ceil(n / ranks)
+        if m < 2:
+            continue
+        left = max(budget / ranks - (m - 1) * config.decode_tokens, 1.0)
+        if config.chunked_prefill:
+            r, line_tokens = new / left, min(left, new * m)
+        else:  # whole prompts: as many as fit what the decoders leave share a step
+            fit = math.floor(left / new)
+            if fit < 1:
+                continue  # they wait for decoders to end (``_waves``)
+            r, line_tokens = 1.0 / fit, new * min(fit, m)
+        k = np.arange(1, m + 1, dtype=np.float64)
+        t_full = float(table.mixed(np.array([n - 1.0]), np.array([line_tokens * ranks]))[0])
+        # Decode-only steps from the first request's end to the line's start: its prompt
+        # reaches the scheduler ``gap`` later, at the boundary after that (and the steps
+        # it plans ahead). A prompt arriving while a line step runs joins after the steps
+        # that cover ``gap`` (and those planned ahead).
+        lead = math.ceil(gap / t_decode - 1e-9) + ahead
+        late = math.ceil(gap / t_full - 1e-9) + ahead
+        # The requests end as many steps apart as their prompts were done in the previous
+        # turn: from ceil(k r) (every step full), to the turn's own (``done``) in a few turns.
         ends = np.ceil(k * r - 1e-9)
-        within = math.floor(gap / t_decode)
-        arrive = np.maximum(ends - ends[0] - within, 0.0)
-        if arrive[1] > 0:
-            continue  # no cluster: the ends stagger (``_full_steps``)
-        # First come first served at r steps a prompt: done at k r + the largest idle gap.
-        done = np.ceil(k * r + np.maximum.accumulate(arrive - (k - 1) * r) - 1e-9)
-        steps = done - arrive
+        for _ in range(TURNS):
+            apart = ends - ends[0]
+            if apart[1] > lead:
+                break  # no cluster: the ends stagger (``_full_steps``)
+            # The line's first step holds the prompts of the requests that ended with the
+            # first; those that ended before the line started join from its second step; the
+            # later ones end with line step ``apart - lead``.
+            ready = np.where(apart == 0, 0.0, np.where(apart <= lead, 1.0, apart - lead + late))
+            # First come first served at r steps a prompt: done at k r + the largest idle gap.
+            done = np.ceil(k * r + np.maximum.accumulate(ready - (k - 1) * r) - 1e-9)
+            if np.array_equal(done, ends):
+                break
+            ends = done
+        apart = ends - ends[0]
+        if apart[1] > lead:
+            continue
+        ready = np.where(apart == 0, 0.0, np.where(apart <= lead, 1.0, apart - lead + late))
+        done = np.ceil(k * r + np.maximum.accumulate(ready - (k - 1) * r) - 1e-9)
         line = float(done[-1])
         if line - done[0] >= decode:
             continue  # requests end while the line runs: not this regime
-        t_full = float(table.mixed(np.array([n - 1.0]), np.array([min(left, new * n)]))[0])
-        cycle = overhead[i] + line * t_full + (decode - line + done[0]) * t_decode
+        opening = float(np.count_nonzero(apart == 0))
+        first_tokens = min(left, new * opening)
+        if not config.chunked_prefill:
+            first_tokens = new * min(fit, opening)
+        t_first = float(table.mixed(np.array([n - 1.0]), np.array([first_tokens * ranks]))[0])
+        cycle = overhead[i] + t_first + (line - 1) * t_full + (decode - line + done[0]) * t_decode
         x = n / cycle
-        first = overhead[i] + steps * t_full
+        # TTFT: the cluster's prompts reach the scheduler as many decode steps after the
+        # first's as their requests ended after it; a later one's runs from its request's end.
+        clustered = overhead[i] + t_first + (done - 1) * t_full - apart * t_decode
+        first = np.where(apart <= lead, clustered, (done - (apart - lead)) * t_full)
+        within = lead - 1
         # A request decodes through the rest of its line and, when its prompt came late in
         # it, into the next turn's line (which starts once the cluster's successors are in).
         long = line - done + np.maximum(done - done[0] - within - 1, 0.0)
@@ -526,6 +571,37 @@ def _waves(
     return (1 - weight) * x + weight * wave_x, (1 - weight) * in_server + weight * wave_decode
 
 
+def _prefill_wait(
+    cv2: float,
+    busy: np.ndarray,
+    x: np.ndarray,
+    instances: int,
+    prompts: np.ndarray,
+    t_prompts: np.ndarray,
+    decoding: np.ndarray,
+) -> np.ndarray:
+    """The median request's wait at a prefill instance, in steps of ``prompts`` prompts, for
+    closed-loop clients whose lengths vary with squared coefficient of variation ``cv2``.
+
+    Each client comes back one cycle after its last visit, the cycle varying by sigma (its
+    prompt steps and its ``decoding`` time, as the lengths do), so the X arrivals a second of
+    all clients form a lattice perturbed by sigma: their gaps nearly even (c^2 = 2 (sigma
+    X)^2) while sigma is small beside the gap 1 / X, as random as Poisson's (c^2 = 1) where it
+    is larger; round robin gives each instance every ``instances``-th (c_a^2 that over
+    ``instances``). Kingman's G/G/1 gives the mean wait, (c_a^2 + c_s^2) / 2 x busy /
+    (1 - busy) steps (the service varies as the prompts do: c_s^2 = cv2). But a perturbed
+    lattice's count over any window departs from its mean by at most about what crosses the
+    window's ends (variance 2 sigma X / sqrt(pi) for Gaussian perturbations), so no backlog
+    grows beyond that many prompts, over ``instances`` per instance, however busy the
+    instance. A prompt waits with probability busy, then about exponentially long; the
+    median is taken from that."""
+    sigma_x = np.sqrt(cv2 * (t_prompts * t_prompts + decoding * decoding)) * x
+    arrivals = -np.expm1(-2.0 * sigma_x * sigma_x) / instances
+    kingman = (arrivals + cv2) * (0.5 / (1 - busy))  # x busy, divided out for the median
+    crossing = np.sqrt(sigma_x * (2.0 / math.sqrt(math.pi))) / (instances * prompts * busy)
+    return np.minimum(kingman, crossing) * np.log(np.maximum(2 * busy, 1.0))
+
+
 def disaggregated_steady_state(
     deployment: Deployment,
     prefill: Server,
@@ -583,7 +659,8 @@ def disaggregated_steady_state(
         if request.length_cv2 is None:
             wait = busy**2 / (2 * (1 - busy))
         else:
-            wait = request.length_cv2 * busy / (1 - busy)
+            wait = _prefill_wait(request.length_cv2, busy, x, split.prefill_workers,
+                                 prompts, t_prompts, steps * mean)  # fmt: skip
         ttft = t_prompts * (1 + wait) + transfer
         d = np.clip(x / split.decode_workers * steps * mean, 1.0, slots)
         mean = mean + DAMPING * (decode_table.decode(d) - mean)

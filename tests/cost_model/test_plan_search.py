@@ -19,6 +19,7 @@ from idealized_runtime.cost_model.planning.search import (
     _Search,
     estimate_point,
     mean_request,
+    most_verification_requests,
     plan,
     point_servers,
     steady_output_tokens_per_s,
@@ -182,6 +183,10 @@ def test_a_verification_runs_three_rounds_whatever_the_request_cap() -> None:
     assert verification_requests(capped, 8) == 40  # five rounds fit the cap
     assert verification_requests(request(requests_per_client=5), 64) == 320
     assert verification_requests(request(requests_per_client=1), 64) == 64  # as asked
+    # What a server must allow: runs on while the start-up queue drains, up to the cap.
+    five = request(requests_per_client=5)
+    assert most_verification_requests(five, 64) == 32 * 64
+    assert most_verification_requests(five, 2048) == 3 * 2048
 
 
 @pytest.mark.parametrize("clients", [64, 128])
@@ -203,6 +208,25 @@ def test_a_verification_beyond_the_request_cap_judges_the_steady_state(clients: 
     burst_only = req.model_copy(update={"requests_per_client": 1})
     burst = verify(burst_only, point, point_servers(burst_only, point))
     assert burst.requests == clients and burst.ttft_p50_s > 5 * point.ttft_s
+
+
+def test_a_verification_runs_on_while_the_start_up_queue_drains() -> None:
+    """Llama-3.3-70B fp8, vLLM, 3P(tp1)1D tp4, 103 clients, 8k/1k: the three prefill
+    instances get the first 103 prompts at once and drain them over about six rounds; five
+    rounds judge the drain (TTFT 2.4 s against the estimate's 0.97), ten rounds the steady
+    state after it."""
+    req = request(architecture=get_architecture("llama-3.3-70b"), hardware=[get_hardware("h200")],
+                  workload=PlanWorkload(prompt_tokens=8192, output_tokens=1024),
+                  slo=Slo(ttft_s=2.0, tpot_s=0.05), requests_per_client=5,
+                  concurrency=[103])  # fmt: skip
+    deployment = one_gpu_fp8(req, xpyd=(3, 1)).model_copy(update={"tp": 4})
+    point = estimate_point(req, "vllm", deployment, 103)
+    check = verify(req, point, point_servers(req, point))
+    assert check.requests == 10 * 103  # twice the five rounds asked for
+    assert check.ttft_p50_s == pytest.approx(point.ttft_s, rel=0.1)
+    capped = req.model_copy(update={"max_verify_requests": 5 * 103})
+    short = verify(capped, point, point_servers(capped, point))
+    assert short.requests == 5 * 103 and short.ttft_p50_s > 2 * point.ttft_s
 
 
 # --- the estimator against the simulator, clients in step ---------------------------------------
@@ -266,6 +290,89 @@ def test_budget_long_prompts_line_up_only_behind_a_request_path(path: str) -> No
     full_step = server.step_time.seconds(StepWork.of([8192] * 7, [(8185, 0)]))[0]
     lined_up = path == "engine"
     assert (state.ttft_s[0] > 4 * full_step) == lined_up
+
+
+def _line_up(stack: str, prompt: int, output: int, clients: int, budget: int) -> tuple:
+    """A decode-first engine, fixed lengths, one GPU: (estimate, verification)."""
+    req = request(stacks=[stack], requests_per_client=5,
+                  workload=PlanWorkload(prompt_tokens=prompt, output_tokens=output))  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=1,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point = estimate_point(req, stack, deployment, clients, token_budget=budget)
+    return point, verify(req, point, point_servers(req, point))
+
+
+@pytest.mark.parametrize("clients", [4, 8])
+def test_whole_prompts_line_up_behind_the_request_path(clients: int) -> None:
+    """TensorRT-LLM, fixed lengths, prompts of 4000 tokens in a 4096-token budget: a step
+    holds one whole prompt. The requests of a turn end a decode step apart, within the request
+    path's delay (tokenization, delivery, the scheduler a step ahead), so the prompts queue in
+    one line, one step each: the median waits for half of it (the estimate said one step)."""
+    point, check = _line_up("tensorrt-llm", 4000, 256, clients, 4096)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
+    alone = _line_up("tensorrt-llm", 4000, 256, 1, 4096)[0]
+    assert point.ttft_s > 1.5 * alone.ttft_s
+
+
+@pytest.mark.parametrize(
+    ("prompt", "clients", "budget"),
+    [(1024, 64, 4096), (8192, 16, 16384)],
+)
+def test_prompts_that_come_while_a_line_step_runs_wait_for_it(
+    prompt: int, clients: int, budget: int
+) -> None:
+    """vLLM, fixed lengths: a request that ends with a step of the line sends its next prompt
+    while the next step runs, which started without it: it waits for that step, then its own
+    (1k prompts, four to a step, 64 clients: two steps, not one). The line's first step holds
+    only the prompts of the requests that ended with the first (8k prompts, two to a step:
+    that step is half as long, the rest of the cluster arrives while it runs)."""
+    output = 1024 if prompt == 1024 else 256
+    point, check = _line_up("vllm", prompt, output, clients, budget)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
+    assert point.output_tokens_per_s_per_gpu == pytest.approx(
+        check.output_tokens_per_s_per_gpu, rel=0.1
+    )
+
+
+def test_each_attention_dp_rank_lines_up_its_own_prompts() -> None:
+    """DeepSeek-V3 fp8 on 8 H200, TensorRT-LLM TP 8 EP 8 DP 4, 1k/1k, 4096 tokens a rank,
+    64 clients (16 a rank): each rank's prompts queue in a line of their own in the rank's
+    share of the budget, all ranks in the same steps (one line over the whole budget: 1.22 s;
+    none: 0.48 s; simulated 0.99 s)."""
+    req = request(architecture=get_architecture("deepseek-v3"), hardware=[get_hardware("h200")],
+                  stacks=["tensorrt-llm"], max_gpus=8, requests_per_client=5,
+                  workload=PlanWorkload(prompt_tokens=1024, output_tokens=1024))  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=8, ep=8, attention_dp=4,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point = estimate_point(req, "tensorrt-llm", deployment, 64, token_budget=4096)
+    check = verify(req, point, point_servers(req, point))
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
+
+
+def test_a_prefill_instance_fed_by_clients_of_drawn_lengths_queues() -> None:
+    """Qwen3-32B fp8 on H100, vLLM 1P(tp1)1D tp4, 4000/500 drawn from 80-100%, 16 clients:
+    the clients' cycles vary by about as much as the gap between two arrivals at the prefill
+    instance (about 70% busy), so the arrivals are nearly as random as Poisson's and prompts
+    queue (the estimate that took them as evenly spaced said 0.24 s, simulated 0.39 s)."""
+    req = PlanRequest(
+        architecture=get_architecture("qwen3-32b"), hardware=[get_hardware("h100-sxm")],
+        stacks=["vllm"], weights=["fp8"], slo=Slo(ttft_s=2.0, tpot_s=0.05), max_gpus=8,
+        workload=PlanWorkload(prompt_tokens=4000, output_tokens=500, min_length_fraction=0.8),
+    )  # fmt: skip
+    arch, hardware = req.architecture, req.hardware[0]
+    split = Disaggregation(prefill_workers=1, decode_workers=1, prefill_tp=1)
+    deployment = Deployment(architecture=arch, hardware=hardware, tp=4, disaggregation=split,
+                            precision=default_precision(arch, weights="fp8"))  # fmt: skip
+    point, check = _both(req, "vllm", deployment, 16)
+    alone = estimate_point(req, "vllm", deployment, 1)
+    assert point.ttft_s == pytest.approx(check.ttft_p50_s, rel=0.1)
+    assert point.ttft_s > 1.4 * alone.ttft_s  # the prompts queue
+    assert point.tpot_s == pytest.approx(check.tpot_p50_s, rel=0.1)
 
 
 def test_a_prefill_instance_fed_evenly_does_not_queue() -> None:

@@ -103,12 +103,12 @@ def test_mxfp4_experts_read_their_measured_curve_at_decode_batches() -> None:
         assert ms == pytest.approx(VLLM_B200_W4A16_MXFP4_MS[t], rel=1e-6)
     formula = _gpt_oss_moe_ms(replace(kernels, moe_curves={}), B200, [32])
     assert formula[0] > 1.4 * VLLM_B200_W4A16_MXFP4_MS[32]
-    # Other formats keep the formula at decode sizes (DeepSeek's fp8 experts on SGLang H200).
+    # Other formats read their measured curves at decode sizes too (DeepSeek's fp8 experts on
+    # SGLang H200; tests/hardware/test_engine_moe_tables.py pins the rows).
     sglang = get_engine("sglang").gpus["h200"]
     shape = dict(hidden=7168, inter=2048, experts=256, topk=8, ep=1, moe_tp=8, fmt="fp8_block")
-    assert sglang.moe_time(H200, 64.0, **shape) == pytest.approx(
-        replace(sglang, moe_curves={}).moe_time(H200, 64.0, **shape), rel=1e-12
-    )
+    curve = sglang.moe_curves["fp8_block/7168/2048/256/8/8/1"]
+    assert sglang.moe_time(H200, 64.0, **shape) == pytest.approx(float(curve.at(64.0)), rel=1e-12)
 
 
 def test_served_formats_round_trip_and_stand_in_where_unmeasured() -> None:

@@ -567,12 +567,8 @@ def test_sglang_on_hopper_times_prompt_mla_on_the_mha_path_it_serves_with() -> N
     assert sglang.gpus["b200"].mla_context != trtllm.gpus["b200"].mla_context
 
 
-def test_prompt_sized_moe_steps_read_the_measured_curve_of_their_layout() -> None:
-    from idealized_runtime.cost_model.hardware.engines.kernels import (
-        MOE_MEASURED_FROM_TOKENS,
-        MeasuredCurve,
-        moe_layout,
-    )
+def test_moe_steps_read_the_measured_curve_of_their_layout_at_every_size() -> None:
+    from idealized_runtime.cost_model.hardware.engines.kernels import MeasuredCurve, moe_layout
 
     curve = MeasuredCurve(sizes=(512.0, 2048.0, 8192.0), seconds=(1e-4, 4e-4, 2e-3))
     assert float(curve.at(2048.0)) == pytest.approx(4e-4)
@@ -583,18 +579,18 @@ def test_prompt_sized_moe_steps_read_the_measured_curve_of_their_layout() -> Non
     with pytest.raises(ValueError, match="two or more"):
         MeasuredCurve.from_json({"sizes": [1.0], "seconds": [1.0]})
     # The shipped SGLang H200 kernels: DeepSeek's experts at TP 8 in block-scaled fp8 were
-    # measured; a prompt step reads the curve, a decode step the formula fitted on every layout.
+    # measured from 1 token up; decode and prompt steps read the curve.
     kernels = get_engine("sglang").gpus["h200"]
     assert kernels.errors["moe_curve"]["median"] <= 0.05
     key = moe_layout("fp8_block", 7168, 2048, 256, 8, 8, 1)
     measured = kernels.moe_curves[key]
+    assert measured.sizes[0] == 1.0
     shape = dict(hidden=7168, inter=2048, experts=256, topk=8, ep=1, moe_tp=8, fmt="fp8_block")
-    tokens = np.array([64.0, float(MOE_MEASURED_FROM_TOKENS), 8192.0])
+    tokens = np.array([1.0, 64.0, 1024.0, 8192.0])
     times = kernels.moe_time(H200, tokens, **shape)
     formula = replace(kernels, moe_curves={}).moe_time(H200, tokens, **shape)
-    assert times[0] == formula[0]
-    assert list(times[1:]) == pytest.approx(list(measured.at(tokens[1:])))
-    assert 8192.0 in measured.sizes and times[2] < formula[2] / 1.4  # the formula: 1.7x slow
+    assert list(times) == pytest.approx(list(measured.at(tokens)))
+    assert 8192.0 in measured.sizes and times[3] < formula[3] / 1.4  # the formula: 1.7x slow
     # A layout nobody measured (SGLang's shared expert fused in: 257 experts, top-9) keeps it.
     fused = dict(shape, experts=257, topk=9)
     assert kernels.moe_time(H200, 8192.0, **fused) == pytest.approx(

@@ -35,7 +35,6 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     OpFit,
     decode_layout,
     moe_layout,
-    moe_measured_from,
     prompt_layout,
 )
 
@@ -87,8 +86,26 @@ MOE_SERVED: dict[tuple[str, str], dict[str, str]] = {
 # moe_runner_backend "triton_kernel" for GPT-OSS at EP 1); its Hopper tables time its generic
 # fused Triton MoE instead (gpt-oss-120b's experts, 32 tokens on H100: 1.13 ms), vLLM's the
 # triton_kernels path it also serves gpt-oss with there (0.38 ms).
+# TensorRT-LLM serves block-scaled fp8 experts (DeepSeek's) on Blackwell with its TRTLLM MoE
+# backend, the TensorRT-LLM-gen kernels (InferenceX's dsr1_fp8_b200_trt.sh: moe_config backend
+# TRTLLM); its own Blackwell table times the DEEPGEMM backend instead, 2-3x slower at decode
+# sizes under MoE TP (DeepSeek's experts at MoE TP 8 on B200, 1 / 16 / 64 tokens: 0.098 /
+# 0.220 / 0.349 ms against 0.035 / 0.102 / 0.181 ms). SGLang's table times the same kernels
+# through FlashInfer (trtllm_fp8_block_scale_moe).
 MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
-    ("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")
+    **{("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")},
+    **{("trtllm", gpu): {"fp8_block": ("sglang", "flashinfer_trtllm")} for gpu in BLACKWELL_GPUS},
+}
+# Whose measured GEMMs stand for an engine's in a format, where the engine's own table times
+# something else than the kernel a served step runs. vLLM 0.24's block-scaled fp8 table
+# (DeepGemmFp8BlockScaledMMKernel, CutlassFp8BlockScaledMMKernel, FlashInfer's) sits on a floor
+# at every shape up to M = 1024 (m <= 16, n and k 1024-4096: a median of 59 us on H100/H200,
+# 231-447 us on B200/B300/GB200), where the other engines' block-scaled tables and vLLM's own
+# per-tensor fp8 table measure 7-10 us; above the floor the rows agree with SGLang's (H200,
+# 16384 x 16384 x 4096: 1.70 ms against 1.84 ms). A decode step replays CUDA graphs, which pay
+# no such floor; SGLang's table times DeepGEMM's gemm_nt, the kernel vLLM's DeepGEMM path runs.
+GEMM_OWNERS: dict[tuple[str, str], dict[str, str]] = {
+    ("vllm", gpu): {"fp8_block": "sglang"} for gpu in DATABASE_GPUS
 }
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 # vLLM's static_scaled_fp8_quant over m x k activations: one elementwise kernel, measured
@@ -601,11 +618,9 @@ def shipped_moe_layouts() -> set[tuple[int, int, int, int]]:
 def _moe_curves(
     frame: pandas.DataFrame, layouts: set[tuple[int, int, int, int]]
 ) -> tuple[dict[str, MeasuredCurve], dict]:
-    """The measured MoE curve over prompt-sized token counts (from the largest measured below
-    ``MOE_MEASURED_FROM_TOKENS`` up; MXFP4 formats over every count, ``moe_measured_from``) of
-    every layout of a shipped architecture, per format and MoE TP / EP split, keyed by
-    ``moe_layout``. Held out: every fifth inner point predicted from
-    its curve without it."""
+    """The measured MoE curve over every token count measured of every layout of a shipped
+    architecture, per format and MoE TP / EP split, keyed by ``moe_layout``. Held out: every
+    fifth inner point predicted from its curve without it."""
     columns = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size"]
     shipped = _rows_of(frame, columns[:4], layouts)
     curves: dict[str, MeasuredCurve] = {}
@@ -615,15 +630,9 @@ def _moe_curves(
         for layout, group in rows.groupby(columns):
             fastest = group.groupby("num_tokens")["latency"].min()
             tokens = fastest.index.to_numpy(dtype=np.float64)
-            keep = np.ones(tokens.size, dtype=bool)  # every size (MXFP4)
-            if moe_measured_from(fmt) > 0:
-                below = tokens[tokens <= moe_measured_from(fmt)]
-                if below.size == 0:
-                    continue
-                keep = tokens >= below.max()
-            if keep.sum() < 3:
+            if tokens.size < 3:
                 continue
-            tokens, seconds = tokens[keep], fastest.to_numpy(dtype=np.float64)[keep] * MS
+            seconds = fastest.to_numpy(dtype=np.float64) * MS
             key = moe_layout(fmt, *(float(v) for v in layout))
             curves[key] = MeasuredCurve(tuple(tokens), tuple(seconds))
             for j in range(1, len(tokens) - 1, HOLD_OUT_EVERY):
@@ -750,8 +759,12 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
     gemm_path = need("gemm", "gemm_perf.parquet")
     gemm_frame = _read(gemm_path)
     gemm: dict[str, OpFit] = {}
+    owners = GEMM_OWNERS.get((engine, database_gpu), {})
     for name, fmt in GEMM_FORMATS.items():
-        rows = gemm_frame[gemm_frame["gemm_dtype"] == name]
+        frame = gemm_frame
+        if fmt in owners:
+            frame = _read(need("gemm", "gemm_perf.parquet", owners[fmt]))
+        rows = frame[frame["gemm_dtype"] == name]
         if len(rows) >= 20:
             gemm[fmt], errors[f"gemm_{fmt}"] = _gemm_fit(rows, hardware, fmt)
     moe: dict[str, OpFit] = {}

@@ -23,14 +23,17 @@ GPU and number format, to that engine's measured kernels (``kernel_fit``):
   at a heads count and cache format the engine measured takes its measured (batch, context)
   grid instead (log-log bilinear; beyond the grid, linear in batch and context);
 - MoE grouped GEMM: the GEMM formula over the rank's routed work, with the matmul rate growing
-  with the tokens per expert and the bytes of the experts the step touches; a step of at least
-  ``MOE_MEASURED_FROM_TOKENS`` tokens (a prompt step) whose expert layout (format, hidden and
-  expert widths, experts, top-k, MoE TP and EP) the engine measured reads the measured curve
-  over tokens instead (log-log; beyond the largest measured, linear in tokens): compute-bound
-  grouped GEMMs run at an efficiency set by the exact shape (tiles over the expert width and
-  the tokens per expert), which the one formula fitted on every layout misses (DeepSeek's at
-  TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens); MXFP4 experts read it at every size
-  (``MOE_MEASURED_EVERY_SIZE``);
+  with the tokens per expert and the bytes of the experts the step touches, for expert layouts
+  the engine did not measure; a layout it measured (format, hidden and expert widths, experts,
+  top-k, MoE TP and EP) reads its measured curve over tokens at every size (log-log; below the
+  smallest measured, that one; beyond the largest, linear in tokens). The one formula fitted
+  on every layout of a format misses the exact shape by 12-37% in the median (its held-out
+  errors), both ways: at equal bytes and FLOPs it reads every TP / EP split alike, where
+  DeepSeek's experts at MoE TP 8 (256 experts, each 256 wide on a GPU) take 1.3-2.5x the time
+  of the same work at EP 8 (32 whole experts) at 1-16 tokens (TensorRT-LLM on H200: the
+  formula 16-43% under the measured rows at 1-512 tokens), and compute-bound prompt steps run at an
+  efficiency set by the tiles over the expert width and the tokens per expert (DeepSeek's at
+  TP 8 on SGLang: 1.6-2.1x slow at 4k-16k tokens);
 - an elementwise pass over a step's activations (RMSNorm, rotary embedding, KV-cache write,
   top-k routing, gated activation: the small kernels between the matmuls):
   ``latency + bytes / (bandwidth x HBM)``, fitted on a measured one-pass kernel
@@ -89,22 +92,6 @@ ELEMENTWISE_BYTES = 4.0
 PROMPT_GRID_FLOPS = 1e12
 MLA_LATENT = 576  # DeepSeek's kv_lora_rank 512 + RoPE key 64, cached per token and layer
 MLA_QK_DIM, MLA_V_DIM = 192, 128  # per head: nope 128 + rope 64 for q.k, 128 for values
-# MoE steps of this many tokens and more read the layout's measured curve where there is one.
-# Below, the formula: there the layer mostly reads its experts' weights, which the bytes fitted
-# over every layout follow; the measured decode-sized curves put the TPOT of TensorRT-LLM's
-# tensor-parallel fp8 DeepSeek runs on B200 27-36% over the published (docs/benchmarks.md).
-MOE_MEASURED_FROM_TOKENS = 1024
-# MXFP4 experts (gpt-oss) read their layout's measured curve at every size, decode batches
-# included: each table's MXFP4 rows mix the kernels of other checkpoints (Marlin for
-# compressed-tensors MXFP4 beside FlashInfer's or triton_kernels' gpt-oss path), so the one
-# formula over the format's rows misses the gpt-oss path by 15-75% at 8-256 tokens (vLLM on
-# B200, 32 tokens at TP 1: 0.34 ms against 0.20 ms measured), where its curve is the served path.
-MOE_MEASURED_EVERY_SIZE = ("mxfp4", "mxfp4_mxfp8")
-
-
-def moe_measured_from(fmt: str) -> float:
-    """Tokens from which a MoE step of kernel format ``fmt`` reads its layout's measured curve."""
-    return 0.0 if fmt in MOE_MEASURED_EVERY_SIZE else float(MOE_MEASURED_FROM_TOKENS)
 
 
 def moe_layout(
@@ -371,7 +358,7 @@ class GpuKernels:
     # chunk length), by ``prompt_layout``; MLA's by heads per GPU
     prompt_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
     mla_prompt_grids: dict[str, MeasuredGrid] = field(default_factory=dict)
-    # MoE measured over tokens, by ``moe_layout`` (prompt-sized steps read them)
+    # MoE measured over tokens, by ``moe_layout`` (a step of a measured layout reads it)
     moe_curves: dict[str, MeasuredCurve] = field(default_factory=dict)
     # The measured MoE format the engine runs a checkpoint format's experts in, where it is
     # not the format's own kernels (TensorRT-LLM on Blackwell: MXFP4 experts times MXFP8
@@ -439,8 +426,7 @@ class GpuKernels:
         if self.moe_curves and all(np.ndim(v) == 0 for v in layout):
             curve = self.moe_curves.get(moe_layout(measured, *(float(v) for v in layout)))
             if curve is not None:
-                start = max(moe_measured_from(measured), curve.sizes[0])  # never below it
-                seconds = np.where(t >= start, curve.at(t), seconds)
+                seconds = curve.at(t)
         return np.where(t > 0, seconds, 0.0)
 
     def context_attention_time(
