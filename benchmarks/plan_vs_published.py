@@ -31,7 +31,17 @@ only). Two comparisons per frontier point:
   multi-token prediction where the points compared ran it) for the group, its frontier's
   throughput per GPU at the published point's tokens/s per user (``at_per_user``: linear
   between frontier points; its top throughput below the frontier's slowest point; "beyond"
-  when the published point is faster per user than any planned one).
+  when the published point is faster per user than any planned one);
+- the plan's frontier's tokens/s per user at the published throughput per GPU
+  (``at_throughput``, the other axis: well conditioned where the frontier is near vertical);
+- both again at the published point's load per GPU (``at_load``: its tokens/s per GPU over its
+  tokens/s per user, the users decoding per GPU), where the curve crosses the ray from the
+  origin through the point: there both axes scale alike, so the ratio is the curve's distance
+  from the point whatever its slope. Read at a tokens/s per user, an error in it is multiplied
+  by the curve's slope on log axes (``slope``), 2-4 at 1-16 clients, where throughput grows
+  with the clients while tokens/s per user barely falls: a TPOT 25% off reads as 4-5x there.
+  The plan's frontier over the published layout's curve, both at that load, is what the search
+  finds beyond the sources' layouts and loads (no published point checks it).
 
 Held out by source AND by model: nothing in the engine stacks, the estimator or the plan is
 fitted on serving measurements but the engines' residual request overhead (what the request
@@ -55,7 +65,7 @@ import sys
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -353,6 +363,59 @@ def at_per_user(frontier: list[tuple[float, float]], per_user: float) -> float |
     return float(np.interp(per_user, xs, ys))
 
 
+def at_throughput(frontier: list[tuple[float, float]], per_gpu: float) -> float | None:
+    """The frontier's tokens/s per user at ``per_gpu`` tokens/s per GPU (the other axis of
+    ``at_per_user``): linear between its points, its fastest below its lowest throughput, None
+    above its highest."""
+    if not frontier:
+        return None
+    xs = np.array([x for x, _ in frontier])
+    ys = np.array([y for _, y in frontier])
+    if per_gpu > ys[0]:
+        return None
+    return float(np.interp(per_gpu, ys[::-1], xs[::-1]))
+
+
+def at_load(frontier: list[tuple[float, float]], per_user: float, per_gpu: float) -> float | None:
+    """The frontier's throughput per GPU at the published point's load per GPU (``per_gpu /
+    per_user``: the users decoding per GPU): where the frontier crosses the ray from the origin
+    through the published point, linear between its points on log axes. Along that ray both
+    tokens/s per user and per GPU scale alike, so the ratio to ``per_gpu`` is the frontier's
+    distance from the point on either axis, well conditioned where the frontier is near
+    vertical (a few clients: throughput grows with them while tokens/s per user barely falls)
+    or near flat (the throughput's plateau). Beyond the frontier's ends, as ``at_per_user``
+    reads them: a heavier load than its heaviest point, its top throughput (more clients only
+    queue); a lighter load than its lightest point (one client per instance or rank), ``per_gpu``
+    scaled by its fastest tokens/s per user over ``per_user`` (no lighter load runs faster).
+    None for an empty frontier."""
+    if not frontier:
+        return None
+    xs = np.log([x for x, _ in frontier])
+    ys = np.log([y for _, y in frontier])
+    load = float(np.log(per_gpu / per_user))
+    loads = ys - xs  # descending along the frontier (tokens/s per user ascending)
+    if load >= loads[0]:
+        return float(np.exp(ys[0]))
+    if load <= loads[-1]:
+        return per_gpu * float(np.exp(xs[-1])) / per_user
+    i = int(np.clip(np.searchsorted(-loads, -load, side="right") - 1, 0, xs.size - 2))
+    share = (loads[i] - load) / (loads[i] - loads[i + 1])
+    return float(np.exp(ys[i] + share * (ys[i + 1] - ys[i])))
+
+
+def slope(frontier: list[tuple[float, float]], per_user: float) -> float | None:
+    """d ln(tokens/s per GPU) / d ln(tokens/s per user) of the frontier at ``per_user`` (the
+    factor by which reading at a tokens/s per user multiplies an error in it); None off its
+    ends or on a one-point frontier."""
+    xs = np.log([x for x, _ in frontier])
+    ys = np.log([y for _, y in frontier])
+    x = np.log(per_user)
+    if xs.size < 2 or x < xs[0] or x > xs[-1]:
+        return None
+    i = int(np.clip(np.searchsorted(xs, x, side="right") - 1, 0, xs.size - 2))
+    return float((ys[i + 1] - ys[i]) / (xs[i + 1] - xs[i]))
+
+
 def neighbours(frontier: list[PlanPoint], per_user: float) -> str:
     """The plan's frontier points on each side of ``per_user`` (layout and clients)."""
     below = [p for p in frontier if p.tokens_per_s_per_user <= per_user]
@@ -374,12 +437,17 @@ def _stats(errors: list[float]) -> str:
 class Predictions:
     """Per published point: the same deployment's (tokens/s per user, per GPU), its layout's
     estimated throughput per GPU at the published tokens/s per user, and the plan's frontier's
-    (None: beyond the frontier's fastest point)."""
+    (None: beyond the frontier's fastest point); both again at the published load per GPU
+    (``at_load``); the plan frontier's slope there."""
 
     same: dict[Published, tuple[float, float]]
     layout: dict[Published, float | None]
     along: dict[Published, float | None]
     plans: dict[tuple, list[PlanPoint]]
+    layout_load: dict[Published, float | None] = field(default_factory=dict)
+    along_load: dict[Published, float | None] = field(default_factory=dict)
+    slopes: dict[Published, float | None] = field(default_factory=dict)
+    along_tput: dict[Published, float | None] = field(default_factory=dict)
 
     def errors(self, members: list[Published], which: str) -> list[float]:
         found = []
@@ -392,12 +460,32 @@ class Predictions:
                 found.append(self.layout[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
             elif which == "frontier" and self.along.get(p) is not None:
                 found.append(self.along[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
+            elif which == "frontier per user" and self.along_tput.get(p) is not None:
+                found.append(self.along_tput[p] / p.per_user - 1)  # type: ignore[operator]
+            elif which == "layout at load" and self.layout_load.get(p) is not None:
+                found.append(self.layout_load[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
+            elif which == "frontier at load" and self.along_load.get(p) is not None:
+                found.append(self.along_load[p] / p.tput_per_gpu - 1)  # type: ignore[operator]
         return found
+
+    def search_gains(self, members: list[Published]) -> list[float]:
+        """The plan's frontier over the published layout's curve at each point's load."""
+        return [
+            along / layout
+            for p in members
+            if (along := self.along_load.get(p)) is not None
+            and (layout := self.layout_load.get(p)) is not None
+        ]
 
     def cells(self, members: list[Published]) -> list[str]:
         beyond = sum(1 for p in members if p in self.along and self.along[p] is None)
-        columns = ("same tok/s/GPU", "same tok/s/user", "layout", "frontier")
-        return [_stats(self.errors(members, c)) for c in columns] + [f"{beyond:>6}"]
+        columns = ("same tok/s/GPU", "same tok/s/user", "layout", "frontier", "frontier per user",
+                   "layout at load", "frontier at load")  # fmt: skip
+        return (
+            [_stats(self.errors(members, c)) for c in columns[:4]]
+            + [f"{beyond:>6}"]
+            + [_stats(self.errors(members, c)) for c in columns[4:]]
+        )
 
 
 def predict(front: list[Published], refused: dict[str, int]) -> Predictions:
@@ -410,6 +498,7 @@ def predict(front: list[Published], refused: dict[str, int]) -> Predictions:
                 own, *curve = layout_curve(point, LEVELS)
                 found.same[point] = own
                 found.layout[point] = at_per_user(curve, point.per_user)
+                found.layout_load[point] = at_load(curve, point.per_user, point.tput_per_gpu)
             except (InputError, ValueError) as error:
                 problems = getattr(error, "errors", None)  # a Deployment's validation
                 reason = problems()[0]["msg"] if callable(problems) else str(error)
@@ -421,6 +510,9 @@ def predict(front: list[Published], refused: dict[str, int]) -> Predictions:
                 pairs = [(p.tokens_per_s_per_user, p.output_tokens_per_s_per_gpu)
                          for p in frontier]  # fmt: skip
                 found.along[point] = at_per_user(pairs, point.per_user)
+                found.along_load[point] = at_load(pairs, point.per_user, point.tput_per_gpu)
+                found.slopes[point] = slope(pairs, point.per_user) if pairs else None
+                found.along_tput[point] = at_throughput(pairs, point.tput_per_gpu)
             except InputError as error:
                 refused[f"plan: {error}"[:160]] += 1
     return found
@@ -468,8 +560,14 @@ def main() -> None:
     print("\npredicted / published - 1 of frontier points: median and p90 of |error|, signed "
           "median, n (held out by source and model)")  # fmt: skip
     head = ("same: tok/s/GPU", "same: tok/s/user", "layout at tok/s/user", "frontier: tok/s/GPU")
+    at_load_head = (
+        "frontier: tok/s/user at GPU's",
+        "layout at load per GPU",
+        "frontier at load per GPU",
+    )
     print(f"{'model':<16} {'mode':<14} {'gpu':<9} {'engine':<22} | "
-          + " | ".join(f"{h:^26}" for h in head) + " | beyond")  # fmt: skip
+          + " | ".join(f"{h:^26}" for h in head) + " | beyond | "
+          + " | ".join(f"{h:^26}" for h in at_load_head))  # fmt: skip
     groups: dict[tuple, list[Published]] = defaultdict(list)
     for p in front:
         for key in {grouping(p) for grouping in GROUPINGS}:
@@ -479,6 +577,17 @@ def main() -> None:
         model, mode, gpu, engine = key
         print(f"{model:<16} {mode:<14} {gpu:<9} {engine:<22} | "
               + " | ".join(found.cells(groups[key])))  # fmt: skip
+    print("\nthe plan's frontier / the published layout's curve, both at the published load per "
+          "GPU: what the search finds beyond the sources' layouts and loads (no published point "
+          "checks it): median, p90, n")  # fmt: skip
+    for key in sorted(groups, key=lambda k: (k[0] == "all", k[0], k[1] == "all", k[1],
+                                             k[2] == "all", k)):  # fmt: skip
+        if key[2] != "all":
+            continue
+        gains = found.search_gains(groups[key])
+        said = (f"{np.median(gains):5.2f} {np.percentile(gains, 90):5.2f} {len(gains):>4}"
+                if gains else "    -")  # fmt: skip
+        print(f"{key[0]:<16} {key[1]:<14} {said}")
     if args.sources:
         sources: dict[str, list[Published]] = defaultdict(list)
         for p in front:
@@ -488,10 +597,15 @@ def main() -> None:
             print(f"{source:<40} | " + " | ".join(found.cells(members)))
     if args.points:
         print("\nmodel gpu engine mode | published: layout c, tok/s/user, tok/s/GPU | same, "
-              "layout, frontier / published | plan's frontier around it")  # fmt: skip
+              "layout, frontier / published at its tok/s per user, slope there; layout, "
+              "frontier at its load per GPU | plan's frontier around it")  # fmt: skip
+        columns = ("same tok/s/GPU", "layout", "frontier", "layout at load", "frontier at load")
         for p in sorted(front, key=lambda q: (*map(str, q.workload), q.per_user)):
-            ratios = [found.errors([p], c) for c in ("same tok/s/GPU", "layout", "frontier")]
-            said = " ".join(f"{r[0] + 1:5.2f}" if r else "    -" for r in ratios)
+            ratios = [found.errors([p], c) for c in columns]
+            said = [f"{r[0] + 1:5.2f}" if r else "    -" for r in ratios]
+            tilt = found.slopes.get(p)
+            said.insert(3, f"{tilt:6.1f};" if tilt is not None else "     -;")
+            said = " ".join(said)
             print(f"{p.model} {p.gpu} {p.engine_label} {p.mode} {p.prompt_tokens}/"
                   f"{p.output_tokens}{' mtp' if p.speculative else ''} | {p.layout} "
                   f"c{p.concurrency} {p.per_user:7.1f} {p.tput_per_gpu:8.1f} | {said} | "

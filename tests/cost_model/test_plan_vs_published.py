@@ -23,6 +23,8 @@ Published, Layout = BENCHMARK["Published"], BENCHMARK["Layout"]
 at_per_user, published_frontier = BENCHMARK["at_per_user"], BENCHMARK["published_frontier"]
 at_load_points, shortest_share = BENCHMARK["at_load_points"], BENCHMARK["shortest_share"]
 held_out_stack, held_out_stacks = BENCHMARK["held_out_stack"], BENCHMARK["held_out_stacks"]
+at_load, slope = BENCHMARK["at_load"], BENCHMARK["slope"]
+at_throughput = BENCHMARK["at_throughput"]
 
 
 def _point(source: str, tpot_s: float, tput: float, **changes: Any) -> Any:
@@ -67,6 +69,55 @@ class TestAtPerUser:
     def test_between_the_frontier_s_extremes(self, per_user: float) -> None:
         value = at_per_user(self.FRONTIER, per_user)
         assert value is not None and 100.0 <= value <= 900.0
+
+
+class TestAtLoad:
+    # Loads per GPU (tokens/s per GPU / per user): 90, 25, 2.5.
+    FRONTIER: ClassVar[list[tuple[float, float]]] = [(10.0, 900.0), (20.0, 500.0), (40.0, 100.0)]
+
+    def test_on_a_frontier_point(self) -> None:
+        assert at_load(self.FRONTIER, 5.0, 125.0) == pytest.approx(500.0)  # load 25
+
+    def test_both_axes_scale_alike_along_the_ray(self) -> None:
+        # A published point at half the frontier point's figures on both axes: same load.
+        assert at_load(self.FRONTIER, 10.0, 250.0) / 250.0 == pytest.approx(2.0)
+
+    def test_a_near_vertical_frontier_reads_the_tokens_per_user_error(self) -> None:
+        # Throughput 16x from 100 to 80 tokens/s per user: a point 10% slower per user than
+        # the frontier at one client is 1.1x off at its load, though 10x off at its speed.
+        steep = [(80.0, 160.0), (100.0, 10.0)]
+        published = (100.0 / 1.1, 10.0 / 1.1)
+        assert at_load(steep, *published) / published[1] == pytest.approx(1.1)
+        assert at_per_user(steep, published[0]) / published[1] > 5
+
+    def test_beyond_the_ends_as_at_per_user_reads_them(self) -> None:
+        # Heavier than the heaviest point (load 100 > 90): its top throughput.
+        assert at_load(self.FRONTIER, 1.0, 100.0) == pytest.approx(900.0)
+        # Lighter than the lightest (load 1 < 2.5): its fastest tokens/s per user over the
+        # point's, as a factor on the point's throughput.
+        assert at_load(self.FRONTIER, 100.0, 100.0) / 100.0 == pytest.approx(0.4)
+        assert at_load([], 1.0, 1.0) is None
+
+    @settings(max_examples=50, deadline=None)
+    @given(st.floats(min_value=2.5, max_value=90.0))
+    def test_between_the_frontier_s_extremes(self, load: float) -> None:
+        value = at_load(self.FRONTIER, 10.0, 10.0 * load)
+        assert value is not None and 100.0 * (1 - 1e-9) <= value <= 900.0 * (1 + 1e-9)
+
+
+def test_at_throughput_reads_the_other_axis() -> None:
+    frontier = [(10.0, 900.0), (20.0, 500.0), (40.0, 100.0)]
+    assert at_throughput(frontier, 700.0) == pytest.approx(15.0)
+    assert at_throughput(frontier, 50.0) == pytest.approx(40.0)  # its fastest below
+    assert at_throughput(frontier, 901.0) is None
+    assert at_throughput([], 1.0) is None
+
+
+def test_slope_on_log_axes() -> None:
+    frontier = [(10.0, 900.0), (20.0, 450.0)]  # throughput halves as tokens/s per user doubles
+    assert slope(frontier, 15.0) == pytest.approx(-1.0)
+    assert slope(frontier, 25.0) is None
+    assert slope(frontier[:1], 10.0) is None
 
 
 class TestPublishedFrontier:
