@@ -7,10 +7,11 @@ On one CPU core (the process pins itself to the first CPU it may use):
    layout and xPyD pair of up to 16 GPUs, 12 concurrency levels; and DeepSeek-R1 (a mixture of
    experts: expert parallel and attention data parallel too), 1k/1k on H200 and B200. Printed:
    deployments, (deployment, load) points and points per second, the unit the plan counts;
-2. the same points simulated request by request (``simulate``, ten requests per client, at most
-   ``--requests``) on a sample, seconds per point, and how far the estimate is from the
-   simulation (median and p90 of |estimate / simulated - 1| for median TTFT, median TPOT and
-   output tokens/s);
+2. the same points simulated request by request and judged as the plan's verification judges
+   them (``verify``: ten requests per client, at most ``--requests`` but at least three per
+   client; TTFT after the start-up burst, tokens/s while every client cycles) on a sample,
+   seconds per point, and how far the estimate is from the simulation (median and p90 of
+   |estimate / simulated - 1| for median TTFT, median TPOT and output tokens/s);
 3. with ``--aiconfigurator PYTHON`` (an interpreter with ``aiconfigurator==0.12.0``), NVIDIA
    AIConfigurator's seconds per point on the sample's aggregated points (its Llama-3.1-70B
    config, the same architecture as 3.3), in its own process, after one warm-up point.
@@ -32,10 +33,7 @@ import numpy as np
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import Slo
 from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
-from idealized_runtime.cost_model.planning.search import plan, point_servers, workload_shapes
-from idealized_runtime.cost_model.serving.disaggregated import simulate_closed_loop
-from idealized_runtime.cost_model.serving.simulator import simulate
-from idealized_runtime.timing.summary import summarize_level
+from idealized_runtime.cost_model.planning.search import plan, point_servers, verify
 
 AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm"}
 AIC_BACKENDS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm"}
@@ -85,19 +83,18 @@ def searches() -> list[tuple[str, PlanRequest]]:
 
 
 def simulated(request: PlanRequest, point: PlanPoint, requests: int) -> tuple[float, ...]:
-    """(seconds, median TTFT, median TPOT, output tokens/s) of ``point`` simulated."""
-    arch = request.architecture
-    shapes = workload_shapes(request, max(min(10 * point.concurrency, requests), point.concurrency))
+    """(seconds, median TTFT, median TPOT, output tokens/s) of ``point`` simulated and judged
+    as the plan's verification judges it (``verify``: ten requests per client, at most
+    ``requests`` but at least three per client, TTFT after the start-up burst)."""
+    judged = request.model_copy(update={"requests_per_client": 10,
+                                        "max_verify_requests": requests})  # fmt: skip
     # The servers the plan evaluated: the point's token budget (or the engine's, sized).
-    deployment, decode, prefill = point_servers(request, point)
+    servers = point_servers(judged, point)
     start = time.perf_counter()
-    if prefill is None:
-        rows = simulate(shapes, decode.step_time, decode.config, concurrency=point.concurrency)
-    else:
-        rows = simulate_closed_loop(shapes, deployment, prefill, decode, point.concurrency).rows
+    check = verify(judged, point, servers)
     seconds = time.perf_counter() - start
-    summary = summarize_level(arch.name, "plan", rows)
-    return seconds, summary.ttft_s.p50, summary.tpot_s.p50, summary.output_tokens_per_s
+    tokens = check.output_tokens_per_s_per_gpu * point.gpus
+    return seconds, check.ttft_p50_s, check.tpot_p50_s, tokens
 
 
 def sample_points(points: list[PlanPoint], count: int) -> list[PlanPoint]:
