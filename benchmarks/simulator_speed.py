@@ -6,9 +6,9 @@ answers, TTFT 1 s, TPOT 20 ms, up to 8 GPUs; its best aggregated deployment that
 (``simulate``, closed loop) and its best deployment overall (xPyD, ``simulate_closed_loop``,
 which simulates both pools again until the arrivals settle), each at its concurrency with
 ``--requests-per-client`` requests per client. Printed per case: requests, passes, seconds to
-simulate and to summarize (``summarize_level`` of all rows and of the rows after each
-client's first two, as ``verify`` does), requests per second, and a hash of the rows (equal hashes:
-the same results).
+simulate and to summarize (``summarize_level`` of all rows and of the rows after the
+start-up burst's rounds, ``burst_rounds``, as ``verify`` judges them), requests per second,
+and a hash of the rows (equal hashes: the same results).
 
 Usage: python benchmarks/simulator_speed.py [--requests-per-client 3] [--cases aggregated,xpyd]
 """
@@ -24,6 +24,7 @@ from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import Slo
 from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
 from idealized_runtime.cost_model.planning.search import (
+    burst_rounds,
     plan,
     point_servers,
     simulate_point,
@@ -53,7 +54,8 @@ def run_case(request: PlanRequest, point: PlanPoint) -> dict[str, object]:
     rows, passes = simulate_point(shapes, point.concurrency, servers)
     simulated = time.perf_counter()
     summary = summarize_level("plan", "plan", rows, request.slo)
-    steady = [row for row in rows if row["request_index"] >= 2 * point.concurrency]
+    skipped = burst_rounds(len(shapes), point.concurrency) * point.concurrency
+    steady = [row for row in rows if row["request_index"] >= skipped]
     summarize_level("plan", "plan", steady, request.slo)
     summarized = time.perf_counter()
     text = json.dumps(rows, sort_keys=True) + summary.model_dump_json()

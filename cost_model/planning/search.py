@@ -708,7 +708,7 @@ def verify(
     """``point`` simulated request by request at its concurrency (see the module docstring),
     ``verification_requests`` requests, and twice as many while the start-up burst's queue is
     still draining (``_still_draining``), up to ``max_verify_requests``. TTFT is judged on the
-    rounds after the burst's (``_burst_rounds``: at least the first two: the first requests all
+    rounds after the burst's (``burst_rounds``: at least the first two: the first requests all
     start at once, the second ones still arrive bunched behind them), while the estimate, and
     the SLO, speak of the steady state (with too few such requests, on those after the first,
     else on all). TPOT on all: left without the burst, the run's drain (clients ending one by
@@ -720,12 +720,12 @@ def verify(
     while True:
         rows, passes = simulate_point(workload_shapes(request, count), clients, servers)
         more = min(2 * count, request.max_verify_requests, MAX_VERIFY_ROUNDS * clients)
-        if more <= count or not _still_draining(rows, clients, _burst_rounds(count, clients)):
+        if more <= count or not _still_draining(rows, clients, burst_rounds(count, clients)):
             break
         count = more
     summary = summarize_level(request.architecture.name, "plan", rows, request.slo)
     judged = summary
-    for rounds in (_burst_rounds(count, clients), 1):  # the requests after them, if enough
+    for rounds in (burst_rounds(count, clients), 1):  # the requests after them, if enough
         later = [row for row in rows if row.get("request_index", 0) >= rounds * clients]
         if len(later) >= max(clients // 2, 1):
             judged = summarize_level(request.architecture.name, "plan", later, request.slo)
@@ -755,7 +755,7 @@ DRAINING = 1.25
 MAX_VERIFY_ROUNDS = 32
 
 
-def _burst_rounds(requests: int, clients: int) -> int:
+def burst_rounds(requests: int, clients: int) -> int:
     """Rounds of a run of ``requests`` at ``clients`` left to the start-up burst: the first
     half, at least the first ``STEADY_ROUNDS`` - 1."""
     return max(STEADY_ROUNDS - 1, requests // clients // 2)

@@ -658,8 +658,7 @@ def _step_plan(batch: _Batch, config: ServerConfig) -> tuple[int, list[tuple[_Re
     if not prefilling:
         return decoders, []
     if config.dp_ranks == 1:
-        left = (r.prompt + r.recompute - r.prefilled for r in prefilling.values())
-        sizes = config.chunks(decoders, left)
+        sizes = config.chunks(decoders, (r.to_prefill for r in prefilling.values()))
         return decoders, list(zip(prefilling.values(), sizes, strict=False))
     by_rank: list[list[_Request]] = [[] for _ in range(config.dp_ranks)]
     for request in prefilling.values():
@@ -668,8 +667,7 @@ def _step_plan(batch: _Batch, config: ServerConfig) -> tuple[int, list[tuple[_Re
     chunks: list[tuple[_Request, int]] = []
     for rank, mine in enumerate(by_rank):
         if mine:
-            left = (r.to_prefill for r in mine)
-            sizes = config.chunks(busy[rank], left, config.rank_budget)
+            sizes = config.chunks(busy[rank], (r.to_prefill for r in mine), config.rank_budget)
             chunks.extend(zip(mine, sizes, strict=False))
     return decoders, chunks
 
@@ -704,22 +702,17 @@ def _make_room(
 
 
 def _decode(decoding: list[_Request], config: ServerConfig, ends: np.ndarray) -> int:
-    """Give each decoding request its tokens of the steps ending at ``ends``; the tokens
-    given."""
+    """Give each decoding request its tokens of the steps ending at ``ends`` under speculative
+    decoding (more than one token a step; one a step, ``_Batch`` keeps them as ``ticks``); the
+    tokens given."""
     if not decoding:
         return 0
     before = sum(len(r.token_times) for r in decoding)
-    if config.tokens_per_step == 1.0:  # one token per step: the step ends themselves
-        times = ends.tolist()
-        for request in decoding:
-            request.token_times.extend(times[: request.output_left])
-            request.decode_steps += len(times)
-    else:
-        done = np.array([r.decode_steps for r in decoding], dtype=np.float64)
-        emitted = config.emitted(done, len(ends))
-        for request, counts in zip(decoding, emitted, strict=True):
-            request.token_times.extend(np.repeat(ends, counts)[: request.output_left].tolist())
-            request.decode_steps += len(ends)
+    done = np.array([r.decode_steps for r in decoding], dtype=np.float64)
+    emitted = config.emitted(done, len(ends))
+    for request, counts in zip(decoding, emitted, strict=True):
+        request.token_times.extend(np.repeat(ends, counts)[: request.output_left].tolist())
+        request.decode_steps += len(ends)
     return sum(len(r.token_times) for r in decoding) - before
 
 

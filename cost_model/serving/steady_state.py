@@ -368,6 +368,21 @@ def aggregated_steady_state(
     return SteadyState(clients, ttft, tpot, x, np.full(clients.shape, fits))
 
 
+def _line_after(ends: np.ndarray, r: float, lead: int, late: int) -> tuple[np.ndarray, np.ndarray]:
+    """``_clustered_line``'s line after a turn whose requests ended at steps ``ends``: (the
+    steps each ended after the first, the line step each one's next prompt is done in), a
+    prompt taking ``r`` steps, ``lead`` decode-only steps from the first end to the line's
+    start and ``late`` steps for a prompt sent while a line step runs."""
+    k = np.arange(1, ends.size + 1, dtype=np.float64)
+    apart = ends - ends[0]
+    # The line's first step holds the prompts of the requests that ended with the first; those
+    # that ended before the line started join from its second step; the later ones end with
+    # line step ``apart - lead``.
+    ready = np.where(apart == 0, 0.0, np.where(apart <= lead, 1.0, apart - lead + late))
+    # First come first served at r steps a prompt: done at k r + the largest idle gap.
+    return apart, np.ceil(k * r + np.maximum.accumulate(ready - (k - 1) * r) - 1e-9)
+
+
 def _clustered_line(
     table: StepTable,
     clients: np.ndarray,
@@ -431,23 +446,15 @@ def _clustered_line(
         # turn: from ceil(k r) (every step full), to the turn's own (``done``) in a few turns.
         ends = np.ceil(k * r - 1e-9)
         for _ in range(TURNS):
-            apart = ends - ends[0]
-            if apart[1] > lead:
+            if ends[1] - ends[0] > lead:
                 break  # no cluster: the ends stagger (``_full_steps``)
-            # The line's first step holds the prompts of the requests that ended with the
-            # first; those that ended before the line started join from its second step; the
-            # later ones end with line step ``apart - lead``.
-            ready = np.where(apart == 0, 0.0, np.where(apart <= lead, 1.0, apart - lead + late))
-            # First come first served at r steps a prompt: done at k r + the largest idle gap.
-            done = np.ceil(k * r + np.maximum.accumulate(ready - (k - 1) * r) - 1e-9)
+            done = _line_after(ends, r, lead, late)[1]
             if np.array_equal(done, ends):
                 break
             ends = done
-        apart = ends - ends[0]
+        apart, done = _line_after(ends, r, lead, late)
         if apart[1] > lead:
             continue
-        ready = np.where(apart == 0, 0.0, np.where(apart <= lead, 1.0, apart - lead + late))
-        done = np.ceil(k * r + np.maximum.accumulate(ready - (k - 1) * r) - 1e-9)
         line = float(done[-1])
         if line - done[0] >= decode:
             continue  # requests end while the line runs: not this regime

@@ -411,6 +411,11 @@ class GpuKernels:
         hidden, inter, experts, topk, ep, moe_tp = (
             np.asarray(v, dtype=np.float64) for v in (hidden, inter, experts, topk, ep, moe_tp)
         )
+        layout = (hidden, inter, experts, topk, moe_tp, ep)
+        if self.moe_curves and all(np.ndim(v) == 0 for v in layout):
+            curve = self.moe_curves.get(moe_layout(measured, *(float(v) for v in layout)))
+            if curve is not None:  # a measured layout: its curve, the formula not needed
+                return np.where(t > 0, curve.at(t), 0.0)
         width = inter / moe_tp
         local = experts / ep
         assignments = t * topk / ep
@@ -422,11 +427,6 @@ class GpuKernels:
         peak = peak_flops(hardware, measured)
         hbm = hardware.memory_bandwidth_gbps * 1e9
         seconds = fit.compute_memory(flops, per_expert, nbytes, peak, hbm)
-        layout = (hidden, inter, experts, topk, moe_tp, ep)
-        if self.moe_curves and all(np.ndim(v) == 0 for v in layout):
-            curve = self.moe_curves.get(moe_layout(measured, *(float(v) for v in layout)))
-            if curve is not None:
-                seconds = curve.at(t)
         return np.where(t > 0, seconds, 0.0)
 
     def context_attention_time(
