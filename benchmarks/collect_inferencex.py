@@ -12,10 +12,20 @@ TTFT, median TPOT and output and total throughput per GPU as rows of ``measureme
 point that several fixtures hold (the same run and configuration) is taken from the first one
 given; a history point without an image takes the image its run states in another fixture.
 
+Each run also leaves its aggregated results as an artifact, ``agg_bmk.json`` (one record per
+configuration: the same figures, its layout, the engine's image; no link and no date, which the
+run's id and its listing give). ``--artifact RUN:DATE:FILE`` adds one run's artifact as read from
+a copy in ``--repository`` at ``--artifact-dir``/run_RUN/agg_bmk.json (the gpt-oss-120b runs
+of 2025-12 and 2026-01, which no dashboard fixture holds). Artifact runs are added beside the
+table's other InferenceX rows (a run the table already holds is left as it is); fixtures
+rewrite every InferenceX row.
+
 Usage: python benchmarks/collect_inferencex.py FIXTURE.json [FIXTURE.json ...]
     --repository OWNER/NAME --commit SHA
 (each fixture file keeps its name in the repository, e.g. ``git show SHA:packages/app/cypress/
 fixtures/api/benchmarks-history.json > /tmp/fixtures/benchmarks-history.json``)
+       python benchmarks/collect_inferencex.py --artifact RUN:DATE:FILE [...]
+    --artifact-dir DIR --repository OWNER/NAME --commit SHA
 """
 
 from __future__ import annotations
@@ -34,6 +44,10 @@ from idealized_runtime.core.published import (
 DATA = Path(__file__).resolve().parent.parent / "data" / "published"
 FIXTURES = "packages/app/cypress/fixtures/api"
 GPUS = {"h100": "h100-sxm", "h200": "h200", "b200": "b200", "b300": "b300"}
+# Artifacts name the runner: InferenceX ran TensorRT-LLM's B200 jobs on runners of their own.
+ARTIFACT_HARDWARE = {"b200-trt": "b200"}
+ARTIFACT_METRICS = ("median_ttft", "median_tpot", "output_tput_per_gpu", "tput_per_gpu")
+RUNS = "https://github.com/SemiAnalysisAI/InferenceX/actions/runs"
 ENGINES = {"sglang": "sglang", "trt": "tensorrt-llm", "vllm": "vllm"}
 
 
@@ -64,6 +78,13 @@ SOURCE_NOTES = (
     "80-100% of the stated lengths, ignore_eos, ten requests per client"
 )
 
+ARTIFACT_NOTES = (
+    "Results of one InferenceX GitHub Actions run: its aggregated results artifact "
+    "(agg_bmk.json) as a third-party copy commits it, the run's date as that copy's run listing "
+    "states it; vLLM's serving client, random prompts of 80-100% of the stated lengths, "
+    "ignore_eos, ten requests per client"
+)
+
 
 def run_of(point: Mapping) -> str:
     """The GitHub Actions run id of a fixture point."""
@@ -77,6 +98,56 @@ def point_key(point: Mapping) -> tuple:
         point["precision"], point["spec_method"], point["decode_tp"], point["decode_ep"],
         bool(point["decode_dp_attention"]), point["isl"], point["osl"], point["conc"],
     )  # fmt: skip
+
+
+def artifact_points(
+    records: Iterable[Mapping], run: str, date: str, disaggregated: bool = False
+) -> list[dict]:
+    """One run's artifact records (``agg_bmk.json``) as dashboard fixture points of run
+    ``run`` on ``date``: its single-node records, or (``disaggregated``) its xPyD ones with
+    both pools' layouts."""
+    points = []
+    for record in records:
+        if bool(record.get("disagg")) != disaggregated:
+            continue
+        if disaggregated:
+            pools = {
+                f"{pool}_{key}": record[f"{pool}_{key}"]
+                for pool in ("prefill", "decode")
+                for key in ("num_workers", "tp", "ep", "dp_attention")
+            }
+            points.append({
+                **pools, "num_prefill_gpu": record["num_prefill_gpu"],
+                "num_decode_gpu": record["num_decode_gpu"],
+                "prefill_dp_attention": _flag(record["prefill_dp_attention"]),
+                "decode_dp_attention": _flag(record["decode_dp_attention"]),
+                "hardware": ARTIFACT_HARDWARE.get(record["hw"], record["hw"]),
+                "framework": record["framework"], "model": record["infmax_model_prefix"],
+                "precision": record["precision"], "spec_method": record["spec_decoding"],
+                "disagg": True, "is_multinode": bool(record.get("is_multinode")),
+                "isl": int(record["isl"]), "osl": int(record["osl"]),
+                "conc": int(record["conc"]), "image": record.get("image"), "date": date,
+                "run_url": f"{RUNS}/{run}",
+                "metrics": {key: record[key] for key in ARTIFACT_METRICS if key in record},
+            })  # fmt: skip
+            continue
+        points.append({
+            "hardware": ARTIFACT_HARDWARE.get(record["hw"], record["hw"]),
+            "framework": record["framework"], "model": record["infmax_model_prefix"],
+            "precision": record["precision"], "spec_method": record["spec_decoding"],
+            "disagg": False, "is_multinode": bool(record.get("is_multinode")),
+            "decode_tp": int(record["tp"]), "decode_ep": int(record["ep"]),
+            "decode_dp_attention": _flag(record["dp_attention"]),
+            "isl": int(record["isl"]), "osl": int(record["osl"]), "conc": int(record["conc"]),
+            "image": record.get("image"), "date": date, "run_url": f"{RUNS}/{run}",
+            "metrics": {key: record[key] for key in ARTIFACT_METRICS if key in record},
+        })  # fmt: skip
+    return points
+
+
+def _flag(value: object) -> bool:
+    """An artifact's switch: a bool, or "true" / "false"."""
+    return str(value).lower() == "true"
 
 
 def collected(point: Mapping) -> bool:
@@ -140,7 +211,7 @@ def _point_rows(
         "path": path,
         "source_date": point["date"],
         "retrieved": retrieved,
-        "notes": SOURCE_NOTES,
+        "notes": ARTIFACT_NOTES if path.endswith("agg_bmk.json") else SOURCE_NOTES,
     })  # fmt: skip
     own_image = point.get("image") or ""
     image = own_image or images.get((run, point["framework"]), "")
@@ -198,22 +269,42 @@ def _point_rows(
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("fixtures", nargs="+")
+    parser.add_argument("fixtures", nargs="*")
+    parser.add_argument(
+        "--artifact", action="append", default=[], metavar="RUN:DATE:FILE",
+        help="one run's agg_bmk.json (repeatable); its rows are added beside the others",
+    )  # fmt: skip
+    parser.add_argument("--artifact-dir", default="", help="the artifacts' folder in the copy")
     parser.add_argument("--repository", required=True)
     parser.add_argument("--commit", required=True)
     parser.add_argument("--retrieved", default="2026-11-26")
     args = parser.parse_args()
+    if bool(args.fixtures) == bool(args.artifact):
+        parser.error("give dashboard fixtures or --artifact runs, not both")
     fixtures = [(f"{FIXTURES}/{Path(f).name}", json.loads(Path(f).read_text()))
                 for f in args.fixtures]  # fmt: skip
     columns, rows = read_published_table(DATA / "measurements.csv")
     source_columns, sources = read_published_table(DATA / "sources.csv")
+    replaced = ["inferencex-"]
+    if args.artifact:
+        held = {source["source_id"] for source in sources}
+        replaced = []
+        for spec in args.artifact:
+            run, date, file = spec.split(":", 2)
+            if f"inferencex-run-{run}" in held and f"inferencex-run-{run}" not in replaced:
+                print(f"run {run} is in the table already: left as it is")
+                continue
+            path = f"{args.artifact_dir}/run_{run}/agg_bmk.json"
+            records = json.loads(Path(file).read_text())
+            fixtures.append((path, artifact_points(records, run, date)))
+            replaced.append(f"inferencex-run-{run}")
     new_rows, new_sources = rows_of(
         fixtures, columns, repository=args.repository, commit=args.commit,
         retrieved=args.retrieved,
     )  # fmt: skip
-    rows = replace_source_rows(rows, new_rows, ["inferencex-"])
+    rows = replace_source_rows(rows, new_rows, replaced)
     write_published_table(DATA / "measurements.csv", columns, rows)
-    sources = replace_source_rows(sources, new_sources, ["inferencex-"])
+    sources = replace_source_rows(sources, new_sources, replaced)
     write_published_table(DATA / "sources.csv", source_columns, sources)
     print(f"{len(rows)} rows, {len(new_rows)} from {len(new_sources)} InferenceX runs")
 

@@ -14,6 +14,9 @@ from idealized_runtime.core.published import PublishedRow, PublishedSource
 BENCHMARKS = Path(__file__).parents[1] / "benchmarks"
 INFERENCEX = runpy.run_path(str(BENCHMARKS / "collect_inferencex.py"), run_name="collector")
 TABLES = runpy.run_path(str(BENCHMARKS / "collect_serving_tables.py"), run_name="collector")
+DISAGGREGATED = runpy.run_path(
+    str(BENCHMARKS / "collect_inferencex_disaggregated.py"), run_name="collector"
+)
 COLUMNS = [*PublishedRow.model_fields]
 FIXTURES = "packages/app/cypress/fixtures/api"
 
@@ -197,3 +200,66 @@ def test_a_collector_replaces_its_own_sources_rows_in_place() -> None:
     ids = [r["source_id"] for r in replace_source_rows(rows, new, ["ix-"])]
     assert ids == ["a", "ix-3", "b", "c"]
     assert [r["source_id"] for r in replace_source_rows(rows[:1], new, ["ix-"])] == ["a", "ix-3"]
+
+
+def test_an_inferencex_run_artifact_becomes_rows_of_its_run_and_date() -> None:
+    """A run's agg_bmk.json: its records as the dashboard's points (the runner "b200-trt" is a
+    B200, dp_attention a string), the run and its date given; disaggregated records left out."""
+    record = {
+        "hw": "b200-trt", "framework": "trt", "infmax_model_prefix": "gptoss",
+        "precision": "fp4", "spec_decoding": "none", "disagg": False, "is_multinode": False,
+        "tp": 2, "ep": 1, "dp_attention": "true", "isl": 1024, "osl": 8192, "conc": 64,
+        "image": "nvcr.io#nvidia/tensorrt-llm/release:1.2.0rc2", "median_ttft": 0.1,
+        "median_tpot": 0.005, "output_tput_per_gpu": 5000.0, "tput_per_gpu": 5600.0,
+        "mean_ttft": 0.2,
+    }  # fmt: skip
+    disaggregated = {"hw": "gb200", "framework": "dynamo-trt", "disagg": True, "conc": 8}
+    points = INFERENCEX["artifact_points"]([record, disaggregated], "777", "2026-01-06")
+    assert len(points) == 1
+    path = "raw/run_777/agg_bmk.json"
+    rows, sources = _collect([(path, points)])
+    parsed = [PublishedRow(**{k: v for k, v in r.items() if v != ""}) for r in rows]
+    assert len(parsed) == 4
+    ttft = next(r for r in parsed if r.metric == "ttft_s")
+    assert (ttft.gpu, ttft.engine, ttft.model, ttft.weights) == (
+        "b200", "tensorrt-llm", "gpt-oss-120b", "mxfp4"
+    )  # fmt: skip
+    assert (ttft.value, ttft.statistic, ttft.attention_dp, ttft.engine_version) == (
+        0.1, "median", True, "1.2.0rc2"
+    )  # fmt: skip
+    (source,) = sources
+    assert (source["source_id"], source["source_date"], source["path"]) == (
+        "inferencex-run-777", "2026-01-06", path
+    )  # fmt: skip
+    assert source["url"].endswith("/actions/runs/777") and "agg_bmk.json" in source["notes"]
+    PublishedSource(**{k: v for k, v in source.items() if v != ""})
+
+
+def test_an_artifacts_xpyd_records_become_disaggregated_rows_with_both_pools() -> None:
+    from idealized_runtime.core.published_disaggregated import DisaggregatedPoint
+
+    record = {
+        "hw": "gb200", "framework": "dynamo-trt", "infmax_model_prefix": "gptoss",
+        "precision": "fp4", "spec_decoding": "none", "disagg": True, "is_multinode": True,
+        "isl": 8192, "osl": 1024, "conc": 384, "prefill_tp": 1, "prefill_ep": 1,
+        "prefill_dp_attention": "false", "prefill_num_workers": 2, "decode_tp": 2,
+        "decode_ep": 2, "decode_dp_attention": "true", "decode_num_workers": 1,
+        "num_prefill_gpu": 2, "num_decode_gpu": 2, "median_ttft": 1.087,
+        "median_tpot": 0.0139, "output_tput_per_gpu": 11868.8, "tput_per_gpu": 53431.4,
+        "image": "nvcr.io#nvidia/ai-dynamo/tensorrtllm-runtime:0.7.0.post2",
+    }  # fmt: skip
+    single_node = {**record, "disagg": False, "tp": 2, "ep": 1, "dp_attention": "false"}
+    points = INFERENCEX["artifact_points"]([record, single_node], "5", "2026-01-06",
+                                           disaggregated=True)  # fmt: skip
+    assert len(points) == 1
+    (row,) = DISAGGREGATED["rows_of"](points, "raw/run_5/agg_bmk.json", repository="o/r",
+                                      commit="b" * 40, retrieved="2026-11-27")  # fmt: skip
+    point = DisaggregatedPoint(**row)
+    assert (point.model, point.weights, point.engine, point.gpu) == (
+        "gpt-oss-120b", "mxfp4", "tensorrt-llm", "gb200"
+    )  # fmt: skip
+    assert (point.prefill_workers, point.prefill_gpus, point.decode_workers) == (2, 2, 1)
+    assert (point.decode_ep, point.decode_attention_dp, point.prefill_attention_dp) == (
+        2, True, False
+    )  # fmt: skip
+    assert (point.tpot_s_median, point.source_id) == (0.0139, "inferencex-run-5")
