@@ -193,6 +193,7 @@ class Launch:
     draft_tokens: int = 0
     length_range: float = LENGTH_RANGE
     requests: int = 0  # 0: ten per client
+    activations: str | None = None  # the matmuls' input format, where the source sets it
 
 
 def launch_settings(point: Point) -> Launch:
@@ -218,8 +219,10 @@ def launch_settings(point: Point) -> Launch:
             requests = 10 if point.concurrency == 1 else 5 * point.concurrency
             return Launch({}, kv, 3 if mtp else 0, length_range=0.0, requests=requests)
         return Launch({}, kv, 3 if mtp else 0)
+    if point.model == "gpt-oss-120b" and point.engine in ("vllm", "tensorrt-llm"):
+        return gptoss_launch(point)
     if point.model != "deepseek-r1" or point.engine not in ("sglang", "tensorrt-llm"):
-        # gptoss_*.sh and llama70b_*.sh set other flags (vLLM too); none of their runs is here.
+        # llama70b_*.sh and gpt-oss under SGLang set other flags; none of their runs is here.
         raise InputError(f"InferenceX's {point.engine} launch flags for {point.model} not mapped")
     fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
     if point.engine == "sglang":
@@ -274,6 +277,41 @@ def launch_settings(point: Point) -> Launch:
     if point.attention_dp:  # attention_dp_config: enable_balance, timeout_iters 60
         settings["balance_timeout_steps"] = 60
     return Launch(settings, "fp8", drafts)
+
+
+# InferenceX's gpt-oss-120b scripts of the runs in the table (SemiAnalysisAI/InferenceX,
+# benchmarks/gptoss_fp4_{b200,h200,h100}_slurm.sh at 4e52ed4c (vLLM 0.13.0, 2026-01-02), and
+# gptoss_fp4_b200_trt_docker.sh at 156fef3f / gptoss_fp4_b200_trt_slurm.sh at 06667a51 and
+# 645b97aa, TensorRT-LLM 1.2.0rc2, 2025-12-17 to 2026-01-07, the same flags in each).
+GPTOSS_SCRIPTS = "SemiAnalysisAI/InferenceX benchmarks/gptoss_fp4_*.sh"
+# TensorRT-LLM's attention-DP balance without timeout_iters: AttentionDpConfig's default.
+TRTLLM_BALANCE_TIMEOUT_STEPS = 50
+
+
+def gptoss_launch(point: Point) -> Launch:
+    """How InferenceX's gpt-oss-120b scripts start the engine. vLLM: --async-scheduling (the
+    next step is scheduled while one runs), 8192 batched tokens, graphs up to 2048 sequences,
+    0.9 of the memory, --max-num-seqs 512 with an fp8 KV cache and MXFP8 activations into the
+    MXFP4 experts on B200 (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8), one sequence per client with
+    the model's bf16 cache on Hopper (Marlin's MXFP4 experts, VLLM_MXFP4_USE_MARLIN: the
+    stack's fit takes the faster of Marlin and triton_kernels at each shape). TensorRT-LLM:
+    max_batch_size 512 and max_num_tokens 20000 (per attention-DP rank), CUDA graphs padded up
+    to one per client, an fp8 KV cache in 0.85 of the free memory, the TRTLLM MoE backend, the
+    attention-DP balance on where DP is."""
+    if point.engine == "vllm":
+        blackwell = point.gpu != "h100-sxm" and point.gpu != "h200"
+        running = 512 if blackwell else point.concurrency
+        settings = {"max_running": running, "cuda_graph_max_batch": min(2048, running),
+                    "token_budget": 8192, "memory_fraction": 0.9,
+                    "schedule_ahead_steps": 1}  # fmt: skip
+        return Launch(
+            settings, "fp8" if blackwell else None, activations="fp8" if blackwell else None
+        )
+    settings = {"max_running": 512, "token_budget": 20000,
+                "cuda_graph_max_batch": point.concurrency, "memory_fraction": 0.85}  # fmt: skip
+    if point.attention_dp:
+        settings["balance_timeout_steps"] = TRTLLM_BALANCE_TIMEOUT_STEPS
+    return Launch(settings, "fp8")
 
 
 # Offline ``vllm bench throughput`` runs: torchao's checkpoints served by vLLM 0.13.
@@ -333,7 +371,9 @@ def deployment_of(point: Point, launch: Launch) -> Deployment:
         tp=point.tp,
         ep=point.ep,
         attention_dp=point.tp if point.attention_dp else 1,
-        precision=parse_precision(point.weights, launch.kv_cache),
+        precision=parse_precision(
+            point.weights, launch.kv_cache, launch.activations, default=architecture.precision
+        ),
         speculative=speculative,
     )
 

@@ -403,6 +403,16 @@ WEIGHT_LABEL_PATTERN = (
 )
 
 
+def _canonical_label(value: str) -> str:
+    """A weight label as Precision keeps it (``MXFP4-g32`` -> ``mxfp4``, ``int4-g128``)."""
+    if value.strip().lower() == FP8_BLOCK:
+        return FP8_BLOCK
+    name, group = _parse_weight_label(value)
+    if name in ("mxfp4", "nvfp4") or group is None:
+        return name
+    return f"{name}-g{group}"
+
+
 def _parse_weight_label(text: str) -> tuple[str, int | None]:
     """``int4-g128`` -> ("int4", 128); a one-line ValueError for anything else."""
     value = text.strip().lower()
@@ -453,12 +463,7 @@ class Precision(_Frozen):
     @field_validator("weights")
     @classmethod
     def _canonical_weights(cls, value: str) -> str:
-        if value.strip().lower() == FP8_BLOCK:
-            return FP8_BLOCK
-        name, group = _parse_weight_label(value)
-        if name in ("mxfp4", "nvfp4") or group is None:
-            return name
-        return f"{name}-g{group}"
+        return _canonical_label(value)
 
     @model_validator(mode="before")
     @classmethod
@@ -495,8 +500,11 @@ class Precision(_Frozen):
             )
         if fmt not in DENSE_FORMATS and self.activations == "fp32":
             raise ValueError(f"{fmt} weights dequantize into bf16 or fp16 activations, not fp32")
-        if self.activations == "fp8" and fmt != "fp8":
-            raise ValueError(f"fp8 activations need fp8 weights, got {self.weights} weights")
+        if self.activations == "fp8" and fmt not in ("fp8", "mxfp4"):
+            # MXFP4 x MXFP8: gpt-oss's experts on Blackwell (the engines' W4A8 MXFP4 kernels).
+            raise ValueError(
+                f"fp8 activations need fp8 or mxfp4 weights, got {self.weights} weights"
+            )
         if self.activations == "fp4" and fmt != "nvfp4":
             raise ValueError(f"fp4 activations need nvfp4 weights, got {self.weights} weights")
         return self
@@ -606,6 +614,8 @@ def parse_precision(
             weight_label, scope = base.weights, base.scope
         else:
             weight_label, scope = weights, "linear"
+            if default is not None and _canonical_label(weights) == default.weights:
+                scope = default.scope  # the checkpoint's own format: its own layers
         fmt, _ = _parse_weight_label(weight_label)
         if activations is None:
             if weights is None:

@@ -114,7 +114,11 @@ def test_stored_architectures_at_a_requested_precision(
         ({"hardware": "a100-80gb", "weights": "fp8"}, 422, "a100-80gb has no fp8 tensor cores"),
         ({"weights": "int3"}, 422, "unknown weight format 'int3'"),
         ({"kv_cache": "int4"}, 422, "unknown KV-cache format"),
-        ({"weights": "int4", "activations": "fp8"}, 422, "fp8 activations need fp8 weights"),
+        (
+            {"weights": "int4", "activations": "fp8"},
+            422,
+            "fp8 activations need fp8 or mxfp4 weights",
+        ),
         ({"config": {"model_type": "mamba"}, "architecture": None}, 422, "mamba"),
         ({"config": {"model_type": "llama"}, "architecture": None}, 422, "missing key"),
         ({"config": {"model_type": "llama"}}, 422, "exactly one of"),

@@ -179,6 +179,30 @@ def test_sglang_cookbook_runs_take_its_clients_lengths_and_request_counts() -> N
 def test_inferencex_runs_without_mapped_launch_flags_are_refused_in_one_line() -> None:
     from idealized_runtime.core.errors import InputError
 
-    for engine, model in (("vllm", "deepseek-r1"), ("tensorrt-llm", "gpt-oss-120b")):
+    for engine, model in (("vllm", "deepseek-r1"), ("sglang", "gpt-oss-120b")):
         with pytest.raises(InputError, match=f"launch flags for {model} not mapped"):
             BENCHMARK["launch_settings"](_point(engine, "b200", "mxfp4", model=model))
+
+
+def test_inferencex_gpt_oss_runs_take_their_scripts_flags() -> None:
+    """gptoss_fp4_*.sh: vLLM with async scheduling, 8192 batched tokens, --max-num-seqs 512
+    and MXFP8 activations into the experts with an fp8 cache on B200, one sequence per client
+    and the bf16 cache on Hopper; TensorRT-LLM with 512 sequences and 20000 tokens per rank,
+    graphs up to the clients, an fp8 cache in 0.85 of the free memory."""
+    launch = BENCHMARK["launch_settings"]
+    deployment = BENCHMARK["deployment_of"]
+    b200 = _point("vllm", "b200", "mxfp4", model="gpt-oss-120b", tp=1, concurrency=32)
+    chosen = launch(b200)
+    assert chosen.settings["max_running"] == 512 and chosen.settings["schedule_ahead_steps"] == 1
+    precision = deployment(b200, chosen).precision
+    assert (precision.kv_cache, precision.activations, precision.scope) == ("fp8", "fp8", "experts")
+    h200 = _point("vllm", "h200", "mxfp4", model="gpt-oss-120b", tp=2, concurrency=16)
+    chosen = launch(h200)
+    assert chosen.settings["max_running"] == 16 and chosen.settings["token_budget"] == 8192
+    precision = deployment(h200, chosen).precision
+    assert (precision.kv_cache, precision.activations) == ("bf16", "bf16")
+    trt = launch(_point("tensorrt-llm", "b200", "mxfp4", model="gpt-oss-120b", tp=2,
+                        attention_dp=True, concurrency=64))  # fmt: skip
+    assert (trt.settings["max_running"], trt.settings["token_budget"]) == (512, 20000)
+    assert trt.settings["cuda_graph_max_batch"] == 64 and trt.kv_cache == "fp8"
+    assert trt.settings["balance_timeout_steps"] == 50

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from idealized_runtime.core.architectures import architecture_from_hf_config, checkpoint_precision
+from idealized_runtime.core.catalog import get_architecture
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import BF16, Precision, parse_precision
 
@@ -59,6 +60,21 @@ def test_defaults_follow_the_weights() -> None:
     assert parse_precision(default=checkpoint) == checkpoint
     assert parse_precision(kv_cache="fp8", default=checkpoint).scope == "experts"
     assert parse_precision("bf16", default=checkpoint) == BF16  # explicit weights win
+    # The checkpoint's own format named: its own layers (gpt-oss: the experts only).
+    assert parse_precision("mxfp4", default=checkpoint).scope == "experts"
+    assert parse_precision("MXFP4-g32", default=checkpoint).scope == "experts"
+    assert parse_precision("mxfp4").scope == "linear"
+
+
+def test_mxfp4_experts_take_mxfp8_activations_as_w4a8_kernels() -> None:
+    from idealized_runtime.cost_model.hardware.engines.step import kernel_format
+
+    checkpoint = get_architecture("gpt-oss-120b").precision
+    w4a8 = parse_precision("mxfp4", "fp8", "fp8", default=checkpoint)
+    assert (w4a8.activations, w4a8.scope) == ("fp8", "experts")
+    assert kernel_format(w4a8, experts=True) == "mxfp4_mxfp8"
+    assert kernel_format(w4a8) == "bf16"  # attention and router stay in 16 bits
+    assert kernel_format(parse_precision("mxfp4", default=checkpoint), experts=True) == "mxfp4"
 
 
 @pytest.mark.parametrize(
@@ -69,7 +85,7 @@ def test_defaults_follow_the_weights() -> None:
         (("fp8-g128",), "takes no group size"),
         (("mxfp4-g16",), "groups are 32"),
         (("bf16", None, "fp8"), "fp8 activations: --weights fp8"),
-        (("int4", None, "fp8"), "fp8 activations need fp8 weights"),
+        (("int4", None, "fp8"), "fp8 activations need fp8 or mxfp4 weights"),
         (("int4", None, "fp32"), "not fp32"),
         ((None, "int4"), "unknown KV-cache format 'int4'"),
         ((None, None, "int8"), "unknown activation format 'int8'"),

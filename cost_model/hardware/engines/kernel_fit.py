@@ -91,10 +91,26 @@ MOE_SERVED: dict[tuple[str, str], dict[str, str]] = {
 # TRTLLM); its own Blackwell table times the DEEPGEMM backend instead, 2-3x slower at decode
 # sizes under MoE TP (DeepSeek's experts at MoE TP 8 on B200, 1 / 16 / 64 tokens: 0.098 /
 # 0.220 / 0.349 ms against 0.035 / 0.102 / 0.181 ms). SGLang's table times the same kernels
-# through FlashInfer (trtllm_fp8_block_scale_moe).
+# through FlashInfer (trtllm_fp8_block_scale_moe). The same holds for MXFP4 experts with MXFP8
+# activations (gpt-oss on Blackwell; InferenceX's gptoss_fp4_b200_trt*.sh set the TRTLLM
+# backend): TensorRT-LLM's own table measures them at MoE TP 1 only, SGLang's times the
+# TensorRT-LLM-gen kernels at every TP / EP split (where both measured, within 4%: 4 / 64
+# tokens at EP 1, 0.051 / 0.207 against 0.053 / 0.227 ms); vLLM's FlashInfer MXFP4 x MXFP8
+# path (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) runs the same kernels, which its own table times
+# on other architectures' shapes only.
 MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
     **{("sglang", gpu): {"w4a16_mxfp4": ("vllm", "oaitriton")} for gpu in ("h100_sxm", "h200_sxm")},
-    **{("trtllm", gpu): {"fp8_block": ("sglang", "flashinfer_trtllm")} for gpu in BLACKWELL_GPUS},
+    **{
+        ("trtllm", gpu): {
+            "fp8_block": ("sglang", "flashinfer_trtllm"),
+            "w4a8_mxfp4_mxfp8": ("sglang", "flashinfer_trtllm"),
+        }
+        for gpu in BLACKWELL_GPUS
+    },
+    **{
+        ("vllm", gpu): {"w4a8_mxfp4_mxfp8": ("sglang", "flashinfer_trtllm")}
+        for gpu in BLACKWELL_GPUS
+    },
 }
 # Whose measured GEMMs stand for an engine's in a format, where the engine's own table times
 # something else than the kernel a served step runs. vLLM 0.24's block-scaled fp8 table

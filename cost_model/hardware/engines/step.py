@@ -229,6 +229,8 @@ def kernel_format(precision: Precision, experts: bool = False) -> str:
     fmt = precision.weight_format
     if fmt == "fp8":
         return "fp8_block" if precision.block_scaled else "fp8"
+    if fmt == "mxfp4" and precision.activations == "fp8":
+        return "mxfp4_mxfp8"  # W4A8: MXFP4 weights times MXFP8 activations
     if fmt in ("nvfp4", "mxfp4"):
         return fmt
     if fmt == "int4":
