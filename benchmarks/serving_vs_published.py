@@ -95,6 +95,7 @@ AIC_MODELS = {
     "gpt-oss-120b": "openai/gpt-oss-120b",
 }  # fmt: skip
 AIC_FORMATS = {"fp8-block": "fp8_block", "nvfp4": "nvfp4", "fp8": "fp8", "bf16": "bfloat16"}
+AIC_BLACKWELL = ("b200", "b300", "gb200")
 
 
 @dataclass(frozen=True)
@@ -593,6 +594,12 @@ def aiconfigurator(points: list[Point], python: str, cache: str | None = None) -
     for p in points:
         fmt = AIC_FORMATS.get(p.weights)
         launch = launch_settings(p)
+        gemm, moe = fmt, fmt if get_architecture(p.model).num_experts > 1 else None
+        if p.weights == "mxfp4":  # gpt-oss: 16-bit linear layers, MXFP4 experts
+            w4a8 = launch.activations == "fp8" or (
+                p.engine == "tensorrt-llm" and p.gpu in AIC_BLACKWELL
+            )  # as the engine serves them (step.kernel_format, kernel_fit.MOE_SERVED)
+            gemm, moe = "bfloat16", "w4a8_mxfp4_mxfp8" if w4a8 else "w4a16_mxfp4"
         accepted = None  # average accepted drafts per step: the same published acceptance
         if launch.draft_tokens:
             spec = deployment_of(p, launch).speculative
@@ -601,10 +608,26 @@ def aiconfigurator(points: list[Point], python: str, cache: str | None = None) -
             "model_path": AIC_MODELS.get(p.model, p.model), "system": AIC_SYSTEMS.get(p.gpu, p.gpu),
             "backend": AIC_BACKENDS[p.engine], "isl": p.prompt_tokens, "osl": p.output_tokens,
             "concurrency": p.concurrency, "tp": p.tp, "ep": p.ep,
-            "attention_dp": p.tp if p.attention_dp else 1, "gemm": fmt,
-            "moe": fmt if get_architecture(p.model).num_experts > 1 else None,
+            "attention_dp": p.tp if p.attention_dp else 1, "gemm": gemm, "moe": moe,
             "kv": launch.kv_cache, "nextn": launch.draft_tokens, "nextn_accepted": accepted,
         })  # fmt: skip
+    found = aiconfigurator_requests(requests, python, cache)
+    # Where its database lacks the served MXFP4 x MXFP8 experts' layout (TensorRT-LLM on B200
+    # measured them at MoE TP 1 only), its MXFP4 x BF16 experts, the checkpoint's own format.
+    retry = {
+        i: {**r, "moe": "w4a16_mxfp4"} for i, (r, f) in enumerate(zip(requests, found, strict=True))
+        if r["moe"] == "w4a8_mxfp4_mxfp8" and "MoE data missing" in f.get("error", "")
+    }  # fmt: skip
+    if retry:
+        again = aiconfigurator_requests(list(retry.values()), python, cache)
+        for i, result in zip(retry, again, strict=True):
+            found[i] = result
+    return found
+
+
+def aiconfigurator_requests(requests: list[dict], python: str, cache: str | None) -> list[dict]:
+    """AIConfigurator's results of ``requests`` (``aiconfigurator_points.py`` in its own
+    interpreter), those in ``cache`` read back."""
     keys = [json.dumps(r, sort_keys=True) for r in requests]
     known: dict[str, dict] = {}
     if cache and Path(cache).exists():
