@@ -48,7 +48,8 @@ class PlanWorkload(_Value):
 class PlanSettings(_Value):
     """What a plan searches, for ``workload`` under ``slo``: ``stacks`` (engine stacks and
     ``ideal``; default all), ``weights`` formats (default: the checkpoint's own and the smaller
-    formats the GPU computes natively; ``kv_cache``: the KV-cache format, default the engines'),
+    formats the GPU computes natively; ``kv_cache``: the KV-cache format, default the engines';
+    ``activations``: the matmuls' input format, default the engines'),
     layouts of up to ``max_gpus`` GPUs per replica, the ``modes``, closed-loop ``concurrency``
     levels per replica (refined between them around each deployment's knee), and the engines'
     token budgets per step (``token_budgets``; default: ``space.TOKEN_BUDGETS``, pruned per
@@ -63,6 +64,9 @@ class PlanSettings(_Value):
     rate: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
     weights: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
     kv_cache: Name | None = None  # None: the engines' default for the weights
+    # The matmuls' input format (None: the engines' default for the weights); fp8 with MXFP4
+    # experts is W4A8, as vLLM serves them with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8.
+    activations: Name | None = None
     mtp: bool = True  # search multi-token prediction where a model's acceptance is published
     modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = [
         "aggregated",
@@ -100,6 +104,8 @@ class PlanPoint(_Value):
     stack: Name
     weights: Name  # the weight format (``Precision.weights``)
     kv_cache: Name
+    # The matmuls' input format (``Precision.activations``): fp8 with MXFP4 experts is W4A8.
+    activations: Name = "bf16"
     mode: Mode
     tp: int
     ep: int = 1
@@ -131,6 +137,8 @@ class PlanPoint(_Value):
             text += f" mtp{self.speculative.draft_tokens}"
         if self.memory_fraction is not None:
             text += f" kv{self.memory_fraction:g}"
+        if self.weights == "mxfp4" and self.activations == "fp8":
+            text += " w4a8"  # MXFP8 activations into the MXFP4 experts
         return text
 
     @property

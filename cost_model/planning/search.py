@@ -604,6 +604,7 @@ def _points(
                 stack=candidate.stack,
                 weights=deployment.precision.weights,
                 kv_cache=deployment.precision.kv_cache,
+                activations=deployment.precision.activations,
                 mode="aggregated" if deployment.disaggregation is None else "disaggregated",
                 tp=deployment.tp,
                 ep=deployment.ep,
@@ -653,8 +654,9 @@ def _deployment_of(request: PlanRequest, point: PlanPoint) -> Deployment:
 
     hardware = next(h for h in request.hardware if h.name == point.hardware)
     precision = default_precision(
-        request.architecture, weights=point.weights, kv_cache=point.kv_cache
-    )
+        request.architecture, weights=point.weights, kv_cache=point.kv_cache,
+        activations=point.activations,
+    )  # fmt: skip
     layout = {"tp": point.tp, "ep": point.ep, "attention_dp": point.attention_dp}
     return Deployment(architecture=request.architecture, hardware=hardware, precision=precision,
                       disaggregation=point.disaggregation, speculative=point.speculative,

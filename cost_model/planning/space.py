@@ -38,6 +38,7 @@ import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import (
     FORMAT_BITS,
     Architecture,
@@ -144,18 +145,40 @@ def precisions(
     hardware: Hardware,
     weights: list[str] | None,
     kv_cache: str | None = None,
+    activations: str | None = None,
 ) -> list[Precision]:
     """The precisions tried on ``hardware`` (see the module docstring); ``weights`` fixes
-    them (a format the GPU cannot compute in is refused later, in one line)."""
+    them (a format the GPU cannot compute in is refused later, in one line); ``activations``
+    fixes the matmuls' input format (a smaller format that cannot take it is left out)."""
     if weights:
-        return [default_precision(arch, weights=w, kv_cache=kv_cache) for w in weights]
-    own = default_precision(arch, kv_cache=kv_cache)
-    found = [own]
-    for fmt, peak in NATIVE_FORMATS:
-        smaller = FORMAT_BITS[fmt] < FORMAT_BITS[own.weight_format]
-        if smaller and getattr(hardware, peak) is not None:
-            found.append(default_precision(arch, weights=fmt, kv_cache=kv_cache))
+        found = [default_precision(arch, weights=w, kv_cache=kv_cache, activations=activations)
+                 for w in weights]  # fmt: skip
+    else:
+        own = default_precision(arch, kv_cache=kv_cache, activations=activations)
+        found = [own]
+        for fmt, peak in NATIVE_FORMATS:
+            smaller = FORMAT_BITS[fmt] < FORMAT_BITS[own.weight_format]
+            if smaller and getattr(hardware, peak) is not None:
+                try:
+                    found.append(default_precision(
+                        arch, weights=fmt, kv_cache=kv_cache, activations=activations))  # fmt: skip
+                except InputError:
+                    continue  # e.g. fp8 activations asked, nvfp4 weights
+    if activations is None and hardware.peak_fp4_tflops is not None:
+        # Blackwell multiplies MXFP4 experts by MXFP8 activations (W4A8): TensorRT-LLM's and
+        # SGLang's default there, vLLM's with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, a knob.
+        mxfp4 = [p for p in found if p.weight_format == "mxfp4" and p.activations != "fp8"]
+        found += [p.model_copy(update={"activations": "fp8"}) for p in mxfp4]
     return found
+
+
+def w4a8_by_default(stack: str, hardware: Hardware) -> bool:
+    """Whether ``stack`` already serves MXFP4 experts with MXFP8 activations on ``hardware``
+    (``kernel_fit.MOE_SERVED``): its W4A8 candidates would repeat its default ones."""
+    if stack == IDEAL_STACK:
+        return True  # the roofline's experts read 4-bit weights either way
+    kernels = get_engine(stack).gpus.get(hardware.name)
+    return kernels is not None and kernels.moe_served.get("mxfp4") == "mxfp4_mxfp8"
 
 
 def _splits_heads(arch: Architecture, tp: int) -> bool:
@@ -212,8 +235,13 @@ def candidates(
     choices: dict[tuple[str, Layout], BudgetChoice] = {}
     for hardware in request.hardware:
         instance_layouts = layouts(arch, request.max_gpus, hardware.scale_up_gpus)
-        for precision in precisions(arch, hardware, request.weights, request.kv_cache):
+        for precision in precisions(
+            arch, hardware, request.weights, request.kv_cache, request.activations
+        ):
+            w4a8 = precision.weight_format == "mxfp4" and precision.activations == "fp8"
             for stack in stacks:
+                if w4a8 and request.activations is None and w4a8_by_default(stack, hardware):
+                    continue
                 ideal = stack == IDEAL_STACK
                 base = Deployment(architecture=arch, hardware=hardware, precision=precision)
                 mine = [

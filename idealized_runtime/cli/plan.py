@@ -53,6 +53,11 @@ def plan_command(
     weights: list[str] = typer.Option(
         [], "--weights", help="weight formats to try (default: the checkpoint's and smaller)"
     ),
+    activations: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--activations",
+        help="the matmuls' input format (default the engines'; fp8 with mxfp4 experts: W4A8)",
+    ),
     mode: list[str] = typer.Option([], "--mode", help="aggregated, disaggregated (default both)"),
     max_gpus: int = typer.Option(16, "--max-gpus", min=1, help="GPUs per replica at most"),
     concurrency: list[str] = typer.Option(
@@ -100,6 +105,7 @@ def plan_command(
     options = {
         "stacks": _names(stack) or None, "weights": _names(weights) or None, "rate": rate,
         "slo": parse_slo(slo) if slo else Slo(), "max_gpus": max_gpus, "verify": verify,
+        **({"activations": activations} if activations else {}),
         **({"modes": _names(mode)} if mode else {}),
         **({"concurrency": levels} if levels else {}),
         **({"token_budgets": budgets} if budgets else {}),

@@ -66,6 +66,8 @@ BAD_INPUT = {
     "--mode sideways": "modes",
     "--min-length 1.5": "min_length_fraction",
     "--concurrency 0": "--concurrency",
+    "--activations fp8": "bf16 weights compute in bf16",  # --weights fp8 is the W8A8 one
+    "--activations fp6": "unknown activation format 'fp6'",
 }
 
 

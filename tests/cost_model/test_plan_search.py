@@ -101,6 +101,36 @@ def test_multi_token_prediction_is_searched_where_its_acceptance_is_published() 
     assert all(c.deployment.speculative is None for c in candidates(request(), ["vllm"]))
 
 
+def test_mxfp4_experts_are_searched_with_mxfp8_activations_where_that_is_a_knob() -> None:
+    """On Blackwell, W4A8 (MXFP8 activations into the MXFP4 experts) is vLLM's opt-in and
+    TensorRT-LLM's and SGLang's default: searched for vLLM, not repeated for the others; on
+    Hopper no W4A8 kernels, so none; ``activations`` asked fixes it."""
+    gpt_oss = request(architecture=get_architecture("gpt-oss-120b"), weights=None, max_gpus=2,
+                      hardware=[get_hardware("b200")], modes=["aggregated"])  # fmt: skip
+    engines = ["vllm", "tensorrt-llm", "sglang"]
+    tried = {(c.stack, c.deployment.precision.activations) for c in candidates(gpt_oss, engines)}
+    assert tried == {("vllm", "bf16"), ("vllm", "fp8"), ("tensorrt-llm", "bf16"),
+                     ("sglang", "bf16")}  # fmt: skip
+    hopper = gpt_oss.model_copy(update={"hardware": [get_hardware("h200")]})
+    assert {c.deployment.precision.activations for c in candidates(hopper, engines)} == {"bf16"}
+    fixed = gpt_oss.model_copy(update={"activations": "fp8"})
+    assert {c.deployment.precision.activations for c in candidates(fixed, ["vllm"])} == {"fp8"}
+    with pytest.raises(InputError, match="bf16 weights compute in bf16"):
+        list(candidates(request(weights=["bf16"], activations="fp8"), ["vllm"]))
+
+
+def test_a_w4a8_point_is_labelled_and_verified_in_its_own_precision() -> None:
+    gpt_oss = request(architecture=get_architecture("gpt-oss-120b"), weights=None, max_gpus=2,
+                      hardware=[get_hardware("b200")], modes=["aggregated"], verify=False,
+                      concurrency=[8])  # fmt: skip
+    result = plan(gpt_oss)
+    points = [p for f in result.frontiers for p in f.points] + [result.best] * bool(result.best)
+    w4a8 = [p for p in points if p is not None and p.activations == "fp8"]
+    assert w4a8 and all(p.layout.endswith("w4a8") and p.stack == "vllm" for p in w4a8)
+    rebuilt = plan_search._deployment_of(gpt_oss, w4a8[0])
+    assert (rebuilt.precision.activations, rebuilt.precision.scope) == ("fp8", "experts")
+
+
 def test_layouts_whose_weights_do_not_fit_are_pruned_before_pairing() -> None:
     big = request(architecture=get_architecture("llama-3.1-70b"), weights=["bf16"], max_gpus=8)
     search = _Search(big)
