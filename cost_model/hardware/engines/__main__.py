@@ -34,9 +34,9 @@ from idealized_runtime.cost_model.hardware.engines.step import SchedulerDefaults
 # measures a Hugging Face fast tokenizer (a 128k-token byte-level BPE, random-token prompts of
 # 1k-8k tokens: encode 1.2-5.0 us per token, decode 1.8-2.3 us; medians rounded); the front end's
 # hand-offs a priori, about 0.5 ms per Python process hop the engine's code makes (below); the
-# scheduler's look-ahead from the engines' overlap schedulers. No residual request overhead: it
-# is fitted across models (benchmarks/serving_vs_published.py, leave one model out), and the
-# published serving figures at load hold one model (DeepSeek-R1), so none is fitted yet.
+# scheduler's look-ahead from the engines' overlap schedulers. The residual request overhead is
+# fitted across models and sources only (benchmarks/serving_vs_published.py): SGLang's below;
+# vLLM's figures at load hold one model and TensorRT-LLM's two from one source, so none there.
 DECODE_OVERHEAD_S = 0.5e-3  # a decode step replayed from a CUDA graph: schedule, sample, launch
 STEP_OVERHEAD_S = 2.0e-3  # a step with prompt chunks runs outside the graphs
 TOKENIZE_S_PER_TOKEN = 3.0e-6
@@ -78,8 +78,8 @@ NOTES = (
     "(what the request path and the kernels leave of published TTFTs) is fitted across models "
     "only (benchmarks/serving_vs_published.py, leave one model out), per layer as the residuals "
     "scale: SGLang 0.69 ms per layer (DeepSeek-R1 and Qwen3-235B-A22B, the mean of their "
-    "medians); 0 where the published serving figures at load hold one model (vLLM, "
-    "TensorRT-LLM)"
+    "medians); 0 where the published serving figures at load hold one model (vLLM) or "
+    "their models one source (TensorRT-LLM: DeepSeek-R1 and gpt-oss-120b, both InferenceX's)"
 )
 ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
     "vllm": (
