@@ -3,6 +3,8 @@
 - precisions: the weight formats asked for, else the checkpoint's own and the smaller formats
   the GPU multiplies natively (fp8 on Hopper and Blackwell, nvfp4 on Blackwell), the KV cache as
   asked or in the engines' default for the checkpoint (``serving.engines.default_precision``);
+  on Blackwell MXFP4 experts also with MXFP8 activations (W4A8) on the engines where that is a
+  knob (``w4a8_by_default``), unless the request fixes the activations;
 - layouts of one instance (``layouts``): tensor-parallel sizes (powers of two within a node;
   a mixture of experts also wide expert-parallel over a larger NVLink domain, GB200 NVL72);
   for a mixture of experts every split of those GPUs into expert-parallel ranks (dividing the

@@ -70,6 +70,7 @@ def test_plan_from_a_config_json(client: httpx.Client) -> None:
         ({"workload": {"prompt_tokens": 0, "output_tokens": 1}}, 422, "prompt_tokens"),
         ({"modes": ["sideways"]}, 422, "modes"),
         ({"surprise": 1}, 422, "surprise"),
+        ({"activations": "fp8"}, 422, "bf16 weights compute in bf16"),
     ],
 )
 def test_bad_plans_are_4xx_with_a_detail(

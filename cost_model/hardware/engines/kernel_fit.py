@@ -94,7 +94,7 @@ MOE_SERVED: dict[tuple[str, str], dict[str, str]] = {
 # through FlashInfer (trtllm_fp8_block_scale_moe). The same holds for MXFP4 experts with MXFP8
 # activations (gpt-oss on Blackwell; InferenceX's gptoss_fp4_b200_trt*.sh set the TRTLLM
 # backend): TensorRT-LLM's own table measures them at MoE TP 1 only, SGLang's times the
-# TensorRT-LLM-gen kernels at every TP / EP split (where both measured, within 4%: 4 / 64
+# TensorRT-LLM-gen kernels at every TP / EP split (where both measured, within 4-10%: 4 / 64
 # tokens at EP 1, 0.051 / 0.207 against 0.053 / 0.227 ms); vLLM's FlashInfer MXFP4 x MXFP8
 # path (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) runs the same kernels, which its own table times
 # on other architectures' shapes only.
