@@ -56,7 +56,10 @@ RULES: list[tuple[re.Pattern[str], str]] = [
         (r"no deployment of .* could be evaluated", "no deployment could be evaluated"),
         (r"^unknown stack '", "an unknown stack"),
         # a grammar (int4-gN: N a power of two >= 8) the schema gives in words, not a pattern
-        (r"^unknown weight format '|the group size after -g", "an unknown stack or format"),
+        (
+            r"^unknown (weight|activation) format '|the group size after -g",
+            "an unknown stack or format",
+        ),
         (r"prefix tokens or a prefix-cache hit rate, not both", "hit rate together"),
         # a file's content: CSV, JSONL, archives, HF config.json objects
         (r"^upload(:|,| )", "file's content"),
