@@ -110,39 +110,33 @@ def artifact_points(
     for record in records:
         if bool(record.get("disagg")) != disaggregated:
             continue
-        if disaggregated:
-            pools = {
-                f"{pool}_{key}": record[f"{pool}_{key}"]
-                for pool in ("prefill", "decode")
-                for key in ("num_workers", "tp", "ep", "dp_attention")
-            }
-            points.append({
-                **pools, "num_prefill_gpu": record["num_prefill_gpu"],
-                "num_decode_gpu": record["num_decode_gpu"],
-                "prefill_dp_attention": _flag(record["prefill_dp_attention"]),
-                "decode_dp_attention": _flag(record["decode_dp_attention"]),
-                "hardware": ARTIFACT_HARDWARE.get(record["hw"], record["hw"]),
-                "framework": record["framework"], "model": record["infmax_model_prefix"],
-                "precision": record["precision"], "spec_method": record["spec_decoding"],
-                "disagg": True, "is_multinode": bool(record.get("is_multinode")),
-                "isl": int(record["isl"]), "osl": int(record["osl"]),
-                "conc": int(record["conc"]), "image": record.get("image"), "date": date,
-                "run_url": f"{RUNS}/{run}",
-                "metrics": {key: record[key] for key in ARTIFACT_METRICS if key in record},
-            })  # fmt: skip
-            continue
-        points.append({
+        point = {
             "hardware": ARTIFACT_HARDWARE.get(record["hw"], record["hw"]),
             "framework": record["framework"], "model": record["infmax_model_prefix"],
             "precision": record["precision"], "spec_method": record["spec_decoding"],
-            "disagg": False, "is_multinode": bool(record.get("is_multinode")),
-            "decode_tp": int(record["tp"]), "decode_ep": int(record["ep"]),
-            "decode_dp_attention": _flag(record["dp_attention"]),
+            "disagg": disaggregated, "is_multinode": bool(record.get("is_multinode")),
             "isl": int(record["isl"]), "osl": int(record["osl"]), "conc": int(record["conc"]),
             "image": record.get("image"), "date": date, "run_url": f"{RUNS}/{run}",
             "metrics": {key: record[key] for key in ARTIFACT_METRICS if key in record},
-        })  # fmt: skip
+        }  # fmt: skip
+        if disaggregated:
+            for pool in ("prefill", "decode"):
+                point |= {f"{pool}_{key}": record[f"{pool}_{key}"]
+                          for key in ("num_workers", "tp", "ep")}  # fmt: skip
+                point[f"{pool}_dp_attention"] = _flag(record[f"{pool}_dp_attention"])
+                point[f"num_{pool}_gpu"] = record[f"num_{pool}_gpu"]
+        else:
+            point |= {"decode_tp": int(record["tp"]), "decode_ep": int(record["ep"]),
+                      "decode_dp_attention": _flag(record["dp_attention"])}  # fmt: skip
+        points.append(point)
     return points
+
+
+def artifact_spec(spec: str, artifact_dir: str) -> tuple[str, str, str, str]:
+    """``--artifact RUN:DATE:FILE``: the run, its date, the local file, and the artifact's path
+    in the copy read (``artifact_dir``/run_RUN/agg_bmk.json)."""
+    run, date, file = spec.split(":", 2)
+    return run, date, file, f"{artifact_dir}/run_{run}/agg_bmk.json"
 
 
 def _flag(value: object) -> bool:
@@ -290,11 +284,10 @@ def main() -> None:
         held = {source["source_id"] for source in sources}
         replaced = []
         for spec in args.artifact:
-            run, date, file = spec.split(":", 2)
-            if f"inferencex-run-{run}" in held and f"inferencex-run-{run}" not in replaced:
+            run, date, file, path = artifact_spec(spec, args.artifact_dir)
+            if f"inferencex-run-{run}" in held:
                 print(f"run {run} is in the table already: left as it is")
                 continue
-            path = f"{args.artifact_dir}/run_{run}/agg_bmk.json"
             records = json.loads(Path(file).read_text())
             fixtures.append((path, artifact_points(records, run, date)))
             replaced.append(f"inferencex-run-{run}")

@@ -136,10 +136,9 @@ def main() -> None:
         collector = runpy.run_path(str(Path(__file__).with_name("collect_inferencex.py")))
         _, rows = read_published_table(DATA / DISAGGREGATED_FILE)
         for spec in args.artifact:
-            run, date, file = spec.split(":", 2)
+            run, date, file, path = collector["artifact_spec"](spec, args.artifact_dir)
             records = json.loads(Path(file).read_text())
             points = collector["artifact_points"](records, run, date, disaggregated=True)
-            path = f"{args.artifact_dir}/run_{run}/agg_bmk.json"
             new = sorted(rows_of(points, path, **where), key=lambda r: r["row_id"])
             rows = replace_source_rows(rows, new, [f"inferencex-run-{run}"])
     write_published_table(DATA / DISAGGREGATED_FILE, COLUMNS, rows)
