@@ -71,7 +71,9 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.published import PublishedRow, load_published, published_sources
 from idealized_runtime.core.types import Deployment, SpeculativeDecoding, parse_precision
 from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
+from idealized_runtime.cost_model.hardware.engines.kernel_fit import MOE_FORMATS
 from idealized_runtime.cost_model.hardware.engines.request_path import held_out_median
+from idealized_runtime.cost_model.hardware.engines.step import kernel_format
 from idealized_runtime.cost_model.serving.engines import engine_server, published_acceptance
 from idealized_runtime.cost_model.serving.simulator import ServerConfig, simulate
 from idealized_runtime.cost_model.serving.workload import RequestShape
@@ -95,7 +97,7 @@ AIC_MODELS = {
     "gpt-oss-120b": "openai/gpt-oss-120b",
 }  # fmt: skip
 AIC_FORMATS = {"fp8-block": "fp8_block", "nvfp4": "nvfp4", "fp8": "fp8", "bf16": "bfloat16"}
-AIC_BLACKWELL = ("b200", "b300", "gb200")
+AIC_MOE_FORMATS = {ours: theirs for theirs, ours in MOE_FORMATS.items()}  # mxfp4 -> w4a16_mxfp4
 
 
 @dataclass(frozen=True)
@@ -596,10 +598,13 @@ def aiconfigurator(points: list[Point], python: str, cache: str | None = None) -
         launch = launch_settings(p)
         gemm, moe = fmt, fmt if get_architecture(p.model).num_experts > 1 else None
         if p.weights == "mxfp4":  # gpt-oss: 16-bit linear layers, MXFP4 experts
-            w4a8 = launch.activations == "fp8" or (
-                p.engine == "tensorrt-llm" and p.gpu in AIC_BLACKWELL
-            )  # as the engine serves them (step.kernel_format, kernel_fit.MOE_SERVED)
-            gemm, moe = "bfloat16", "w4a8_mxfp4_mxfp8" if w4a8 else "w4a16_mxfp4"
+            # The experts in the format the engine serves them (W4A8 on Blackwell where the
+            # engine's default or the source's activations make it so).
+            precision = deployment_of(p, launch).precision
+            served = get_engine(p.engine).gpus[p.gpu].moe_served
+            experts = kernel_format(precision, experts=True)
+            gemm = AIC_FORMATS[kernel_format(precision)]
+            moe = AIC_MOE_FORMATS[served.get(experts, experts)]
         accepted = None  # average accepted drafts per step: the same published acceptance
         if launch.draft_tokens:
             spec = deployment_of(p, launch).speculative
