@@ -128,25 +128,45 @@ OFFLINE_METRICS = (
 )  # fmt: skip
 
 
+def _point_of(row: PublishedRow) -> tuple[Point, bool] | None:
+    """The point a published row is a figure of, and whether it is an offline
+    max-throughput figure (None: the row is no figure of a point)."""
+    offline = (
+        row.concurrency is None and row.batch_size is None and row.engine in SERVED
+        and row.metric in OFFLINE_METRICS and bool(row.prompt_tokens and row.output_tokens)
+    )  # fmt: skip
+    if not offline and (row.concurrency is None or row.metric not in METRICS):
+        return None
+    if row.statistic not in (None, "median"):
+        return None
+    point = Point(
+        row.engine, row.gpu, row.model, row.weights, row.tensor_parallel_size,
+        row.expert_parallel_size or 1, bool(row.attention_dp), row.speculative or "",
+        row.prompt_tokens or 0, row.output_tokens or 0, row.concurrency or OFFLINE,
+        row.source_id, row.num_requests or 0 if offline else 0, row.kv_cache or "",
+    )  # fmt: skip
+    return point, offline
+
+
+def engine_versions(rows: list[PublishedRow]) -> dict[Point, str]:
+    """The engine release each point's source states ("not stated" where it does not)."""
+    versions: dict[Point, str] = {}
+    for row in rows:
+        found = _point_of(row)
+        if found is not None:
+            versions.setdefault(found[0], row.engine_version or "not stated")
+    return versions
+
+
 def points_of(rows: list[PublishedRow]) -> dict[Point, dict[str, float]]:
     """The serving points at a concurrency, and the engines' offline max-throughput points
     (all requests queued at once, fixed lengths: output tokens/s per GPU)."""
     found: dict[Point, dict[str, float]] = defaultdict(dict)
     for row in rows:
-        offline = (
-            row.concurrency is None and row.batch_size is None and row.engine in SERVED
-            and row.metric in OFFLINE_METRICS and bool(row.prompt_tokens and row.output_tokens)
-        )  # fmt: skip
-        if not offline and (row.concurrency is None or row.metric not in METRICS):
+        figure = _point_of(row)
+        if figure is None:
             continue
-        if row.statistic not in (None, "median"):
-            continue
-        point = Point(
-            row.engine, row.gpu, row.model, row.weights, row.tensor_parallel_size,
-            row.expert_parallel_size or 1, bool(row.attention_dp), row.speculative or "",
-            row.prompt_tokens or 0, row.output_tokens or 0, row.concurrency or OFFLINE,
-            row.source_id, row.num_requests or 0 if offline else 0, row.kv_cache or "",
-        )  # fmt: skip
+        point, offline = figure
         if offline:
             per_gpu = row.metric.endswith("_per_gpu")
             value = row.value if per_gpu else row.value / row.gpu_count
@@ -700,6 +720,7 @@ def main() -> None:
     )  # fmt: skip
     args = parser.parse_args()
     published = load_published()
+    versions = engine_versions(published)
     measured = {
         point: figures
         for point, figures in points_of(published).items()
@@ -781,7 +802,7 @@ def main() -> None:
         print(f"{label}: |predicted / published - 1| median, p90, signed median, n; held out by "
               "source AND by model (each point's residual request overhead fitted on other "
               "models' points from other sources, else the engine stack's own)")  # fmt: skip
-        _table(members, measured, ours, theirs, bool(args.aiconfigurator))
+        _table(members, measured, ours, theirs, bool(args.aiconfigurator), versions)
     if args.aiconfigurator:
         print("* on the points both predict")
     print()
@@ -795,7 +816,8 @@ def family(source_id: str) -> str:
     return source_id.split("-run-")[0] if "-run-" in source_id else source_id
 
 
-# The groupings of the tables: each point counts in one row of each.
+# The groupings of the tables: each point counts in one row of each (and in one row of the
+# engine releases the sources state: the stacks' kernels are of one release per engine).
 GROUPINGS = (
     ("engine, gpu", lambda p: (p.engine, p.gpu)),
     ("engine, model", lambda p: (p.engine, p.model)),
@@ -812,9 +834,11 @@ def _table(
     ours: dict[Point, dict[str, float]],
     theirs: dict[Point, dict[str, float]],
     with_aic: bool,
+    versions: dict[Point, str],
 ) -> None:
     head = " | ".join(f"{name:^25}" for name in METRICS.values())
-    for title, key_of in GROUPINGS:
+    by_release = ("engine, release", lambda p: (p.engine, versions.get(p, "not stated")))
+    for title, key_of in (*GROUPINGS[:3], by_release, *GROUPINGS[3:]):
         groups: dict[tuple, list[Point]] = defaultdict(list)
         for p in members:
             groups[key_of(p)].append(p)

@@ -152,7 +152,7 @@ def test_bad_request_paths_are_refused_in_one_line() -> None:
 def test_the_shipped_engines_schedule_ahead_as_their_overlap_schedulers_do() -> None:
     ahead = {name: get_engine(name).scheduler.schedule_ahead_steps for name in
              ("vllm", "sglang", "tensorrt-llm")}  # fmt: skip
-    assert ahead == {"vllm": 0, "sglang": 1, "tensorrt-llm": 1}
+    assert ahead == {"vllm": 1, "sglang": 1, "tensorrt-llm": 1}  # vLLM: async scheduling
     for name in ("vllm", "sglang", "tensorrt-llm"):
         assert get_engine(name).scheduler.request_overhead_s == 0.0  # fitted across models only
     # Per layer where two models have figures at load (SGLang), none where one has.

@@ -103,3 +103,15 @@ def test_residuals_are_taken_at_low_load_from_the_bare_predictions() -> None:
 def test_only_selects_points_by_their_label() -> None:
     label = BENCHMARK["_label"](_point("llama-3.1-70b", "vendor-a", clients=8))
     assert "tensorrt-llm h200 llama-3.1-70b" in label and label.endswith(" c8")
+
+
+def test_each_point_carries_the_engine_release_its_source_states() -> None:
+    published = BENCHMARK["load_published"]()
+    versions = BENCHMARK["engine_versions"](published)
+    points = BENCHMARK["points_of"](published)
+    assert set(versions) == set(points)  # every point has one, figures of no point none
+    releases = {(p.engine, v) for p, v in versions.items() if p.concurrency != BENCHMARK["OFFLINE"]}
+    # InferenceX's runs with their image read: TensorRT-LLM 1.3.0rc14 and 1.1.0rc2.post2;
+    # its dashboard's history rows without an image say nothing.
+    assert {("tensorrt-llm", "1.3.0rc14"), ("tensorrt-llm", "1.1.0rc2.post2")} <= releases
+    assert ("tensorrt-llm", "not stated") in releases

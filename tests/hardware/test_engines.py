@@ -172,22 +172,24 @@ def test_decode_attention_reads_the_measured_grid_of_its_heads_layout() -> None:
 
 def test_each_draft_pass_pays_the_host_time_of_a_graph_replay() -> None:
     # SGLang's EAGLE / TensorRT-LLM's MTP run each draft pass as a graph replay of its own: a
-    # decode step with 3 drafts pays the decode host time 4 times, beside the passes' kernels.
+    # decode step with 3 drafts pays the decode host time 3 more times, beside the passes'
+    # kernels; the target pass itself, under TensorRT-LLM's overlap scheduler, only the gap
+    # between two replays (its kernels outlast the host's planning of the next step).
     deepseek = get_architecture("deepseek-r1")
     plain = Deployment(architecture=deepseek, hardware=H200, tp=8, precision=deepseek.precision)
     mtp = plain.model_copy(
         update={"speculative": SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.7)}
     )
     engine = get_engine("tensorrt-llm")
-    host = engine.scheduler.decode_overhead_s
-    assert host > 0
-    lazy = replace(engine.scheduler, decode_overhead_s=0.0, step_overhead_s=0.0)
-    for deployment, replays in ((plain, 1), (mtp, 4)):
+    host, gap = engine.scheduler.decode_overhead_s, engine.scheduler.overlap_gap_s
+    assert host > gap > 0 and engine.scheduler.schedule_ahead_steps == 1
+    lazy = replace(engine.scheduler, decode_overhead_s=0.0, step_overhead_s=0.0, overlap_gap_s=0.0)
+    for deployment, drafts in ((plain, 0), (mtp, 3)):
         timed = engine.step_model(deployment)
         free = type(timed)(deployment, timed.kernels, lazy)
         step = float(np.sum(timed.seconds(16, 16 * 2048, 0, 0, 0)))
         assert step - float(np.sum(free.seconds(16, 16 * 2048, 0, 0, 0))) == pytest.approx(
-            replays * host
+            gap + drafts * host
         )
     # A step with no decoding sequence runs no draft.
     prompt_only = engine.step_model(mtp)
@@ -196,6 +198,72 @@ def test_each_draft_pass_pays_the_host_time_of_a_graph_replay() -> None:
         without.seconds(0, 0, 1024, 1024 * 512, 1)
     )
     assert float(gap) == pytest.approx(engine.scheduler.step_overhead_s)
+
+
+def test_an_overlap_scheduler_hides_the_host_time_of_decode_steps() -> None:
+    # TensorRT-LLM's and SGLang's overlap schedulers and vLLM's async scheduling (all on by
+    # default) plan step n + 1 while the GPU runs step n: a decode step costs its kernels + the
+    # gap between two graph replays, or the host's time where that is longer; vLLM with
+    # --no-async-scheduling plans after each step, so the host time adds. Steps with prompt
+    # chunks keep their host time.
+    llama = get_architecture("llama-3.1-70b")
+    deployment = Deployment(architecture=llama, hardware=H200, tp=4)
+
+    def host_share(scheduler: object, *step: float) -> float:
+        engine = get_engine("vllm")
+        timed = engine.step_model(deployment)
+        model = type(timed)(deployment, timed.kernels, scheduler)
+        free = type(timed)(
+            deployment,
+            timed.kernels,
+            replace(scheduler, decode_overhead_s=0.0, step_overhead_s=0.0, overlap_gap_s=0.0),
+        )
+        return float(np.sum(model.seconds(*step))) - float(np.sum(free.seconds(*step)))
+
+    decode, prompt = (32, 32 * 1024, 0, 0, 0), (0, 0, 2048, 2048 * 1024, 1)
+    for name in ("tensorrt-llm", "sglang", "vllm"):
+        scheduler = get_engine(name).scheduler
+        assert scheduler.schedule_ahead_steps == 1
+        assert 0 < scheduler.overlap_gap_s < scheduler.decode_overhead_s
+        assert host_share(scheduler, *decode) == pytest.approx(scheduler.overlap_gap_s)
+        assert host_share(scheduler, *prompt) == pytest.approx(scheduler.step_overhead_s)
+    vllm = get_engine("vllm").scheduler
+    synchronous = replace(vllm, schedule_ahead_steps=0)
+    assert host_share(synchronous, *decode) == pytest.approx(vllm.decode_overhead_s)
+    # A host slower than the kernels sets the pace: the step takes the host's time.
+    engine = get_engine("vllm")
+    slow_host = replace(vllm, decode_overhead_s=1.0)
+    timed = type(engine.step_model(deployment))(
+        deployment, engine.step_model(deployment).kernels, slow_host
+    )
+    assert float(np.sum(timed.seconds(*decode))) == pytest.approx(1.0)
+
+
+def test_the_last_tokens_of_a_long_prompt_cost_what_their_attention_does() -> None:
+    # Llama-3.1-8B fp8 on an H100 under vLLM (its prompt attention measured for this layout):
+    # a prompt of the whole 8192-token budget leaves its last tokens to the next step, where
+    # they attend to 8k cached tokens. Their attention is read at the rate of a prompt as long
+    # as what they attend to, not of a prompt of a few tokens (whose fixed kernel time per
+    # FLOP priced them at 0.7-3 s): the step costs about a decode step and the host's time.
+    llama = get_architecture("llama-3.1-8b")
+    deployment = Deployment(
+        architecture=llama, hardware=get_hardware("h100-sxm"), tp=1,
+        precision=parse_precision("fp8"),
+    )  # fmt: skip
+    model = get_engine("vllm").step_model(deployment)
+    assert model._prompt_layout in model.kernels.prompt_grids
+    decode_only = float(np.sum(model.seconds(7, 7 * 8200, 0, 0, 0)))
+    for new in (1, 7, 64):
+        cached = 8192 - new
+        attended = new * cached + new * (new + 1) / 2
+        step = float(np.sum(model.seconds(7, 7 * 8200, new, attended, 1)))
+        assert step < decode_only + get_engine("vllm").scheduler.step_overhead_s + 2e-3
+    # More cache behind the same chunk never makes its step cheaper.
+    times = [
+        float(np.sum(model.seconds(0, 0, 512, 512 * c + 512 * 513 / 2, 1)))
+        for c in (0, 1024, 4096, 16384)
+    ]
+    assert times == sorted(times)
 
 
 def test_expert_and_attention_parallel_layouts_by_hand() -> None:

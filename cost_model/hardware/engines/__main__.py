@@ -39,6 +39,9 @@ from idealized_runtime.cost_model.hardware.engines.step import SchedulerDefaults
 # vLLM's figures at load hold one model and TensorRT-LLM's two from one source, so none there.
 DECODE_OVERHEAD_S = 0.5e-3  # a decode step replayed from a CUDA graph: schedule, sample, launch
 STEP_OVERHEAD_S = 2.0e-3  # a step with prompt chunks runs outside the graphs
+# Between two decode graph replays when the host plans ahead: the sampling kernels and the
+# next step's input copies (a handful of small kernels and copies, a priori)
+OVERLAP_GAP_S = 0.1e-3
 TOKENIZE_S_PER_TOKEN = 3.0e-6
 DETOKENIZE_S_PER_TOKEN = 2.0e-6
 HOP_S = 0.5e-3  # one hand-off between an engine's Python processes (ZMQ/IPC, pickling)
@@ -57,6 +60,7 @@ def _scheduler(**own: Any) -> SchedulerDefaults:
         cuda_graph_step=8,
         decode_overhead_s=DECODE_OVERHEAD_S,
         step_overhead_s=STEP_OVERHEAD_S,
+        overlap_gap_s=OVERLAP_GAP_S,
         tokenize_s_per_token=TOKENIZE_S_PER_TOKEN,
         detokenize_s_per_token=DETOKENIZE_S_PER_TOKEN,
         request_overhead_s=0.0,
@@ -67,8 +71,10 @@ def _scheduler(**own: Any) -> SchedulerDefaults:
 NOTES = (
     "Kernel parameters fitted on the engine's measured kernels (held-out shapes: errors per "
     "operation); scheduler defaults and admission rule from the engine's documented defaults "
-    "and source; host times per step a priori; the request path from the engine's code and "
-    "measurements: tokenize_s_per_token and detokenize_s_per_token measured on a Hugging Face "
+    "and source; host times per step a priori (with an overlap scheduler a decode step's "
+    "forward pass takes the longer of its kernels + 0.1 ms and the host's 0.5 ms); the "
+    "request path from the engine's code and measurements: tokenize_s_per_token and "
+    "detokenize_s_per_token measured on a Hugging Face "
     "fast tokenizer (benchmarks/tokenizer_costs.py), request_http_s and stream_s a priori "
     "(0.5 ms per hand-off between the engine's processes), schedule_ahead_steps from the "
     "engine's overlap scheduler; the elementwise kernels between the matmuls (norms, rotary "
@@ -85,8 +91,9 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
     "vllm": (
         "vLLM (V1 engine): chunked prefill, decode tokens first, then prompt chunks in the "
         "token budget; max_num_batched_tokens 8192, max_num_seqs 1024, "
-        "gpu_memory_utilization 0.9, CUDA graphs up to batch 512; a request is admitted when "
-        "the KV cache holds the prompt tokens it reads now, and the newest is preempted "
+        "gpu_memory_utilization 0.9, CUDA graphs up to batch 512; async scheduling (the next "
+        "step planned while one runs, on by default since early 2026); a request is admitted "
+        "when the KV cache holds the prompt tokens it reads now, and the newest is preempted "
         "(recomputed later) when decoding fills the cache; under data parallelism each "
         "engine core (rank) takes max_num_seqs and max_num_batched_tokens; with chunked "
         "prefill off it will not start unless max_num_batched_tokens holds max_model_len "
@@ -95,7 +102,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
             max_running=1024, chunked_prefill=True, prefill_first=False, memory_fraction=0.9,
             cuda_graph_max_batch=512, admission="allocated", limits_per_rank=True,
             unchunked_limit="sequence", budget_setting="max_num_batched_tokens",
-            request_http_s=HOP_S, stream_s=HOP_S, schedule_ahead_steps=0,
+            request_http_s=HOP_S, stream_s=HOP_S, schedule_ahead_steps=1,
         ),
     ),
     "sglang": (

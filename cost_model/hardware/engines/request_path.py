@@ -15,12 +15,13 @@ not forward passes:
   and its way back (the engine's output hand-off, the SSE write), per chunk;
 - ``schedule_ahead_steps``: steps the scheduler plans ahead of the GPU. An engine with an
   overlap scheduler (TensorRT-LLM's, on by default; SGLang's zero-overhead scheduler, on by
-  default) schedules step n + 1 while step n runs, so a request that arrives during step n runs
-  its prompt in step n + 2 at the earliest: it waits the rest of step n and all of step n + 1.
-  Without one (vLLM's engine core without ``--async-scheduling``) it waits for the step
-  boundary only. The wait scales with the model's step time, so it is the simulator's to count
-  (``simulate``: a request is seen at the first boundary after it arrived, or with look-ahead,
-  at the first boundary after the first step that started after it arrived;
+  default; vLLM's async scheduling, on by default since early 2026, its pull request 27614)
+  schedules step n + 1 while step n runs, so a request that arrives during step n runs its
+  prompt in step n + 2 at the earliest: it waits the rest of step n and all of step n + 1.
+  Without one (vLLM with ``--no-async-scheduling``, or an earlier release) it waits for the
+  step boundary only. The wait scales with the model's step time, so it is the simulator's to
+  count (``simulate``: a request is seen at the first boundary after it arrived, or with
+  look-ahead, at the first boundary after the first step that started after it arrived;
   ``boundary_wait_steps`` gives the mean in steps for estimates). An idle engine takes a
   request in as it arrives.
 

@@ -24,7 +24,12 @@ Multi-token prediction (``Deployment.speculative``) verifies draft + 1 tokens pe
 sequence and runs the draft layers once per draft token. A step pays the engine's host time:
 ``decode_overhead_s`` for a decode-only step replayed from a captured CUDA graph (its batch
 padded up to the graph's size), ``step_overhead_s`` for a step with prompt chunks, and
-``decode_overhead_s`` again for each draft pass (a graph replay of its own).
+``decode_overhead_s`` again for each draft pass (a graph replay of its own). An engine whose
+scheduler plans the next step while the GPU runs this one (``schedule_ahead_steps``:
+TensorRT-LLM's and SGLang's overlap schedulers, vLLM's ``--async-scheduling``) does its host
+work beside the GPU: a decode-only step's forward pass takes the longer of its kernels plus
+``overlap_gap_s`` (what still runs between two graph replays: sampling, the next step's input
+copies) and the host's ``decode_overhead_s``; each draft pass still pays the host time.
 
 ``kv_capacity_tokens`` is the KV cache an engine leaves next to the weights.
 """
@@ -103,6 +108,9 @@ class SchedulerDefaults:
     ``budget_setting``: the engine's name for its token budget, named in refusals and
     warnings; ``unchunked_budget``: the budget per step when prompts are not chunked, where the
     engine has another one for that (SGLang's max_prefill_tokens; 0: ``token_budget``);
+    ``overlap_gap_s``: the GPU's time between two decode graph replays when the host plans
+    ahead (``schedule_ahead_steps``): an overlapped decode step's forward pass costs the
+    longer of its kernels + this and ``decode_overhead_s``;
     ``norms_in_allreduce``: the residual add and RMSNorm run inside the tensor-parallel
     all-reduce kernel (TensorRT-LLM's fused all-reduce), not as kernels of their own;
     ``rope_in_attention``: the rotary embedding and the KV-cache write are one kernel before
@@ -119,6 +127,7 @@ class SchedulerDefaults:
     cuda_graph_step: int = 8
     decode_overhead_s: float = 0.0
     step_overhead_s: float = 0.0
+    overlap_gap_s: float = 0.0
     admission: str = "reserve"
     recv_interval: int = 1
     balance_timeout_steps: int = 0
@@ -311,9 +320,11 @@ class EngineStepModel:
         mean_chunk = np.where(chunks > 0, p / np.maximum(chunks, 1.0), 0.0)
         seconds = self._layers((tokens, d * verify, ld * verify, p, lp, mean_chunk, d))
         seconds = seconds + self._head(padded * verify + chunks)
-        overhead = np.where(
-            graphed, self.scheduler.decode_overhead_s, self.scheduler.step_overhead_s
-        )
+        host = self.scheduler.decode_overhead_s
+        if self.scheduler.schedule_ahead_steps:
+            # The host plans the next step while this one runs: it costs only when slower.
+            host = np.maximum(seconds + self.scheduler.overlap_gap_s, host) - seconds
+        overhead = np.where(graphed, host, self.scheduler.step_overhead_s)
         if spec is not None:  # the draft: its layers once per draft token, over the decoders
             zero = 0.0 * p
             one = self._layer(len(self._layer_kinds) - 1, (padded, d, ld, zero, zero, zero, d))
@@ -422,10 +433,16 @@ class EngineStepModel:
         )
         prompt = work[3]
         chunks = np.where(chunk > 0, prompt / np.maximum(chunk, 1.0), 0.0) / dp
+        # A chunk of n new tokens over c cached ones attends as many keys per query as a
+        # cache-free prompt of 2c + n tokens: the measured rate of that length, not of n's (the
+        # last few tokens of a prompt over its 8k cached ones are no prompt of a few tokens,
+        # whose fixed kernel time per FLOP would cost them seconds).
+        per_query = prompt_attended / np.maximum(prompt, 1.0)
+        span = np.where(prompt > 0, np.maximum(chunk, 2.0 * per_query - 1.0), chunk)
         time = time + k.context_attention_time(
             hw,
             prompt_flops * prompt_attended / dp,
-            chunk,
+            span,
             mla=arch.mla,
             grid=(self._prompt_layout, chunks),
         )
