@@ -590,8 +590,9 @@ def list_workloads(_: Reader) -> list[WorkloadOut]:
         "rules on the content of `config` (the keys its model_type needs, a consistent shape); "
         "an unknown stack (the engine and reference stacks are named); a precision and "
         "hardware pair the hardware cannot run (fp8 compute without fp8 tensor cores), a "
-        "request that does not fit the GPUs' memory, stored hardware figures that give an "
-        "estimate beyond floating-point range (422)."
+        "request longer than the architecture's context length, a request that does not fit "
+        "the GPUs' memory, stored hardware figures that give an estimate beyond floating-point "
+        "range (422)."
     ),
 )
 def estimate_hardware_model(

@@ -52,6 +52,7 @@ RULES: list[tuple[re.Pattern[str], str]] = [
         # the streaming parser of measurement sets holds integers in 64 bits
         (r"integer overflow", "integers beyond 64 bits"),
         (r"tensor-parallel|does not fit|cannot be split|GPUs", "does not fit"),
+        (r"output tokens exceed the context length of", "longer than the architecture's context"),
         (r"beyond floating-point range", "beyond floating-point range"),
         (r"no deployment of .* could be evaluated", "no deployment could be evaluated"),
         (r"^unknown stack '", "an unknown stack"),
