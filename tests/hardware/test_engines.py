@@ -18,6 +18,7 @@ from idealized_runtime.cost_model.hardware.engines.catalog import (
     engine_names,
     get_engine,
 )
+from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
 from idealized_runtime.cost_model.hardware.engines.step import (
     kernel_format,
     kv_capacity_tokens,
@@ -264,6 +265,38 @@ def test_the_last_tokens_of_a_long_prompt_cost_what_their_attention_does() -> No
         for c in (0, 1024, 4096, 16384)
     ]
     assert times == sorted(times)
+
+
+def test_attention_dp_over_split_experts_gathers_tokens_as_an_all_reduce_moves_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # gpt-oss-120b on 2 B200 under TensorRT-LLM, attention DP 2: with its experts split over
+    # both GPUs (EP 1: InferenceX's scripts turn the all-to-all off) each MoE layer gathers the
+    # ranks' tokens and reduce-scatters the outputs, an all-reduce of the step's tokens; with
+    # EP 2 the tokens go to their experts' rank and back (dispatch and combine, top-k copies).
+    gptoss = get_architecture("gpt-oss-120b")
+    seen: dict[str, list[float]] = {"allreduce": [], "alltoall": []}
+    for name in seen:
+        original = getattr(GpuKernels, f"{name}_time")
+
+        def recording(self, hardware, message_bytes, gpus, _name=name, _original=original):  # type: ignore[no-untyped-def]
+            seen[_name].append(float(np.max(message_bytes)))
+            return _original(self, hardware, message_bytes, gpus)
+
+        monkeypatch.setattr(GpuKernels, f"{name}_time", recording)
+    for ep in (1, 2):
+        for calls in seen.values():
+            calls.clear()
+        deployment = Deployment(
+            architecture=gptoss, hardware=B200, tp=2, ep=ep, attention_dp=2,
+            precision=gptoss.precision,
+        )  # fmt: skip
+        get_engine("tensorrt-llm").step_model(deployment).seconds(32, 32 * 1024, 0, 0, 0)
+        if ep == 1:  # the step's 32 tokens, 2 bytes a value
+            assert not seen["alltoall"]
+            assert set(seen["allreduce"]) == {32 * gptoss.hidden_size * 2.0}
+        else:
+            assert not seen["allreduce"] and seen["alltoall"]
 
 
 def test_expert_and_attention_parallel_layouts_by_hand() -> None:

@@ -11,11 +11,14 @@ Per layer and GPU (``Deployment``: tp GPUs, ``attention_dp`` attention groups of
   tokens as reads of their cached K/V (or MLA latent), in the KV-cache format;
 - an all-reduce of the hidden states over attention_tp;
 - dense MLP GEMMs, or the router, the routed experts' grouped GEMM for all the step's tokens on
-  the rank's experts, the shared experts; an all-to-all dispatch and combine when the ranks hold
-  different tokens (attention_dp > 1), else an all-reduce: with tensor-parallel attention every
-  rank holds every token, so expert parallelism computes each rank's experts on all of them and
-  sums the partial outputs as tensor parallelism does (SGLang's and TensorRT-LLM's expert
-  parallelism without attention DP; no tokens travel);
+  the rank's experts, the shared experts; when the ranks hold different tokens (attention_dp >
+  1), an all-to-all dispatch and combine to the experts' ranks under expert parallelism, or,
+  with every expert split over all the ranks (ep 1), an all-gather of the tokens and a
+  reduce-scatter of the outputs, an all-reduce's traffic (TensorRT-LLM's attention DP with
+  MoE TP, all-to-all off); else an all-reduce: with tensor-parallel attention every rank holds
+  every token, so expert parallelism computes each rank's experts on all of them and sums the
+  partial outputs as tensor parallelism does (SGLang's and TensorRT-LLM's expert parallelism
+  without attention DP; no tokens travel);
 - the small elementwise kernels between them (norms, rotary embedding, KV-cache write, top-k
   routing, activations: ``elementwise_passes``), each a pass over the group's tokens;
 - the LM head for the sampled positions.
@@ -513,7 +516,7 @@ class EngineStepModel:
                 + k.gemm_time(hw, local, 2 * width, h, fmt)
                 + k.gemm_time(hw, local, h, width, fmt)
             )
-        if dep.attention_dp > 1:
+        if dep.attention_dp > 1 and dep.ep > 1:
             # Dispatch (fp8 or bf16 activations) and combine (bf16) of the group's tokens.
             sent = local * arch.experts_per_token * h
             time = (
@@ -521,7 +524,7 @@ class EngineStepModel:
                 + k.alltoall_time(hw, sent * 1.0, dep.tp)
                 + k.alltoall_time(hw, sent * 2.0, dep.tp)
             )
-        elif dep.tp > 1:
+        elif dep.tp > 1:  # attention DP over split experts: all-gather + reduce-scatter
             time = time + k.allreduce_time(hw, tokens * h * 2.0, dep.tp)
         return time
 
