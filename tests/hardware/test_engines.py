@@ -20,6 +20,7 @@ from idealized_runtime.cost_model.hardware.engines.catalog import (
 )
 from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
 from idealized_runtime.cost_model.hardware.engines.step import (
+    SchedulerDefaults,
     kernel_format,
     kv_capacity_tokens,
     weight_bytes_per_gpu,
@@ -209,17 +210,15 @@ def test_an_overlap_scheduler_hides_the_host_time_of_decode_steps() -> None:
     # chunks keep their host time.
     llama = get_architecture("llama-3.1-70b")
     deployment = Deployment(architecture=llama, hardware=H200, tp=4)
+    shipped = get_engine("vllm").step_model(deployment)
 
-    def host_share(scheduler: object, *step: float) -> float:
-        engine = get_engine("vllm")
-        timed = engine.step_model(deployment)
-        model = type(timed)(deployment, timed.kernels, scheduler)
-        free = type(timed)(
-            deployment,
-            timed.kernels,
-            replace(scheduler, decode_overhead_s=0.0, step_overhead_s=0.0, overlap_gap_s=0.0),
-        )
-        return float(np.sum(model.seconds(*step))) - float(np.sum(free.seconds(*step)))
+    def step_s(scheduler: SchedulerDefaults, *step: float) -> float:
+        """The step's seconds on the same kernels under ``scheduler``."""
+        return float(np.sum(type(shipped)(deployment, shipped.kernels, scheduler).seconds(*step)))
+
+    def host_share(scheduler: SchedulerDefaults, *step: float) -> float:
+        free = replace(scheduler, decode_overhead_s=0.0, step_overhead_s=0.0, overlap_gap_s=0.0)
+        return step_s(scheduler, *step) - step_s(free, *step)
 
     decode, prompt = (32, 32 * 1024, 0, 0, 0), (0, 0, 2048, 2048 * 1024, 1)
     for name in ("tensorrt-llm", "sglang", "vllm"):
@@ -232,12 +231,7 @@ def test_an_overlap_scheduler_hides_the_host_time_of_decode_steps() -> None:
     synchronous = replace(vllm, schedule_ahead_steps=0)
     assert host_share(synchronous, *decode) == pytest.approx(vllm.decode_overhead_s)
     # A host slower than the kernels sets the pace: the step takes the host's time.
-    engine = get_engine("vllm")
-    slow_host = replace(vllm, decode_overhead_s=1.0)
-    timed = type(engine.step_model(deployment))(
-        deployment, engine.step_model(deployment).kernels, slow_host
-    )
-    assert float(np.sum(timed.seconds(*decode))) == pytest.approx(1.0)
+    assert step_s(replace(vllm, decode_overhead_s=1.0), *decode) == pytest.approx(1.0)
 
 
 def test_the_last_tokens_of_a_long_prompt_cost_what_their_attention_does() -> None:

@@ -524,7 +524,9 @@ class EngineStepModel:
                 + k.alltoall_time(hw, sent * 1.0, dep.tp)
                 + k.alltoall_time(hw, sent * 2.0, dep.tp)
             )
-        elif dep.tp > 1:  # attention DP over split experts: all-gather + reduce-scatter
+        elif dep.tp > 1:
+            # An all-reduce; with attention DP over split experts an all-gather of the
+            # tokens and a reduce-scatter of the outputs, the same traffic.
             time = time + k.allreduce_time(hw, tokens * h * 2.0, dep.tp)
         return time
 
