@@ -26,9 +26,12 @@ only). Two comparisons per frontier point:
   published throughput per GPU and tokens/s per user; beside it, the same layout's estimated
   curve (every concurrency level) read at the published tokens/s per user, what the plan's
   frontier would be had it searched that layout alone;
-- the frontier: the plan's search (``cost_model.planning.plan``: every layout of up to 8 GPUs
-  per instance, xPyD pairs up to 64 GPUs, concurrency 1 to 16384 refined at the knee;
-  multi-token prediction where the points compared ran it) for the group, its frontier's
+- the frontier: the plan's search (``cost_model.planning.plan``: every layout each engine runs,
+  refined at the knee; multi-token prediction where the points compared ran it) for the group,
+  asked what its sources' sweep asked (``sweeps``: their most GPUs, per instance aggregated and
+  in all disaggregated, and their fewest to most clients: NIM's table 2 H100 and 1-250
+  clients, InferenceX's aggregated runs one 8-GPU node from 4 clients; a plan over more GPUs or
+  lighter loads reaches tokens/s per user no published point checks), its frontier's
   throughput per GPU at the published point's tokens/s per user (``at_per_user``: linear
   between frontier points; its top throughput below the frontier's slowest point; "beyond"
   when the published point is faster per user than any planned one);
@@ -88,6 +91,7 @@ from idealized_runtime.cost_model.serving.steady_state import (
 
 MTP = SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.7)
 LEVELS = [2**k for k in range(15)]  # 1 .. 16384 clients
+MAX_PLAN_GPUS = 64  # the plan's largest replica (``PlanSettings.max_gpus``)
 # The engine stacks a source's engine is predicted on: NIM's page does not name its backend.
 NIM_STACKS = ("tensorrt-llm", "vllm")
 # The client's shortest draw, as a share of the stated length, per source family (the
@@ -332,9 +336,51 @@ def layout_curve(point: Published, levels: list[int]) -> list[tuple[float, float
     return [same[0], *curve]  # the point's own first, then its layout's frontier
 
 
-def planned_frontier(point: Published) -> list[PlanPoint]:
-    """The plan's frontier for the point's workload (``Published.workload``), by tokens/s per
-    user ascending."""
+def gpus_of(point: Published) -> int:
+    """The GPUs the point ran on: one instance aggregated, the whole fleet disaggregated."""
+    prefill = point.prefill
+    used = point.decode.tp * (1 if prefill is None else point.decode.workers)
+    return used + (0 if prefill is None else prefill.workers * prefill.tp)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """What a workload's sources searched: the most GPUs any published point ran on (per
+    instance aggregated, in all disaggregated) and the fewest and most clients."""
+
+    max_gpus: int
+    fewest_clients: int
+    most_clients: int
+
+    @property
+    def levels(self) -> list[int]:
+        """The plan's client levels within the sweep's: its ends and the powers of two
+        between (the plan refines between them)."""
+        inner = [c for c in LEVELS if self.fewest_clients < c < self.most_clients]
+        return sorted({self.fewest_clients, *inner, self.most_clients})
+
+
+def sweeps(points: list[Published]) -> dict[tuple, Sweep]:
+    """Per workload, what its sources searched (``Sweep``): the question their published
+    frontier answers (NIM's table: 2 H100, 1-250 clients; InferenceX's runs: one 8-GPU node,
+    4 clients and more aggregated)."""
+    members: dict[tuple, list[Published]] = defaultdict(list)
+    for p in points:
+        members[p.workload].append(p)
+    return {
+        workload: Sweep(
+            max_gpus=max(map(gpus_of, group)),
+            fewest_clients=min(p.concurrency for p in group),
+            most_clients=max(p.concurrency for p in group),
+        )
+        for workload, group in members.items()
+    }
+
+
+def planned_frontier(point: Published, sweep: Sweep) -> list[PlanPoint]:
+    """The plan's frontier for the point's workload (``Published.workload``) within what its
+    sources searched (``sweep``: their GPUs and clients; every layout), by tokens/s per user
+    ascending."""
     result = plan(PlanRequest(
         architecture=get_architecture(point.model), hardware=[get_hardware(point.gpu)],
         stacks=[point.stack], weights=[point.weights], modes=[point.mode],  # type: ignore[list-item]
@@ -344,7 +390,8 @@ def planned_frontier(point: Published) -> list[PlanPoint]:
                 point.shortest, max(point.prompt_tokens, point.output_tokens)
             ),
         ),
-        max_gpus=8 if point.prefill is None else 64, concurrency=LEVELS, verify=False,
+        max_gpus=min(sweep.max_gpus, MAX_PLAN_GPUS), concurrency=sweep.levels,
+        max_concurrency=sweep.most_clients, verify=False,
         mtp=point.speculative == "mtp",  # like with like: drafts only where the points ran them
     ))  # fmt: skip
     return [p for f in result.frontiers for p in f.points]
@@ -488,9 +535,12 @@ class Predictions:
         )
 
 
-def predict(front: list[Published], refused: dict[str, int]) -> Predictions:
-    """Every frontier point's predictions (``Predictions``), on the held-out stacks; what
-    cannot be predicted counted in ``refused`` by its one-line reason."""
+def predict(
+    front: list[Published], searched: dict[tuple, Sweep], refused: dict[str, int]
+) -> Predictions:
+    """Every frontier point's predictions (``Predictions``), on the held-out stacks, the plan
+    searching what its workload's sources searched (``sweeps``); what cannot be predicted
+    counted in ``refused`` by its one-line reason."""
     found = Predictions({}, {}, {}, {})
     with held_out_stacks():
         for point in front:
@@ -505,7 +555,7 @@ def predict(front: list[Published], refused: dict[str, int]) -> Predictions:
                 refused[reason.removeprefix("Value error, ")[:160]] += 1
             try:
                 if point.workload not in found.plans:
-                    found.plans[point.workload] = planned_frontier(point)
+                    found.plans[point.workload] = planned_frontier(point, searched[point.workload])
                 frontier = found.plans[point.workload]
                 pairs = [(p.tokens_per_s_per_user, p.output_tokens_per_s_per_gpu)
                          for p in frontier]  # fmt: skip
@@ -549,7 +599,7 @@ def main() -> None:
     points = [p for p in published_points() if all(text in str(p.workload) for text in args.only)]
     front = published_frontier(points, args.per_source)
     refused: dict[str, int] = defaultdict(int)
-    found = predict(front, refused)
+    found = predict(front, sweeps(points), refused)
     models = sorted({p.model for p in points})
     print(f"{len(points)} published points of {len(models)} models ({', '.join(models)}; "
           f"{sum(p.prefill is None for p in points)} aggregated), {len(front)} on their "

@@ -51,7 +51,8 @@ class PlanSettings(_Value):
     formats the GPU computes natively; ``kv_cache``: the KV-cache format, default the engines';
     ``activations``: the matmuls' input format, default the engines'),
     layouts of up to ``max_gpus`` GPUs per replica, the ``modes``, closed-loop ``concurrency``
-    levels per replica (refined between them around each deployment's knee), and the engines'
+    levels per replica, per rank of an attention-DP instance (refined between them around each
+    deployment's knee; none above ``max_concurrency`` clients per replica), and the engines'
     token budgets per step (``token_budgets``; default: ``space.TOKEN_BUDGETS``, pruned per
     engine); ``rate``: requests/s to size the fleet for. ``verify``: simulate the best
     configuration request by request (``requests_per_client`` requests per client, at most
@@ -75,6 +76,9 @@ class PlanSettings(_Value):
     max_gpus: Annotated[int, Field(ge=1, le=64)] = 16
     concurrency: Annotated[list[Annotated[int, Field(ge=1, le=65536)]], Field(min_length=1,
                            max_length=32)] = list(DEFAULT_CONCURRENCY)  # fmt: skip
+    # The most clients per replica (None: no bound): an attention-DP instance's levels, per rank,
+    # stop there (a fleet whose users per replica are known: "at most 128 at once").
+    max_concurrency: Annotated[int, Field(ge=1, le=1_048_576)] | None = None
     token_budgets: Annotated[list[Annotated[int, Field(ge=64, le=MAX_TOKENS)]],
                              Field(min_length=1, max_length=8)] | None = None  # fmt: skip
     verify: bool = True

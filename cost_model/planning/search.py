@@ -346,8 +346,11 @@ class _Search:
 
     def levels_of(self, deployment: Deployment) -> np.ndarray:
         """The concurrency levels of a deployment: the request's, per attention-DP rank of a
-        (decode) instance (a rank's batch, as the engines' limits count it)."""
-        return self.levels * deployment.attention_dp
+        (decode) instance (a rank's batch, as the engines' limits count it), none above the
+        request's ``max_concurrency`` per replica."""
+        levels = self.levels * deployment.attention_dp
+        bound = self.request.max_concurrency
+        return levels if bound is None else np.unique(np.minimum(levels, bound))
 
     def _table(self, server: Server, request: MeanRequest, levels: np.ndarray) -> StepTable:
         key = (id(server), request)

@@ -9,8 +9,9 @@
   a mixture of experts also wide expert-parallel over a larger NVLink domain, GB200 NVL72);
   for a mixture of experts every split of those GPUs into expert-parallel ranks (dividing the
   experts) and attention data-parallel groups (whose tensor-parallel share splits the heads),
-  as AIConfigurator's ``tp x dp = moe_tp x ep`` grid; a dense model's attention is not
-  data-parallel;
+  as AIConfigurator's ``tp x dp = moe_tp x ep`` grid, less the splits an engine cannot run
+  (``engine_runs``: TensorRT-LLM's attention groups are all GPUs or none, vLLM's experts all
+  tensor- or all expert-parallel); a dense model's attention is not data-parallel;
 - multi-token prediction (``MTP_DRAFTS`` draft tokens) on the engine stacks, for a model whose
   acceptance is published (``serving.engines.published_acceptance``);
 - disaggregated (xPyD): a prefill layout (attention data-parallel over all its GPUs or not) and
@@ -183,6 +184,24 @@ def w4a8_by_default(stack: str, hardware: Hardware) -> bool:
     return kernels is not None and kernels.moe_served.get("mxfp4") == "mxfp4_mxfp8"
 
 
+# How each engine splits an instance's GPUs, where it cannot run every ``tp x dp = moe_tp x ep``
+# split: TensorRT-LLM's attention data parallelism gives every rank its own attention (its
+# Mapping's attention TP is 1 under enable_attention_dp), so attention groups are all GPUs or
+# none; vLLM's experts are either tensor-parallel or expert-parallel over every GPU of the
+# instance (--enable-expert-parallel makes the EP group the whole TP x DP world), never both.
+# SGLang runs every split (--dp with --enable-dp-attention, --ep-size below --tp).
+# AIConfigurator's search space encodes the same two rules.
+WHOLE_ATTENTION_DP = frozenset({"tensorrt-llm"})
+WHOLE_EXPERT_SPLIT = frozenset({"vllm"})
+
+
+def engine_runs(stack: str, layout: Layout) -> bool:
+    """Whether the engine of ``stack`` serves an instance split as ``layout`` (see above)."""
+    if stack in WHOLE_ATTENTION_DP and layout.attention_dp not in (1, layout.tp):
+        return False
+    return not (stack in WHOLE_EXPERT_SPLIT and layout.ep not in (1, layout.tp))
+
+
 def _splits_heads(arch: Architecture, tp: int) -> bool:
     return arch.num_heads % tp == 0 and (arch.kv_heads % tp == 0 or tp % arch.kv_heads == 0)
 
@@ -250,6 +269,7 @@ def candidates(
                     lay
                     for lay in instance_layouts
                     if (not ideal or lay.ep == lay.attention_dp == 1)
+                    and (ideal or engine_runs(stack, lay))
                     and fits(stack, _with_layout(base, lay))
                 ]
                 drafts = speculative_options(arch, stack) if request.mtp else [None]

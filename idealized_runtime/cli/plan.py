@@ -61,7 +61,12 @@ def plan_command(
     mode: list[str] = typer.Option([], "--mode", help="aggregated, disaggregated (default both)"),
     max_gpus: int = typer.Option(16, "--max-gpus", min=1, help="GPUs per replica at most"),
     concurrency: list[str] = typer.Option(
-        [], "--concurrency", help="closed-loop clients per replica to try (list)"
+        [],
+        "--concurrency",
+        help="closed-loop clients per replica to try (list; per rank of an attention-DP instance)",
+    ),
+    max_concurrency: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--max-concurrency", help="clients per replica at most"
     ),
     token_budget: list[str] = typer.Option(
         [],
@@ -108,6 +113,7 @@ def plan_command(
         **({"activations": activations} if activations else {}),
         **({"modes": _names(mode)} if mode else {}),
         **({"concurrency": levels} if levels else {}),
+        **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}),
         **({"token_budgets": budgets} if budgets else {}),
     }  # fmt: skip
     lengths = {"prompt_tokens": prompt_tokens, "output_tokens": output_tokens,

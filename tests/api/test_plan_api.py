@@ -59,6 +59,13 @@ def test_plan_from_a_config_json(client: httpx.Client) -> None:
     assert response.json()["deployments"] > 0
 
 
+def test_plan_keeps_its_points_within_the_clients_asked(client: httpx.Client) -> None:
+    response = client.post("/v1/plan", json={**BODY, "max_concurrency": 6})
+    assert response.status_code == 200, response.text
+    clients = [p["concurrency"] for f in response.json()["frontiers"] for p in f["points"]]
+    assert clients and max(clients) == 6
+
+
 @pytest.mark.parametrize(
     ("change", "status", "fragment"),
     [
@@ -71,6 +78,7 @@ def test_plan_from_a_config_json(client: httpx.Client) -> None:
         ({"modes": ["sideways"]}, 422, "modes"),
         ({"surprise": 1}, 422, "surprise"),
         ({"activations": "fp8"}, 422, "bf16 weights compute in bf16"),
+        ({"max_concurrency": 0}, 422, "max_concurrency"),
     ],
 )
 def test_bad_plans_are_4xx_with_a_detail(

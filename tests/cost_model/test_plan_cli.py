@@ -38,6 +38,14 @@ def test_plan_json_and_report(tmp_path: Path) -> None:
     assert 'id="plan-h100-sxm"' in (report / "plan.html").read_text()
 
 
+def test_plan_keeps_every_point_within_the_clients_a_replica_may_have() -> None:
+    result = _run(*SMALL, "--max-concurrency", "6", "--no-verify", "--json")
+    assert result.returncode == 0, result.stderr
+    frontiers = json.loads(result.stdout)["frontiers"]
+    clients = [p["concurrency"] for f in frontiers for p in f["points"]]
+    assert clients and max(clients) == 6
+
+
 def test_plan_leads_with_the_answer_and_prints_frontiers_on_request() -> None:
     result = _run(*SMALL)
     assert result.returncode == 0, result.stderr
@@ -66,6 +74,7 @@ BAD_INPUT = {
     "--mode sideways": "modes",
     "--min-length 1.5": "min_length_fraction",
     "--concurrency 0": "--concurrency",
+    "--max-concurrency 0": "max_concurrency",
     "--activations fp8": "bf16 weights compute in bf16",  # --weights fp8 is the W8A8 one
     "--activations fp6": "unknown activation format 'fp6'",
 }

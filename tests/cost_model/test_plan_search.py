@@ -77,6 +77,24 @@ def test_a_mixture_of_experts_is_split_every_way_a_dense_model_is_not() -> None:
     assert dense == [Layout(1), Layout(2), Layout(4), Layout(8)]
 
 
+def test_each_engine_is_searched_only_in_the_splits_it_runs() -> None:
+    qwen = request(architecture=get_architecture("qwen3-235b-a22b"), weights=None, max_gpus=8,
+                   hardware=[get_hardware("b200")])  # fmt: skip
+    stacks = ["tensorrt-llm", "vllm", "sglang"]
+    split: dict[str, set[tuple[int, int, int]]] = {stack: set() for stack in stacks}
+    for c in candidates(qwen, stacks):
+        d = c.deployment
+        split[c.stack].add((d.tp, d.ep, d.attention_dp))
+    # TensorRT-LLM: attention DP over all GPUs or none; MoE TP and EP mixed.
+    assert all(dp in (1, tp) for tp, _, dp in split["tensorrt-llm"])
+    assert (8, 2, 1) in split["tensorrt-llm"] and (8, 8, 8) in split["tensorrt-llm"]
+    # vLLM: experts all tensor- or all expert-parallel; attention groups of any size.
+    assert all(ep in (1, tp) for tp, ep, _ in split["vllm"])
+    assert (8, 1, 2) in split["vllm"] and (8, 8, 4) in split["vllm"]
+    # SGLang: every split.
+    assert {(8, 2, 1), (8, 1, 2), (8, 2, 4)} <= split["sglang"]
+
+
 def test_wide_expert_parallel_instances_only_within_a_larger_nvlink_domain() -> None:
     deepseek = get_architecture("deepseek-r1")
     rack = [lay for lay in layouts(deepseek, 64, scale_up_gpus=72) if lay.tp > 8]
@@ -157,6 +175,17 @@ def test_levels_are_per_attention_dp_rank_and_refined_at_the_knee() -> None:
     arch = moe.architecture
     ranks = Deployment(architecture=arch, hardware=moe.hardware[0], tp=8, ep=8, attention_dp=8)
     assert list(_Search(moe).levels_of(ranks)) == [8, 64, 512]
+
+
+def test_no_level_exceeds_the_clients_a_replica_may_have() -> None:
+    moe = request(architecture=get_architecture("qwen3-235b-a22b"), weights=None,
+                  max_concurrency=100)  # fmt: skip
+    arch = moe.architecture
+    ranks = Deployment(architecture=arch, hardware=moe.hardware[0], tp=8, ep=8, attention_dp=8)
+    assert list(_Search(moe).levels_of(ranks)) == [8, 64, 100]  # 512 stops at the bound
+    result = plan(request(verify=False, concurrency=[1, 8, 64, 512], max_concurrency=100))
+    clients = {p.concurrency for f in result.frontiers for p in f.points}
+    assert max(clients) <= 100 and 100 in clients
 
 
 # --- the verification fallback --------------------------------------------------------------------

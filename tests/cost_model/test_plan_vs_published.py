@@ -25,6 +25,7 @@ at_load_points, shortest_share = BENCHMARK["at_load_points"], BENCHMARK["shortes
 held_out_stack, held_out_stacks = BENCHMARK["held_out_stack"], BENCHMARK["held_out_stacks"]
 at_load, slope = BENCHMARK["at_load"], BENCHMARK["slope"]
 at_throughput = BENCHMARK["at_throughput"]
+sweeps, Sweep = BENCHMARK["sweeps"], BENCHMARK["Sweep"]
 
 
 def _point(source: str, tpot_s: float, tput: float, **changes: Any) -> Any:
@@ -189,6 +190,29 @@ class TestAtLoadPoints:
             _row("output_throughput_tokens_per_s_per_gpu", 300.0, concurrency=8),
         ]
         assert at_load_points(rows) == []
+
+
+class TestSweeps:
+    """The plan searches what the workload's sources searched: their GPUs and clients."""
+
+    def test_the_most_gpus_and_the_range_of_clients_of_each_workload(self) -> None:
+        points = [
+            _point("a", 0.02, 100.0, concurrency=4, decode=Layout(1, 2, 1, False)),
+            _point("b", 0.03, 300.0, concurrency=128, decode=Layout(1, 8, 8, True)),
+            _point("c", 0.02, 100.0, concurrency=8, model="gpt-oss-120b"),
+        ]
+        found = sweeps(points)
+        assert found[points[0].workload] == Sweep(max_gpus=8, fewest_clients=4, most_clients=128)
+        assert found[points[2].workload] == Sweep(max_gpus=8, fewest_clients=8, most_clients=8)
+
+    def test_a_disaggregated_point_counts_every_gpu_of_both_pools(self) -> None:
+        xpyd = _point("a", 0.02, 100.0, concurrency=512, decode=Layout(2, 8, 8, True),
+                      prefill=Layout(3, 4, 1, False))  # fmt: skip
+        assert sweeps([xpyd])[xpyd.workload].max_gpus == 2 * 8 + 3 * 4
+
+    def test_levels_are_the_ends_and_the_powers_of_two_between(self) -> None:
+        assert Sweep(8, 4, 100).levels == [4, 8, 16, 32, 64, 100]
+        assert Sweep(2, 1, 1).levels == [1]
 
 
 def test_shortest_share_of_a_draw_from_one_token() -> None:
