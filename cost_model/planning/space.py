@@ -55,7 +55,11 @@ from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
 from idealized_runtime.cost_model.hardware.engines.step import sized_token_budget
 from idealized_runtime.cost_model.hardware.planner import GPUS_PER_NODE
 from idealized_runtime.cost_model.planning.request import IDEAL_STACK, PlanRequest
-from idealized_runtime.cost_model.serving.engines import default_precision, published_acceptance
+from idealized_runtime.cost_model.serving.engines import (
+    default_precision,
+    published_acceptance,
+    split_refusal,
+)
 
 MAX_WORKERS = 8  # prefill or decode instances of one xPyD replica
 # x prefill : y decode instances tried: every coprime pair up to MAX_WORKERS each (AIConfigurator
@@ -184,22 +188,10 @@ def w4a8_by_default(stack: str, hardware: Hardware) -> bool:
     return kernels is not None and kernels.moe_served.get("mxfp4") == "mxfp4_mxfp8"
 
 
-# How each engine splits an instance's GPUs, where it cannot run every ``tp x dp = moe_tp x ep``
-# split: TensorRT-LLM's attention data parallelism gives every rank its own attention (its
-# Mapping's attention TP is 1 under enable_attention_dp), so attention groups are all GPUs or
-# none; vLLM's experts are either tensor-parallel or expert-parallel over every GPU of the
-# instance (--enable-expert-parallel makes the EP group the whole TP x DP world), never both.
-# SGLang runs every split (--dp with --enable-dp-attention, --ep-size below --tp).
-# AIConfigurator's search space encodes the same two rules.
-WHOLE_ATTENTION_DP = frozenset({"tensorrt-llm"})
-WHOLE_EXPERT_SPLIT = frozenset({"vllm"})
-
-
 def engine_runs(stack: str, layout: Layout) -> bool:
-    """Whether the engine of ``stack`` serves an instance split as ``layout`` (see above)."""
-    if stack in WHOLE_ATTENTION_DP and layout.attention_dp not in (1, layout.tp):
-        return False
-    return not (stack in WHOLE_EXPERT_SPLIT and layout.ep not in (1, layout.tp))
+    """Whether the engine of ``stack`` serves an instance split as ``layout``
+    (``serving.engines.split_refusal``)."""
+    return split_refusal(stack, layout.tp, layout.ep, layout.attention_dp) is None
 
 
 def _splits_heads(arch: Architecture, tp: int) -> bool:

@@ -45,6 +45,33 @@ def default_precision(
     return precision
 
 
+# How an engine splits an instance's GPUs, where it cannot run every ``tp x dp = moe_tp x ep``
+# split: TensorRT-LLM's attention data parallelism gives every rank its own attention (its
+# Mapping's attention TP is 1 under enable_attention_dp), so attention groups are all GPUs or
+# none; vLLM's experts are either tensor-parallel or expert-parallel over every GPU of the
+# instance (--enable-expert-parallel makes the EP group the whole TP x DP world), never both.
+# SGLang runs every split (--dp with --enable-dp-attention, --ep-size below --tp).
+# AIConfigurator's search space encodes the same two rules.
+WHOLE_ATTENTION_DP = frozenset({"tensorrt-llm"})
+WHOLE_EXPERT_SPLIT = frozenset({"vllm"})
+
+
+def split_refusal(engine: str, tp: int, ep: int, attention_dp: int) -> str | None:
+    """Why ``engine`` cannot serve an instance of ``tp`` GPUs split so (one line), else None."""
+    if engine in WHOLE_ATTENTION_DP and attention_dp not in (1, tp):
+        return (
+            f"{engine} gives every GPU of an instance its own attention or none: attention "
+            f"data-parallel size {attention_dp} on {tp} GPUs is no split it runs (1 or {tp})"
+        )
+    if engine in WHOLE_EXPERT_SPLIT and ep not in (1, tp):
+        return (
+            f"{engine} splits an instance's experts over all its GPUs, tensor-parallel or "
+            f"expert-parallel, not both: expert-parallel size {ep} on {tp} GPUs is no split it "
+            f"runs (1 or {tp})"
+        )
+    return None
+
+
 def _check_setting_kind(name: str, value: Any, default: Any) -> None:
     """InputError in one line unless ``value`` is of the kind of the setting's default: a
     switch takes true or false, a count a whole number, a fraction or time any number."""
@@ -81,6 +108,9 @@ def engine_server(
     ``sized_token_budget`` for ``longest_prompt`` (its new tokens) beside ``running``
     sequences (default: the running limit), per rank."""
     stack = get_engine(engine) if isinstance(engine, str) else engine
+    refusal = split_refusal(stack.name, deployment.tp, deployment.ep, deployment.attention_dp)
+    if refusal is not None:
+        raise InputError(refusal)
     scheduler = stack.scheduler
     known = {f.name for f in fields(scheduler)}
     unknown = sorted(set(settings or {}) - known)

@@ -105,6 +105,25 @@ def test_workload_and_profiled_fit(tmp_path: Path) -> None:
             ["--rate", "2", "--stack", "sglang", "--engine-setting", "recv_interval=2.5"],
             "recv_interval takes a whole number",
         ),
+        (
+            [
+                "--rate",
+                "2",
+                "--arch",
+                "mixtral-8x7b",
+                "--stack",
+                "tensorrt-llm",
+                "--tp",
+                "8",
+                "--attention-dp",
+                "4",
+            ],
+            "attention data-parallel size 4 on 8 GPUs is no split it runs",
+        ),
+        (
+            ["--rate", "2", "--arch", "mixtral-8x7b", "--stack", "vllm", "--tp", "4", "--ep", "2"],
+            "expert-parallel size 2 on 4 GPUs is no split it runs",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
