@@ -30,8 +30,8 @@ only). Two comparisons per frontier point:
   refined at the knee; multi-token prediction where the points compared ran it) for the group,
   asked what its sources' sweep asked (``sweeps``: their most GPUs, per instance aggregated and
   in all disaggregated, and their fewest to most clients: NIM's table 2 H100 and 1-250
-  clients, InferenceX's aggregated runs one 8-GPU node from 4 clients; a plan over more GPUs or
-  lighter loads reaches tokens/s per user no published point checks), its frontier's
+  clients, InferenceX's aggregated runs one 8-GPU node from 1 or 4 clients; a plan over more
+  GPUs or lighter loads reaches tokens/s per user no published point checks), its frontier's
   throughput per GPU at the published point's tokens/s per user (``at_per_user``: linear
   between frontier points; its top throughput below the frontier's slowest point; "beyond"
   when the published point is faster per user than any planned one);
@@ -363,7 +363,7 @@ class Sweep:
 def sweeps(points: list[Published]) -> dict[tuple, Sweep]:
     """Per workload, what its sources searched (``Sweep``): the question their published
     frontier answers (NIM's table: 2 H100, 1-250 clients; InferenceX's runs: one 8-GPU node,
-    4 clients and more aggregated)."""
+    1 or 4 clients and more aggregated)."""
     members: dict[tuple, list[Published]] = defaultdict(list)
     for p in points:
         members[p.workload].append(p)
