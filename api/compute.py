@@ -146,13 +146,18 @@ def run_computation(function: Callable[..., T], *args: Any) -> T:
         ) from None
 
 
-def simulated_requests(request: PlanRequest) -> int:
-    """The most requests a plan's verification may simulate (``search.verify``)."""
+def simulated_requests(request: PlanRequest, widest_attention_dp: int = 1) -> int:
+    """The most requests a plan's verification may simulate (``search.verify``): at the most
+    clients a point can have, the largest level per attention-DP rank on the widest rank count
+    searched (``widest_attention_dp``), within ``max_concurrency``."""
     if not request.verify:
         return 0
     from idealized_runtime.cost_model.planning.search import most_verification_requests
 
-    return most_verification_requests(request, max(request.concurrency))
+    clients = max(request.concurrency) * widest_attention_dp
+    if request.max_concurrency is not None:
+        clients = min(clients, request.max_concurrency)
+    return most_verification_requests(request, clients)
 
 
 def check_plan_work(
@@ -170,8 +175,11 @@ def check_plan_work(
     known = [*engine_names(), IDEAL_STACK]
     stacks = [s for s in dict.fromkeys(request.stacks or known) if s in known]
     most_deployments = settings.max_plan_evaluations // levels
+    deployments, widest = 0, 1  # the widest: attention-DP ranks of a (decode) instance
     try:
-        deployments = sum(1 for _ in islice(candidates(request, stacks), most_deployments + 1))
+        for candidate in islice(candidates(request, stacks), most_deployments + 1):
+            deployments += 1
+            widest = max(widest, candidate.deployment.attention_dp)
     except InputError:
         return  # an unknown format or the like: the plan refuses it in its own words
     if deployments > most_deployments:
@@ -183,12 +191,13 @@ def check_plan_work(
             "name fewer hardware, stacks, weights, modes or concurrency levels, or a smaller "
             "max_gpus"
         )
-    simulated = simulated_requests(request)
+    simulated = simulated_requests(request, widest)
     if simulated > settings.max_simulated_requests:
         if http is not None:
             metrics.mark_refusal(http, "plan_too_large")
         raise InputError(
             f"this plan's verification may simulate {simulated} requests, over the server's "
             f"limit of {settings.max_simulated_requests} (IDEALIZED_RUNTIME_MAX_SIMULATED_"
-            "REQUESTS): lower max_verify_requests or the largest concurrency, or verify: false"
+            "REQUESTS): lower max_verify_requests, the largest concurrency or max_concurrency "
+            "(an attention-DP instance's levels count per rank), or verify: false"
         )

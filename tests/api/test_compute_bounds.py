@@ -173,3 +173,30 @@ def test_a_plan_beyond_the_work_bounds_is_refused_in_one_line(
         assert "IDEALIZED_RUNTIME_MAX_SIMULATED_REQUESTS" in simulated.json()["detail"]
         scraped = client.get("/metrics").text
         assert _metric(scraped, "idealized_runtime_refusals_total", reason="plan_too_large") >= 2
+
+
+def test_a_plan_s_verification_is_bounded_at_the_most_clients_a_point_can_have() -> None:
+    """Levels count per attention-DP rank: 2,048 a rank on 8 ranks is 16,384 clients, three
+    rounds of them 49,152 requests; ``max_concurrency`` bounds them."""
+    from idealized_runtime.api.compute import check_plan_work, simulated_requests
+    from idealized_runtime.api.settings import Settings
+    from idealized_runtime.core.catalog import get_architecture, get_hardware
+    from idealized_runtime.core.errors import InputError
+    from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
+    from idealized_runtime.cost_model.planning.search import most_verification_requests
+
+    def moe(**options: object) -> PlanRequest:
+        return PlanRequest(
+            architecture=get_architecture("qwen3-235b-a22b"), hardware=[get_hardware("h200")],
+            stacks=["sglang"], modes=["aggregated"], max_gpus=8,
+            workload=PlanWorkload(prompt_tokens=1024, output_tokens=1024), **options,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    settings = Settings(max_plan_evaluations=20_000, max_simulated_requests=8_192)
+    wide = moe()
+    assert simulated_requests(wide, 8) == most_verification_requests(wide, 2048 * 8) == 49_152
+    with pytest.raises(InputError, match="max_concurrency"):
+        check_plan_work(wide, settings=settings)
+    bounded = moe(max_concurrency=1024)
+    assert simulated_requests(bounded, 8) == most_verification_requests(bounded, 1024)
+    check_plan_work(bounded, settings=settings)  # within the server's limits
