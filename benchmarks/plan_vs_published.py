@@ -30,8 +30,10 @@ only). Two comparisons per frontier point:
   refined at the knee; multi-token prediction where the points compared ran it) for the group,
   asked what its sources' sweep asked (``sweeps``: their most GPUs, per instance aggregated and
   in all disaggregated, and their fewest to most clients: NIM's table 2 H100 and 1-250
-  clients, InferenceX's aggregated runs one 8-GPU node from 1 or 4 clients; a plan over more
-  GPUs or lighter loads reaches tokens/s per user no published point checks), its frontier's
+  clients, InferenceX's aggregated runs one 8-GPU node from 1 or 4 clients; and attention data
+  parallelism only where one of the workload's points ran it, as multi-token prediction: a plan
+  over more GPUs, lighter loads or splits no source ran reaches points no published one
+  checks), its frontier's
   throughput per GPU at the published point's tokens/s per user (``at_per_user``: linear
   between frontier points; its top throughput below the frontier's slowest point; "beyond"
   when the published point is faster per user than any planned one);
@@ -346,11 +348,13 @@ def gpus_of(point: Published) -> int:
 @dataclass(frozen=True)
 class Sweep:
     """What a workload's sources searched: the most GPUs any published point ran on (per
-    instance aggregated, in all disaggregated) and the fewest and most clients."""
+    instance aggregated, in all disaggregated), the fewest and most clients, and whether any
+    point ran attention data parallelism."""
 
     max_gpus: int
     fewest_clients: int
     most_clients: int
+    attention_dp: bool = True  # whether any of its points ran attention data parallelism
 
     @property
     def levels(self) -> list[int]:
@@ -372,6 +376,10 @@ def sweeps(points: list[Published]) -> dict[tuple, Sweep]:
             max_gpus=max(map(gpus_of, group)),
             fewest_clients=min(p.concurrency for p in group),
             most_clients=max(p.concurrency for p in group),
+            attention_dp=any(
+                p.decode.attention_dp or (p.prefill is not None and p.prefill.attention_dp)
+                for p in group
+            ),
         )
         for workload, group in members.items()
     }
@@ -391,7 +399,7 @@ def planned_frontier(point: Published, sweep: Sweep) -> list[PlanPoint]:
             ),
         ),
         max_gpus=min(sweep.max_gpus, MAX_PLAN_GPUS), concurrency=sweep.levels,
-        max_concurrency=sweep.most_clients, verify=False,
+        max_concurrency=sweep.most_clients, attention_dp=sweep.attention_dp, verify=False,
         mtp=point.speculative == "mtp",  # like with like: drafts only where the points ran them
     ))  # fmt: skip
     return [p for f in result.frontiers for p in f.points]

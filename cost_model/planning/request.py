@@ -50,7 +50,8 @@ class PlanSettings(_Value):
     ``ideal``; default all), ``weights`` formats (default: the checkpoint's own and the smaller
     formats the GPU computes natively; ``kv_cache``: the KV-cache format, default the engines';
     ``activations``: the matmuls' input format, default the engines'),
-    layouts of up to ``max_gpus`` GPUs per replica, the ``modes``, closed-loop ``concurrency``
+    layouts of up to ``max_gpus`` GPUs per replica (attention data-parallel ones unless
+    ``attention_dp`` is off), the ``modes``, closed-loop ``concurrency``
     levels per replica, per rank of an attention-DP instance (refined between them around each
     deployment's knee; none above ``max_concurrency`` clients per replica), and the engines'
     token budgets per step (``token_budgets``; default: ``space.TOKEN_BUDGETS``, pruned per
@@ -69,6 +70,7 @@ class PlanSettings(_Value):
     # experts is W4A8, as vLLM serves them with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8.
     activations: Name | None = None
     mtp: bool = True  # search multi-token prediction where a model's acceptance is published
+    attention_dp: bool = True  # search attention data parallelism (a mixture of experts)
     modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = [
         "aggregated",
         "disaggregated",

@@ -262,6 +262,7 @@ def candidates(
                     for lay in instance_layouts
                     if (not ideal or lay.ep == lay.attention_dp == 1)
                     and (ideal or engine_runs(stack, lay))
+                    and (request.attention_dp or lay.attention_dp == 1)
                     and fits(stack, _with_layout(base, lay))
                 ]
                 drafts = speculative_options(arch, stack) if request.mtp else [None]

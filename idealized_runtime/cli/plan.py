@@ -68,6 +68,11 @@ def plan_command(
     max_concurrency: Optional[int] = typer.Option(  # noqa: UP045
         None, "--max-concurrency", help="clients per replica at most"
     ),
+    attention_dp: bool = typer.Option(
+        True,
+        "--attention-dp/--no-attention-dp",
+        help="search attention data parallelism (a mixture of experts)",
+    ),
     token_budget: list[str] = typer.Option(
         [],
         "--token-budget",
@@ -110,6 +115,7 @@ def plan_command(
     options = {
         "stacks": _names(stack) or None, "weights": _names(weights) or None, "rate": rate,
         "slo": parse_slo(slo) if slo else Slo(), "max_gpus": max_gpus, "verify": verify,
+        "attention_dp": attention_dp,
         **({"activations": activations} if activations else {}),
         **({"modes": _names(mode)} if mode else {}),
         **({"concurrency": levels} if levels else {}),

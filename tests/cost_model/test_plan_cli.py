@@ -46,6 +46,19 @@ def test_plan_keeps_every_point_within_the_clients_a_replica_may_have() -> None:
     assert clients and max(clients) == 6
 
 
+def test_plan_searches_no_attention_data_parallelism_when_told() -> None:
+    moe = ("plan", "--arch", "mixtral-8x7b", "--hardware", "h100-sxm", "--stack", "sglang",
+           "--prompt-tokens", "1024", "--output-tokens", "128", "--concurrency", "8,64",
+           "--max-gpus", "4", "--mode", "aggregated", "--no-verify", "--json")  # fmt: skip
+    splits = {}
+    for flag in ("--attention-dp", "--no-attention-dp"):
+        result = _run(*moe, flag)
+        assert result.returncode == 0, result.stderr
+        frontiers = json.loads(result.stdout)["frontiers"]
+        splits[flag] = {p["attention_dp"] for f in frontiers for p in f["points"]}
+    assert splits["--no-attention-dp"] == {1} and splits["--attention-dp"] - {1}
+
+
 def test_plan_leads_with_the_answer_and_prints_frontiers_on_request() -> None:
     result = _run(*SMALL)
     assert result.returncode == 0, result.stderr

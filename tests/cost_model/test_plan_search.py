@@ -90,6 +90,19 @@ def test_an_engine_refuses_a_split_it_does_not_run_in_one_line() -> None:
                                        attention_dp=4))  # fmt: skip
 
 
+def test_attention_data_parallelism_is_searched_unless_turned_off() -> None:
+    qwen = request(architecture=get_architecture("qwen3-235b-a22b"), weights=None, max_gpus=8,
+                   hardware=[get_hardware("b200")],
+                   modes=["aggregated", "disaggregated"])  # fmt: skip
+    ranks = {c.deployment.attention_dp for c in candidates(qwen, ["sglang"])}
+    assert ranks == {1, 2, 4, 8}
+    off = qwen.model_copy(update={"attention_dp": False})
+    found = list(candidates(off, ["sglang"]))
+    assert found and {c.deployment.attention_dp for c in found} == {1}
+    split = [c.deployment.disaggregation for c in found if c.deployment.disaggregation]
+    assert split and all(d.prefill_attention_dp == 1 for d in split)
+
+
 def test_each_engine_is_searched_only_in_the_splits_it_runs() -> None:
     qwen = request(architecture=get_architecture("qwen3-235b-a22b"), weights=None, max_gpus=8,
                    hardware=[get_hardware("b200")])  # fmt: skip

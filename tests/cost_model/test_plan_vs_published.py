@@ -202,8 +202,17 @@ class TestSweeps:
             _point("c", 0.02, 100.0, concurrency=8, model="gpt-oss-120b"),
         ]
         found = sweeps(points)
-        assert found[points[0].workload] == Sweep(max_gpus=8, fewest_clients=4, most_clients=128)
-        assert found[points[2].workload] == Sweep(max_gpus=8, fewest_clients=8, most_clients=8)
+        assert found[points[0].workload] == Sweep(8, 4, 128, attention_dp=True)
+        assert found[points[2].workload] == Sweep(8, 8, 8, attention_dp=False)
+
+    def test_attention_dp_is_searched_where_a_point_of_the_workload_ran_it(self) -> None:
+        tp = _point("a", 0.02, 100.0, decode=Layout(1, 8, 8, False))
+        dpa = _point("b", 0.03, 300.0, concurrency=256, decode=Layout(1, 8, 8, True))
+        assert not sweeps([tp])[tp.workload].attention_dp
+        assert sweeps([tp, dpa])[tp.workload].attention_dp
+        xpyd = _point("c", 0.02, 100.0, decode=Layout(1, 8, 8, False),
+                      prefill=Layout(1, 8, 8, True))  # fmt: skip
+        assert sweeps([xpyd])[xpyd.workload].attention_dp
 
     def test_a_disaggregated_point_counts_every_gpu_of_both_pools(self) -> None:
         xpyd = _point("a", 0.02, 100.0, concurrency=512, decode=Layout(2, 8, 8, True),
