@@ -152,12 +152,16 @@ def simulated_requests(request: PlanRequest, widest_attention_dp: int = 1) -> in
     searched (``widest_attention_dp``), within ``max_concurrency``."""
     if not request.verify:
         return 0
-    from idealized_runtime.cost_model.planning.search import most_verification_requests
+    import numpy as np
 
-    clients = max(request.concurrency) * widest_attention_dp
-    if request.max_concurrency is not None:
-        clients = min(clients, request.max_concurrency)
-    return most_verification_requests(request, clients)
+    from idealized_runtime.cost_model.planning.search import (
+        most_verification_requests,
+        replica_levels,
+    )
+
+    top = np.array([max(request.concurrency)], dtype=np.float64)
+    clients = replica_levels(top, widest_attention_dp, request.max_concurrency)[-1]
+    return most_verification_requests(request, int(clients))
 
 
 def check_plan_work(

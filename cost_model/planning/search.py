@@ -256,6 +256,16 @@ def _sharing(request: PlanRequest) -> PrefixSharing:
     )
 
 
+def replica_levels(
+    levels: np.ndarray, attention_dp: int, max_concurrency: int | None
+) -> np.ndarray:
+    """The clients per replica at each of ``levels`` (ascending): per attention-DP rank of a
+    (decode) instance (a rank's batch, as the engines' limits count it), none above
+    ``max_concurrency``."""
+    scaled = levels * attention_dp
+    return scaled if max_concurrency is None else np.unique(np.minimum(scaled, max_concurrency))
+
+
 class _Search:
     """The candidates' servers and step tables (built once per instance layout and engine
     knobs) and points."""
@@ -345,12 +355,8 @@ class _Search:
         return False
 
     def levels_of(self, deployment: Deployment) -> np.ndarray:
-        """The concurrency levels of a deployment: the request's, per attention-DP rank of a
-        (decode) instance (a rank's batch, as the engines' limits count it), none above the
-        request's ``max_concurrency`` per replica."""
-        levels = self.levels * deployment.attention_dp
-        bound = self.request.max_concurrency
-        return levels if bound is None else np.unique(np.minimum(levels, bound))
+        """The concurrency levels of a deployment (``replica_levels``)."""
+        return replica_levels(self.levels, deployment.attention_dp, self.request.max_concurrency)
 
     def _table(self, server: Server, request: MeanRequest, levels: np.ndarray) -> StepTable:
         key = (id(server), request)

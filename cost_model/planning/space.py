@@ -261,7 +261,7 @@ def candidates(
                     lay
                     for lay in instance_layouts
                     if (not ideal or lay.ep == lay.attention_dp == 1)
-                    and (ideal or engine_runs(stack, lay))
+                    and engine_runs(stack, lay)
                     and (request.attention_dp or lay.attention_dp == 1)
                     and fits(stack, _with_layout(base, lay))
                 ]
