@@ -192,8 +192,8 @@ def check_plan_work(
         raise InputError(
             f"this plan evaluates more than {settings.max_plan_evaluations} deployments x "
             "concurrency levels, the server's limit (IDEALIZED_RUNTIME_MAX_PLAN_EVALUATIONS): "
-            "name fewer hardware, stacks, weights, modes or concurrency levels, or a smaller "
-            "max_gpus"
+            "name fewer hardware, stacks, weights, KV-cache formats, modes or concurrency "
+            "levels, or a smaller max_gpus"
         )
     simulated = simulated_requests(request, widest)
     if simulated > settings.max_simulated_requests:

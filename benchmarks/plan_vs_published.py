@@ -22,7 +22,9 @@ tokens/s per user (1 / TPOT) and throughput per GPU (``--per-source``: within ea
 only). Two comparisons per frontier point:
 
 - the same deployment: the point's own layout, workers and concurrency on the plan's
-  steady-state estimator (``serving.steady_state``), with the engine's defaults: predicted /
+  steady-state estimator (``serving.steady_state``), with the engine's defaults and the KV-cache
+  format the source ran (``Published.kv_cache``: InferenceX's fp8 cache where its scripts set
+  one, else the engine's default for the weights): predicted /
   published throughput per GPU and tokens/s per user; beside it, the same layout's estimated
   curve (every concurrency level) read at the published tokens/s per user, what the plan's
   frontier would be had it searched that layout alone;
@@ -31,7 +33,8 @@ only). Two comparisons per frontier point:
   asked what its sources' sweep asked (``sweeps``: their most GPUs, per instance aggregated and
   in all disaggregated, and their fewest to most clients: NIM's table 2 H100 and 1-250
   clients, InferenceX's aggregated runs one 8-GPU node from 1 or 4 clients; and attention data
-  parallelism only where one of the workload's points ran it, as multi-token prediction: a plan
+  parallelism only where one of the workload's points ran it, as multi-token prediction, and
+  the KV-cache format its sources ran, not every format the plan tries by default: a plan
   over more GPUs, lighter loads or splits no source ran reaches points no published one
   checks), its frontier's
   throughput per GPU at the published point's tokens/s per user (``at_per_user``: linear
@@ -71,8 +74,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from serving_vs_published import inferencex_activations, inferencex_kv_cache
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
@@ -149,6 +156,21 @@ class Published:
         return next((f for f in SHORTEST if self.source_id.startswith(f)), self.source_id)
 
     @property
+    def kv_cache(self) -> str | None:
+        """The KV-cache format the source ran (None: the engine's default for the weights):
+        InferenceX's scripts' (``inferencex_kv_cache``; its disaggregated records do not state
+        it: taken as its single-node scripts'), else not stated."""
+        return inferencex_kv_cache(self.engine, self.gpu) if self.family == "inferencex" else None
+
+    @property
+    def activations(self) -> str | None:
+        """The matmuls' input format the source set where it is a knob (None: the engine's
+        default): InferenceX's vLLM gpt-oss runs on Blackwell, MXFP8 into the MXFP4 experts."""
+        if self.family != "inferencex":
+            return None
+        return inferencex_activations(self.engine, self.gpu, self.weights)
+
+    @property
     def engine_label(self) -> str:
         return self.engine if self.stack == self.engine else f"{self.engine} as {self.stack}"
 
@@ -156,8 +178,9 @@ class Published:
     def workload(self) -> tuple:
         """What the plan is asked for: the model, GPU, engine stack, weights, speculative
         decoding, lengths and their draw, and the mode."""
-        return (self.model, self.gpu, self.stack, self.weights, self.speculative,
-                self.prompt_tokens, self.output_tokens, self.shortest, self.mode)  # fmt: skip
+        return (self.model, self.gpu, self.stack, self.weights, self.kv_cache, self.activations,
+                self.speculative, self.prompt_tokens, self.output_tokens, self.shortest,
+                self.mode)  # fmt: skip
 
     @property
     def layout(self) -> str:
@@ -295,7 +318,9 @@ def _deployment(point: Published) -> Deployment:
         tp=decode.tp,
         ep=decode.ep,
         attention_dp=decode.tp if decode.attention_dp else 1,
-        precision=default_precision(arch, weights=point.weights),
+        precision=default_precision(
+            arch, weights=point.weights, kv_cache=point.kv_cache, activations=point.activations
+        ),
         speculative=MTP if point.speculative == "mtp" else None,
         disaggregation=split,
     )
@@ -392,6 +417,8 @@ def planned_frontier(point: Published, sweep: Sweep) -> list[PlanPoint]:
     result = plan(PlanRequest(
         architecture=get_architecture(point.model), hardware=[get_hardware(point.gpu)],
         stacks=[point.stack], weights=[point.weights], modes=[point.mode],  # type: ignore[list-item]
+        # The source's cache and activations, not every one the plan tries by default.
+        kv_cache=[_deployment(point).precision.kv_cache], activations=point.activations,
         workload=PlanWorkload(
             prompt_tokens=point.prompt_tokens, output_tokens=point.output_tokens,
             min_length_fraction=shortest_share(

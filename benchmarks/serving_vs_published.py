@@ -219,6 +219,24 @@ class Launch:
     activations: str | None = None  # the matmuls' input format, where the source sets it
 
 
+HOPPER_GPUS = ("h100-sxm", "h200")
+
+
+def inferencex_kv_cache(engine: str, gpu: str) -> str | None:
+    """The KV-cache format InferenceX's scripts start an engine with: fp8 under TensorRT-LLM
+    (kv_cache_config dtype fp8) on every GPU, and under SGLang (--kv-cache-dtype fp8_e4m3) and
+    vLLM (--kv-cache-dtype fp8) on Blackwell; else the model's 16-bit cache (None)."""
+    return "fp8" if engine == "tensorrt-llm" or gpu not in HOPPER_GPUS else None
+
+
+def inferencex_activations(engine: str, gpu: str, weights: str) -> str | None:
+    """The matmuls' input format InferenceX's scripts set where it is a knob: MXFP8 activations
+    into gpt-oss's MXFP4 experts under vLLM on Blackwell (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8;
+    TensorRT-LLM and SGLang run them so by default there); else the engine's default (None)."""
+    blackwell = gpu not in HOPPER_GPUS
+    return "fp8" if engine == "vllm" and weights == "mxfp4" and blackwell else None
+
+
 def launch_settings(point: Point) -> Launch:
     """The engine flags ``point``'s source set (InferenceX), else the engine's defaults."""
     mtp = point.speculative == "mtp"
@@ -267,7 +285,7 @@ def launch_settings(point: Point) -> Launch:
             "recv_interval": interval, "max_running": running, "cuda_graph_max_batch": running,
             "memory_fraction": fraction, "token_budget": budget,
         }  # fmt: skip
-        return Launch(settings, "fp8" if blackwell else None, 2 if mtp else 0)
+        return Launch(settings, inferencex_kv_cache(point.engine, point.gpu), 2 if mtp else 0)
     # trtllm-serve's max_batch_size and max_num_tokens hold per attention-DP rank; with
     # attention DP the scripts balance the ranks (enable_balance, timeout_iters 60).
     ranks = point.tp if point.attention_dp else 1
@@ -299,7 +317,7 @@ def launch_settings(point: Point) -> Launch:
     settings["token_budget"] = -(-tokens // 64) * 64  # per rank, as the engine counts it
     if point.attention_dp:  # attention_dp_config: enable_balance, timeout_iters 60
         settings["balance_timeout_steps"] = 60
-    return Launch(settings, "fp8", drafts)
+    return Launch(settings, inferencex_kv_cache(point.engine, point.gpu), drafts)
 
 
 # InferenceX's gpt-oss-120b scripts of the runs in the table (SemiAnalysisAI/InferenceX,
@@ -328,13 +346,15 @@ def gptoss_launch(point: Point) -> Launch:
                     "token_budget": 8192, "memory_fraction": 0.9,
                     "schedule_ahead_steps": 1}  # fmt: skip
         return Launch(
-            settings, "fp8" if blackwell else None, activations="fp8" if blackwell else None
+            settings,
+            inferencex_kv_cache(point.engine, point.gpu),
+            activations=inferencex_activations(point.engine, point.gpu, point.weights),
         )
     settings = {"max_running": 512, "token_budget": 20000,
                 "cuda_graph_max_batch": point.concurrency, "memory_fraction": 0.85}  # fmt: skip
     if point.attention_dp:
         settings["balance_timeout_steps"] = TRTLLM_BALANCE_TIMEOUT_STEPS
-    return Launch(settings, "fp8")
+    return Launch(settings, inferencex_kv_cache(point.engine, point.gpu))
 
 
 # Offline ``vllm bench throughput`` runs: torchao's checkpoints served by vLLM 0.13.

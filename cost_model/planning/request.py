@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from idealized_runtime.core.types import (
     Architecture,
@@ -48,8 +48,10 @@ class PlanWorkload(_Value):
 class PlanSettings(_Value):
     """What a plan searches, for ``workload`` under ``slo``: ``stacks`` (engine stacks and
     ``ideal``; default all), ``weights`` formats (default: the checkpoint's own and the smaller
-    formats the GPU computes natively; ``kv_cache``: the KV-cache format, default the engines';
-    ``activations``: the matmuls' input format, default the engines'),
+    formats the GPU computes natively; ``kv_cache``: the KV-cache formats, default the engines'
+    for the weights and fp8 where the GPU computes in fp8 (every engine's fp8 cache: it holds
+    twice the tokens and halves what decode attention reads); ``activations``: the matmuls'
+    input format, default the engines'),
     layouts of up to ``max_gpus`` GPUs per replica (attention data-parallel ones unless
     ``attention_dp`` is off), the ``modes``, closed-loop ``concurrency``
     levels per replica, per rank of an attention-DP instance (refined between them around each
@@ -65,7 +67,7 @@ class PlanSettings(_Value):
     slo: Slo = Slo()
     rate: Annotated[float, Field(gt=0, le=1e7, allow_inf_nan=False)] | None = None
     weights: Annotated[list[Name], Field(min_length=1, max_length=8)] | None = None
-    kv_cache: Name | None = None  # None: the engines' default for the weights
+    kv_cache: Annotated[list[Name], Field(min_length=1, max_length=4)] | None = None
     # The matmuls' input format (None: the engines' default for the weights); fp8 with MXFP4
     # experts is W4A8, as vLLM serves them with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8.
     activations: Name | None = None
@@ -91,6 +93,12 @@ class PlanSettings(_Value):
     max_verify_requests: Annotated[int, Field(ge=1, le=100_000)] = 4000
     # Candidates simulated, best estimate first, until one meets the SLO in its simulation.
     verify_candidates: Annotated[int, Field(ge=1, le=100)] = 8
+
+    @field_validator("kv_cache", mode="before")
+    @classmethod
+    def _one_format_is_a_list(cls, value: object) -> object:
+        """One format ("fp8") asks for that one alone, as a list of one does."""
+        return [value] if isinstance(value, str) else value
 
 
 class PlanRequest(PlanSettings):
@@ -135,7 +143,9 @@ class PlanPoint(_Value):
 
     @property
     def layout(self) -> str:
-        """``tp4``, ``tp8 ep8 dp8``, or ``2P(tp4)1D tp8`` for a disaggregated one."""
+        """``tp4``, ``tp8 ep8 dp8``, or ``2P(tp4)1D tp8`` for a disaggregated one; then its
+        knobs: ``mtp3`` (draft tokens), ``kv0.95`` (KV memory fraction), ``kv:fp8`` (an 8-bit
+        KV cache), ``w4a8``."""
         text = layout_label(self.tp, self.ep, self.attention_dp)
         if self.disaggregation is not None:
             text = f"{self.disaggregation.label} {text}"
@@ -143,6 +153,8 @@ class PlanPoint(_Value):
             text += f" mtp{self.speculative.draft_tokens}"
         if self.memory_fraction is not None:
             text += f" kv{self.memory_fraction:g}"
+        if self.kv_cache in ("fp8", "int8"):
+            text += f" kv:{self.kv_cache}"  # an 8-bit KV cache
         if self.weights == "mxfp4" and self.activations == "fp8":
             text += " w4a8"  # MXFP8 activations into the MXFP4 experts
         return text

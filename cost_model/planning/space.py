@@ -1,8 +1,9 @@
 """The deployments a plan searches, per GPU and engine stack.
 
 - precisions: the weight formats asked for, else the checkpoint's own and the smaller formats
-  the GPU multiplies natively (fp8 on Hopper and Blackwell, nvfp4 on Blackwell), the KV cache as
-  asked or in the engines' default for the checkpoint (``serving.engines.default_precision``);
+  the GPU multiplies natively (fp8 on Hopper and Blackwell, nvfp4 on Blackwell); each with the
+  KV-cache formats asked for, else the engines' default for the checkpoint
+  (``serving.engines.default_precision``) and an fp8 cache where the GPU computes in fp8;
   on Blackwell MXFP4 experts also with MXFP8 activations (W4A8) on the engines where that is a
   knob (``w4a8_by_default``), unless the request fixes the activations;
 - layouts of one instance (``layouts``): tensor-parallel sizes (powers of two within a node;
@@ -151,12 +152,39 @@ def precisions(
     arch: Architecture,
     hardware: Hardware,
     weights: list[str] | None,
-    kv_cache: str | None = None,
+    kv_caches: list[str] | None = None,
     activations: str | None = None,
 ) -> list[Precision]:
     """The precisions tried on ``hardware`` (see the module docstring); ``weights`` fixes
-    them (a format the GPU cannot compute in is refused later, in one line); ``activations``
-    fixes the matmuls' input format (a smaller format that cannot take it is left out)."""
+    them (a format the GPU cannot compute in is refused later, in one line), ``kv_caches``
+    the KV-cache formats; ``activations`` fixes the matmuls' input format (a smaller format
+    that cannot take it is left out)."""
+    found = [p for kv in kv_caches or [None]
+             for p in _weight_precisions(arch, hardware, weights, kv, activations)]  # fmt: skip
+    if kv_caches is None and hardware.peak_fp8_tflops is not None:
+        found += [p.model_copy(update={"kv_cache": "fp8"}) for p in found
+                  if p.kv_cache in WIDE_KV_CACHES]  # fmt: skip
+    if activations is None and hardware.peak_fp4_tflops is not None:
+        # Blackwell multiplies MXFP4 experts by MXFP8 activations (W4A8): TensorRT-LLM's and
+        # SGLang's default there, vLLM's with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, a knob.
+        mxfp4 = [p for p in found if p.weight_format == "mxfp4" and p.activations != "fp8"]
+        found += [p.model_copy(update={"activations": "fp8"}) for p in mxfp4]
+    return list(dict.fromkeys(found))
+
+
+# KV-cache formats an fp8 cache is tried beside (``precisions``).
+WIDE_KV_CACHES = ("fp32", "bf16", "fp16")
+
+
+def _weight_precisions(
+    arch: Architecture,
+    hardware: Hardware,
+    weights: list[str] | None,
+    kv_cache: str | None,
+    activations: str | None,
+) -> list[Precision]:
+    """The weight formats tried (see ``precisions``) with one KV-cache format (None: the
+    engines' default for each)."""
     if weights:
         found = [default_precision(arch, weights=w, kv_cache=kv_cache, activations=activations)
                  for w in weights]  # fmt: skip
@@ -171,11 +199,6 @@ def precisions(
                         arch, weights=fmt, kv_cache=kv_cache, activations=activations))  # fmt: skip
                 except InputError:
                     continue  # e.g. fp8 activations asked, nvfp4 weights
-    if activations is None and hardware.peak_fp4_tflops is not None:
-        # Blackwell multiplies MXFP4 experts by MXFP8 activations (W4A8): TensorRT-LLM's and
-        # SGLang's default there, vLLM's with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, a knob.
-        mxfp4 = [p for p in found if p.weight_format == "mxfp4" and p.activations != "fp8"]
-        found += [p.model_copy(update={"activations": "fp8"}) for p in mxfp4]
     return found
 
 

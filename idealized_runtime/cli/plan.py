@@ -53,6 +53,12 @@ def plan_command(
     weights: list[str] = typer.Option(
         [], "--weights", help="weight formats to try (default: the checkpoint's and smaller)"
     ),
+    kv_cache: list[str] = typer.Option(
+        [],
+        "--kv-cache",
+        help="KV-cache formats to try (default: the engines' for the weights, and fp8 where "
+        "the GPU computes in fp8)",
+    ),
     activations: Optional[str] = typer.Option(  # noqa: UP045
         None,
         "--activations",
@@ -114,6 +120,7 @@ def plan_command(
     )
     options = {
         "stacks": _names(stack) or None, "weights": _names(weights) or None, "rate": rate,
+        "kv_cache": _names(kv_cache) or None,
         "slo": parse_slo(slo) if slo else Slo(), "max_gpus": max_gpus, "verify": verify,
         "attention_dp": attention_dp,
         **({"activations": activations} if activations else {}),

@@ -66,6 +66,18 @@ def test_plan_keeps_its_points_within_the_clients_asked(client: httpx.Client) ->
     assert clients and max(clients) == 6
 
 
+def test_plan_takes_one_kv_cache_format_or_a_list(client: httpx.Client) -> None:
+    """``kv_cache``: "fp8" asks for that cache alone, as ["fp8"] does."""
+    answers = []
+    for asked in ("fp8", ["fp8"]):
+        response = client.post("/v1/plan", json={**BODY, "kv_cache": asked, "concurrency": [8]})
+        assert response.status_code == 200, response.text
+        points = [p for f in response.json()["frontiers"] for p in f["points"]]
+        assert points and {p["kv_cache"] for p in points} == {"fp8"}
+        answers.append(response.json()["frontiers"])
+    assert answers[0] == answers[1]
+
+
 @pytest.mark.parametrize(
     ("change", "status", "fragment"),
     [
@@ -79,6 +91,8 @@ def test_plan_keeps_its_points_within_the_clients_asked(client: httpx.Client) ->
         ({"surprise": 1}, 422, "surprise"),
         ({"activations": "fp8"}, 422, "bf16 weights compute in bf16"),
         ({"max_concurrency": 0}, 422, "max_concurrency"),
+        ({"kv_cache": "fp9"}, 422, "unknown KV-cache format 'fp9'"),
+        ({"kv_cache": []}, 422, "kv_cache"),
     ],
 )
 def test_bad_plans_are_4xx_with_a_detail(

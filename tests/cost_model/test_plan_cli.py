@@ -59,6 +59,19 @@ def test_plan_searches_no_attention_data_parallelism_when_told() -> None:
     assert splits["--no-attention-dp"] == {1} and splits["--attention-dp"] - {1}
 
 
+def test_plan_tries_the_kv_cache_formats_asked() -> None:
+    caches = {}
+    for asked in ("bf16,fp8", "fp8", ""):
+        result = _run(*SMALL, *(("--kv-cache", asked) if asked else ()), "--no-verify", "--json")
+        assert result.returncode == 0, result.stderr
+        frontiers = json.loads(result.stdout)["frontiers"]
+        caches[asked] = {p["kv_cache"] for f in frontiers for p in f["points"]}
+    assert caches["fp8"] == {"fp8"}
+    # Both asked, or neither (the default on an H100: bf16 and fp8), search the same ones.
+    assert caches["bf16,fp8"] and caches["bf16,fp8"] <= {"bf16", "fp8"}
+    assert caches[""] == caches["bf16,fp8"]
+
+
 def test_plan_leads_with_the_answer_and_prints_frontiers_on_request() -> None:
     result = _run(*SMALL)
     assert result.returncode == 0, result.stderr
@@ -90,6 +103,7 @@ BAD_INPUT = {
     "--max-concurrency 0": "max_concurrency",
     "--activations fp8": "bf16 weights compute in bf16",  # --weights fp8 is the W8A8 one
     "--activations fp6": "unknown activation format 'fp6'",
+    "--kv-cache fp9": "unknown KV-cache format 'fp9'",
 }
 
 

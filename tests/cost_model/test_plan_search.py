@@ -175,6 +175,38 @@ def test_a_w4a8_point_is_labelled_and_verified_in_its_own_precision() -> None:
     assert (rebuilt.precision.activations, rebuilt.precision.scope) == ("fp8", "experts")
 
 
+def test_an_fp8_kv_cache_is_searched_beside_the_engines_default() -> None:
+    """On Hopper and Blackwell each weight format with the engines' default cache for it and an
+    fp8 one; an A100 (no fp8) keeps the default; ``kv_cache`` fixes them (one format or a list);
+    an NVFP4 checkpoint's default cache is fp8 already, so it is tried once."""
+
+    def caches(question: PlanRequest, stacks: list[str]) -> set[tuple[str, str]]:
+        return {(c.deployment.precision.weights, c.deployment.precision.kv_cache)
+                for c in candidates(question, stacks)}  # fmt: skip
+
+    assert caches(request(weights=None), ["vllm"]) == {
+        ("bf16", "bf16"), ("bf16", "fp8"), ("fp8", "bf16"), ("fp8", "fp8")}  # fmt: skip
+    a100 = request(weights=None, hardware=[get_hardware("a100-80gb")])
+    assert caches(a100, ["ideal"]) == {("bf16", "bf16")}
+    one = request(kv_cache="fp8")
+    assert one.kv_cache == ["fp8"] and caches(one, ["vllm"]) == {("fp8", "fp8")}
+    both = request(kv_cache=["bf16", "fp8"], hardware=[get_hardware("a100-80gb")])
+    assert caches(both, ["ideal"]) == {("fp8", "bf16"), ("fp8", "fp8")}
+    nvfp4 = request(weights=["nvfp4"], hardware=[get_hardware("b200")])
+    assert caches(nvfp4, ["vllm"]) == {("nvfp4", "fp8")}
+    with pytest.raises(InputError, match="unknown KV-cache format 'fp9'"):
+        list(candidates(request(kv_cache="fp9"), ["vllm"]))
+
+
+def test_an_fp8_kv_cache_is_labelled_and_verified_in_its_own_precision() -> None:
+    result = plan(request(kv_cache=["fp8"], verify=False, concurrency=[8]))
+    points = [p for f in result.frontiers for p in f.points]
+    assert points and all(p.kv_cache == "fp8" and " kv:fp8" in p.layout for p in points)
+    assert plan_search._deployment_of(request(), points[0]).precision.kv_cache == "fp8"
+    plain = plan(request(kv_cache=["bf16"], verify=False, concurrency=[8]))
+    assert all("kv:" not in p.layout for f in plain.frontiers for p in f.points)
+
+
 def test_layouts_whose_weights_do_not_fit_are_pruned_before_pairing() -> None:
     big = request(architecture=get_architecture("llama-3.1-70b"), weights=["bf16"], max_gpus=8)
     search = _Search(big)

@@ -224,6 +224,40 @@ class TestSweeps:
         assert Sweep(2, 1, 1).levels == [1]
 
 
+def test_the_plan_is_asked_for_the_kv_cache_the_source_ran() -> None:
+    """InferenceX's scripts: fp8 under TensorRT-LLM everywhere, under SGLang and vLLM on
+    Blackwell; a source that states none (the cookbook, NIM) leaves the engine's default."""
+    ran = {(engine, gpu, source): _point(source, 0.02, 100.0, engine=engine, stack=engine,
+                                         gpu=gpu).kv_cache
+           for engine in ("sglang", "tensorrt-llm", "vllm") for gpu in ("b200", "h200")
+           for source in ("inferencex-run-1", "sglang-cookbook-x")}  # fmt: skip
+    assert {k for k, kv in ran.items() if kv == "fp8"} == {
+        ("sglang", "b200", "inferencex-run-1"), ("vllm", "b200", "inferencex-run-1"),
+        ("tensorrt-llm", "b200", "inferencex-run-1"), ("tensorrt-llm", "h200", "inferencex-run-1"),
+    }  # fmt: skip
+    assert set(ran.values()) == {"fp8", None}
+    blackwell, hopper = (
+        _point("inferencex-run-1", 0.02, 100.0),
+        _point("inferencex-run-1", 0.02, 100.0, gpu="h200"),
+    )
+    assert blackwell.kv_cache in blackwell.workload and hopper.workload[4] is None
+
+
+def test_the_plan_is_asked_for_the_activations_the_source_set() -> None:
+    """InferenceX's vLLM gpt-oss runs on Blackwell set MXFP8 activations into the MXFP4
+    experts (a vLLM knob; TensorRT-LLM's and SGLang's default there); nowhere else."""
+    gpt_oss = {"model": "gpt-oss-120b", "weights": "mxfp4"}
+    set_by = {
+        (engine, gpu): _point("inferencex-run-1", 0.02, 100.0, engine=engine, stack=engine,
+                              gpu=gpu, **gpt_oss).activations
+        for engine in ("vllm", "tensorrt-llm") for gpu in ("b200", "h200")
+    }  # fmt: skip
+    assert set_by == {("vllm", "b200"): "fp8", ("vllm", "h200"): None,
+                      ("tensorrt-llm", "b200"): None, ("tensorrt-llm", "h200"): None}  # fmt: skip
+    cookbook = _point("sglang-cookbook-x", 0.02, 100.0, engine="vllm", stack="vllm", **gpt_oss)
+    assert cookbook.activations is None
+
+
 def test_shortest_share_of_a_draw_from_one_token() -> None:
     assert shortest_share(0.8, 1024) == 0.8
     assert shortest_share(0.0, 8000) == pytest.approx(1 / 8000)
