@@ -200,3 +200,27 @@ def test_a_plan_s_verification_is_bounded_at_the_most_clients_a_point_can_have()
     bounded = moe(max_concurrency=1024)
     assert simulated_requests(bounded, 8) == most_verification_requests(bounded, 1024)
     check_plan_work(bounded, settings=settings)  # within the server's limits
+
+
+def test_the_documented_example_plan_is_within_the_default_bounds() -> None:
+    """The OpenAPI document's example plan (``PlanIn``'s) passes the server's default bounds:
+    every precision with the default and an fp8 KV cache on two GPU types is 71,280
+    deployment-loads, counted before the memory check."""
+    from idealized_runtime.api.compute import check_plan_work
+    from idealized_runtime.api.schemas import PlanIn
+    from idealized_runtime.api.settings import Settings
+    from idealized_runtime.core.catalog import get_architecture, get_hardware
+    from idealized_runtime.core.errors import InputError
+    from idealized_runtime.cost_model.planning.request import PlanRequest
+
+    (example,) = PlanIn.model_config["json_schema_extra"]["examples"]  # type: ignore[index]
+    body = PlanIn.model_validate(example)
+    settings = body.model_dump(exclude={"architecture", "config", "hardware"})
+    question = PlanRequest(
+        architecture=get_architecture(body.architecture or ""),
+        hardware=[get_hardware(name) for name in body.hardware],
+        **settings,
+    )
+    check_plan_work(question, settings=Settings())  # no refusal
+    with pytest.raises(InputError, match="KV-cache formats"):
+        check_plan_work(question, settings=Settings(max_plan_evaluations=50_000))
