@@ -56,8 +56,9 @@ fitted on serving measurements but the engines' residual request overhead (what 
 path and kernels leave of published TTFTs, fitted on SGLang's DeepSeek-R1 and Qwen3-235B-A22B
 points, which are compared here); every prediction here runs on stacks with that residual at 0
 (``held_out_stacks``), so no constant fitted on any source or model compared enters it.
-Multi-token prediction: 3 draft tokens accepted at 0.7 for the same-deployment comparison (the
-sources do not state their drafts); the plan's search takes the acceptance DeepSeek published.
+Multi-token prediction: the same deployment runs the draft tokens the source ran (InferenceX's
+scripts: SGLang 2, TensorRT-LLM 1 with attention DP and 3 without; 3 where a source states
+none), accepted at the rate DeepSeek published, as the plan's search takes it.
 
 ``--points`` prints every compared point: the published layout and load, the plan's frontier
 layouts around its tokens/s per user, and the three ratios (what drives the frontier's error).
@@ -79,7 +80,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serving_vs_published import inferencex_activations, inferencex_kv_cache
+from serving_vs_published import (
+    inferencex_activations,
+    inferencex_draft_tokens,
+    inferencex_kv_cache,
+)
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.errors import InputError
@@ -91,14 +96,17 @@ from idealized_runtime.cost_model.planning.frontier import pareto_frontier
 from idealized_runtime.cost_model.planning.request import PlanPoint, PlanRequest, PlanWorkload
 from idealized_runtime.cost_model.planning.search import plan
 from idealized_runtime.cost_model.serving.disaggregated import Server
-from idealized_runtime.cost_model.serving.engines import default_precision, engine_server
+from idealized_runtime.cost_model.serving.engines import (
+    default_precision,
+    engine_server,
+    published_acceptance,
+)
 from idealized_runtime.cost_model.serving.steady_state import (
     MeanRequest,
     aggregated_steady_state,
     disaggregated_steady_state,
 )
 
-MTP = SpeculativeDecoding(draft_tokens=3, acceptance_rate=0.7)
 LEVELS = [2**k for k in range(15)]  # 1 .. 16384 clients
 MAX_PLAN_GPUS = 64  # the plan's largest replica (``PlanSettings.max_gpus``)
 # The engine stacks a source's engine is predicted on: NIM's page does not name its backend.
@@ -169,6 +177,22 @@ class Published:
         if self.family != "inferencex":
             return None
         return inferencex_activations(self.engine, self.gpu, self.weights)
+
+    @property
+    def drafts(self) -> SpeculativeDecoding | None:
+        """The point's multi-token prediction: the draft tokens its source ran (InferenceX's
+        scripts, ``inferencex_draft_tokens``, its disaggregated records taken as its single-node
+        scripts by the decode pool's attention DP; 3 where a source states none), accepted at
+        the rate DeepSeek published (``published_acceptance``, as the plan takes it)."""
+        if self.speculative != "mtp":
+            return None
+        drafts = 3
+        if self.family == "inferencex":
+            drafts = inferencex_draft_tokens(self.engine, self.decode.attention_dp)
+        rate = published_acceptance(self.model, drafts)
+        if rate is None:
+            raise InputError(f"no published multi-token prediction acceptance for {self.model}")
+        return SpeculativeDecoding(draft_tokens=drafts, acceptance_rate=rate)
 
     @property
     def engine_label(self) -> str:
@@ -321,7 +345,7 @@ def _deployment(point: Published) -> Deployment:
         precision=default_precision(
             arch, weights=point.weights, kv_cache=point.kv_cache, activations=point.activations
         ),
-        speculative=MTP if point.speculative == "mtp" else None,
+        speculative=point.drafts,
         disaggregation=split,
     )
 

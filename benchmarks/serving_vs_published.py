@@ -237,6 +237,15 @@ def inferencex_activations(engine: str, gpu: str, weights: str) -> str | None:
     return "fp8" if engine == "vllm" and weights == "mxfp4" and blackwell else None
 
 
+def inferencex_draft_tokens(engine: str, attention_dp: bool) -> int:
+    """The MTP draft tokens InferenceX's DeepSeek-R1 scripts run: SGLang's EAGLE two steps
+    (--speculative-num-steps 2, top-k 1), TensorRT-LLM's num_nextn_predict_layers 1 with
+    attention DP and 3 without."""
+    if engine == "sglang":
+        return 2
+    return 1 if attention_dp else 3
+
+
 def launch_settings(point: Point) -> Launch:
     """The engine flags ``point``'s source set (InferenceX), else the engine's defaults."""
     mtp = point.speculative == "mtp"
@@ -285,11 +294,12 @@ def launch_settings(point: Point) -> Launch:
             "recv_interval": interval, "max_running": running, "cuda_graph_max_batch": running,
             "memory_fraction": fraction, "token_budget": budget,
         }  # fmt: skip
-        return Launch(settings, inferencex_kv_cache(point.engine, point.gpu), 2 if mtp else 0)
+        drafts = inferencex_draft_tokens(point.engine, point.attention_dp) if mtp else 0
+        return Launch(settings, inferencex_kv_cache(point.engine, point.gpu), drafts)
     # trtllm-serve's max_batch_size and max_num_tokens hold per attention-DP rank; with
     # attention DP the scripts balance the ranks (enable_balance, timeout_iters 60).
     ranks = point.tp if point.attention_dp else 1
-    drafts = (1 if point.attention_dp else 3) if mtp else 0
+    drafts = inferencex_draft_tokens(point.engine, point.attention_dp) if mtp else 0
     if mtp:
         tokens = (drafts + 1) * (point.concurrency // ranks) + point.prompt_tokens + 64
         settings = {"max_running": max(point.concurrency // ranks, 1),

@@ -282,3 +282,26 @@ class TestHeldOutStacks:
             assert get_engine("sglang").scheduler.residual_overhead_s(61) == 0.0
             assert get_engine("sglang").scheduler.token_budget == shipped.scheduler.token_budget
         assert get_engine("sglang") is shipped
+
+
+def test_the_same_deployment_runs_the_drafts_the_source_ran() -> None:
+    """InferenceX's scripts: SGLang 2 draft tokens, TensorRT-LLM 1 with attention DP and 3
+    without (a disaggregated point by its decode pool); 3 where a source states none; each
+    accepted at the published rate, as the plan takes it; none without MTP."""
+    from idealized_runtime.cost_model.serving.engines import published_acceptance
+
+    def drafts(source: str, engine: str, decode: Any = None, **changes: Any) -> Any:
+        point = _point(source, 0.02, 100.0, engine=engine, stack=engine, speculative="mtp",
+                       decode=decode or Layout(1, 8, 8, False), **changes)  # fmt: skip
+        return point.drafts
+
+    dpa = Layout(1, 8, 8, True)
+    assert drafts("inferencex-run-1", "sglang").draft_tokens == 2
+    assert drafts("inferencex-run-1", "tensorrt-llm").draft_tokens == 3
+    assert drafts("inferencex-run-1", "tensorrt-llm", dpa).draft_tokens == 1
+    xpyd = drafts("inferencex-run-1", "tensorrt-llm", dpa, prefill=Layout(1, 4, 1, False))
+    assert xpyd.draft_tokens == 1
+    cookbook = drafts("sglang-cookbook-x", "sglang")
+    assert cookbook.draft_tokens == 3
+    assert cookbook.acceptance_rate == pytest.approx(published_acceptance("deepseek-r1", 3))
+    assert _point("inferencex-run-1", 0.02, 100.0).drafts is None
