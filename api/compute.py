@@ -168,7 +168,8 @@ def check_plan_work(
     request: PlanRequest, http: Request | None = None, settings: Settings | None = None
 ) -> None:
     """InputError in one line when the plan would evaluate more deployments x concurrency
-    levels, or simulate more requests, than the server allows."""
+    levels, verify more candidates in turn, or simulate more requests for one, than the server
+    allows."""
     from idealized_runtime.cost_model.hardware.engines.catalog import engine_names
     from idealized_runtime.cost_model.planning.request import IDEAL_STACK
     from idealized_runtime.cost_model.planning.space import candidates
@@ -194,6 +195,14 @@ def check_plan_work(
             "concurrency levels, the server's limit (IDEALIZED_RUNTIME_MAX_PLAN_EVALUATIONS): "
             "name fewer hardware, stacks, weights, KV-cache formats, modes or concurrency "
             "levels, or a smaller max_gpus"
+        )
+    if request.verify and request.verify_candidates > settings.max_verify_candidates:
+        if http is not None:
+            metrics.mark_refusal(http, "plan_too_large")
+        raise InputError(
+            f"this plan may verify {request.verify_candidates} candidates in turn, over the "
+            f"server's limit of {settings.max_verify_candidates} (IDEALIZED_RUNTIME_MAX_VERIFY_"
+            "CANDIDATES): lower verify_candidates, or verify: false"
         )
     simulated = simulated_requests(request, widest)
     if simulated > settings.max_simulated_requests:

@@ -32,6 +32,10 @@ DEFAULT_COMPUTE_RETRY_AFTER_S = 5
 # show only the start-up burst).
 DEFAULT_MAX_PLAN_EVALUATIONS = 100_000
 DEFAULT_MAX_SIMULATED_REQUESTS = 8_192
+# Candidates a plan's verification may simulate in turn, each within the bound above: the
+# library's default (``PlanSettings.verify_candidates``); its own bound, 100, would let one
+# request simulate 100 times the bound.
+DEFAULT_MAX_VERIFY_CANDIDATES = 8
 DEFAULT_MAX_CACHE_ENTRIES = 1024
 
 
@@ -88,6 +92,7 @@ class Settings:
     compute_in_processes: bool = True
     max_plan_evaluations: int = DEFAULT_MAX_PLAN_EVALUATIONS
     max_simulated_requests: int = DEFAULT_MAX_SIMULATED_REQUESTS
+    max_verify_candidates: int = DEFAULT_MAX_VERIFY_CANDIDATES
     # Entries of each in-process cache (fits, hardware, architectures, GPU counts).
     max_cache_entries: int = DEFAULT_MAX_CACHE_ENTRIES
     # Seconds a cached "current fit of a model" is trusted before re-reading the database; fits
@@ -128,6 +133,9 @@ class Settings:
             ),
             max_simulated_requests=_int(
                 "IDEALIZED_RUNTIME_MAX_SIMULATED_REQUESTS", DEFAULT_MAX_SIMULATED_REQUESTS
+            ),
+            max_verify_candidates=_int(
+                "IDEALIZED_RUNTIME_MAX_VERIFY_CANDIDATES", DEFAULT_MAX_VERIFY_CANDIDATES
             ),
             max_cache_entries=_int(
                 "IDEALIZED_RUNTIME_MAX_CACHE_ENTRIES", DEFAULT_MAX_CACHE_ENTRIES

@@ -224,3 +224,28 @@ def test_the_documented_example_plan_is_within_the_default_bounds() -> None:
     check_plan_work(question, settings=Settings())  # no refusal
     with pytest.raises(InputError, match="KV-cache formats"):
         check_plan_work(question, settings=Settings(max_plan_evaluations=50_000))
+
+
+def test_a_plan_verifies_no_more_candidates_in_turn_than_the_server_allows() -> None:
+    """Each candidate's simulation is bounded; so is how many the plan may try in turn (the
+    library allows 100): past ``max_verify_candidates`` the plan is refused in one line, and
+    unverified it may name any number."""
+    from idealized_runtime.api.compute import check_plan_work
+    from idealized_runtime.api.settings import Settings
+    from idealized_runtime.core.catalog import get_architecture, get_hardware
+    from idealized_runtime.core.errors import InputError
+    from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
+
+    def small(**options: object) -> PlanRequest:
+        return PlanRequest(
+            architecture=get_architecture("llama-3.1-8b"), hardware=[get_hardware("h100-sxm")],
+            stacks=["vllm"], modes=["aggregated"], max_gpus=1, concurrency=[1, 2],
+            workload=PlanWorkload(prompt_tokens=512, output_tokens=64), **options,  # type: ignore[arg-type]
+        )  # fmt: skip
+
+    settings = Settings()
+    check_plan_work(small(verify_candidates=8), settings=settings)
+    with pytest.raises(InputError, match="IDEALIZED_RUNTIME_MAX_VERIFY_CANDIDATES") as refused:
+        check_plan_work(small(verify_candidates=100), settings=settings)
+    assert "\n" not in str(refused.value) and "verify_candidates" in str(refused.value)
+    check_plan_work(small(verify_candidates=100, verify=False), settings=settings)

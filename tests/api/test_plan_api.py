@@ -92,6 +92,7 @@ def test_plan_takes_one_kv_cache_format_or_a_list(client: httpx.Client) -> None:
         ({"activations": "fp8"}, 422, "bf16 weights compute in bf16"),
         ({"max_concurrency": 0}, 422, "max_concurrency"),
         ({"kv_cache": "fp9"}, 422, "unknown KV-cache format 'fp9'"),
+        ({"verify": True, "verify_candidates": 100}, 422, "verify_candidates"),
         ({"kv_cache": []}, 422, "kv_cache"),
     ],
 )
