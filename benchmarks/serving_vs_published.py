@@ -219,22 +219,23 @@ class Launch:
     activations: str | None = None  # the matmuls' input format, where the source sets it
 
 
-HOPPER_GPUS = ("h100-sxm", "h200")
+def is_blackwell(gpu: str) -> bool:
+    """Whether ``gpu`` multiplies fp4 (Blackwell), as the plan tells its GPUs apart."""
+    return get_hardware(gpu).peak_fp4_tflops is not None
 
 
 def inferencex_kv_cache(engine: str, gpu: str) -> str | None:
     """The KV-cache format InferenceX's scripts start an engine with: fp8 under TensorRT-LLM
     (kv_cache_config dtype fp8) on every GPU, and under SGLang (--kv-cache-dtype fp8_e4m3) and
     vLLM (--kv-cache-dtype fp8) on Blackwell; else the model's 16-bit cache (None)."""
-    return "fp8" if engine == "tensorrt-llm" or gpu not in HOPPER_GPUS else None
+    return "fp8" if engine == "tensorrt-llm" or is_blackwell(gpu) else None
 
 
 def inferencex_activations(engine: str, gpu: str, weights: str) -> str | None:
     """The matmuls' input format InferenceX's scripts set where it is a knob: MXFP8 activations
     into gpt-oss's MXFP4 experts under vLLM on Blackwell (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8;
     TensorRT-LLM and SGLang run them so by default there); else the engine's default (None)."""
-    blackwell = gpu not in HOPPER_GPUS
-    return "fp8" if engine == "vllm" and weights == "mxfp4" and blackwell else None
+    return "fp8" if engine == "vllm" and weights == "mxfp4" and is_blackwell(gpu) else None
 
 
 def inferencex_draft_tokens(engine: str, attention_dp: bool) -> int:
@@ -274,7 +275,7 @@ def launch_settings(point: Point) -> Launch:
     if point.model != "deepseek-r1" or point.engine not in ("sglang", "tensorrt-llm"):
         # llama70b_*.sh and gpt-oss under SGLang set other flags; none of their runs is here.
         raise InputError(f"InferenceX's {point.engine} launch flags for {point.model} not mapped")
-    fp4, blackwell = point.weights == "nvfp4", point.gpu != "h200"
+    fp4, blackwell = point.weights == "nvfp4", is_blackwell(point.gpu)
     if point.engine == "sglang":
         tp4_fp8 = point.tp == 4 and not fp4 and blackwell
         if tp4_fp8:  # dsr1_fp8_b200.sh's TP=4 branch
@@ -350,7 +351,7 @@ def gptoss_launch(point: Point) -> Launch:
     to one per client, an fp8 KV cache in 0.85 of the free memory, the TRTLLM MoE backend, the
     attention-DP balance on where DP is."""
     if point.engine == "vllm":
-        blackwell = point.gpu != "h100-sxm" and point.gpu != "h200"
+        blackwell = is_blackwell(point.gpu)
         running = 512 if blackwell else point.concurrency
         settings = {"max_running": running, "cuda_graph_max_batch": min(2048, running),
                     "token_budget": 8192, "memory_fraction": 0.9,

@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from idealized_runtime.core.types import (
+    FORMAT_BITS,
     Architecture,
     Disaggregation,
     Hardware,
@@ -153,7 +154,7 @@ class PlanPoint(_Value):
             text += f" mtp{self.speculative.draft_tokens}"
         if self.memory_fraction is not None:
             text += f" kv{self.memory_fraction:g}"
-        if self.kv_cache in ("fp8", "int8"):
+        if FORMAT_BITS.get(self.kv_cache, 16) <= 8:
             text += f" kv:{self.kv_cache}"  # an 8-bit KV cache
         if self.weights == "mxfp4" and self.activations == "fp8":
             text += " w4a8"  # MXFP8 activations into the MXFP4 experts

@@ -163,17 +163,13 @@ def precisions(
              for p in _weight_precisions(arch, hardware, weights, kv, activations)]  # fmt: skip
     if kv_caches is None and hardware.peak_fp8_tflops is not None:
         found += [p.model_copy(update={"kv_cache": "fp8"}) for p in found
-                  if p.kv_cache in WIDE_KV_CACHES]  # fmt: skip
+                  if FORMAT_BITS[p.kv_cache] > 8]  # fmt: skip
     if activations is None and hardware.peak_fp4_tflops is not None:
         # Blackwell multiplies MXFP4 experts by MXFP8 activations (W4A8): TensorRT-LLM's and
         # SGLang's default there, vLLM's with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, a knob.
         mxfp4 = [p for p in found if p.weight_format == "mxfp4" and p.activations != "fp8"]
         found += [p.model_copy(update={"activations": "fp8"}) for p in mxfp4]
     return list(dict.fromkeys(found))
-
-
-# KV-cache formats an fp8 cache is tried beside (``precisions``).
-WIDE_KV_CACHES = ("fp32", "bf16", "fp16")
 
 
 def _weight_precisions(
