@@ -24,7 +24,9 @@ only). Two comparisons per frontier point:
 - the same deployment: the point's own layout, workers and concurrency on the plan's
   steady-state estimator (``serving.steady_state``), with the engine's defaults and the KV-cache
   format the source ran (``Published.kv_cache``: InferenceX's fp8 cache where its scripts set
-  one, else the engine's default for the weights): predicted /
+  one, else the engine's default for the weights) and its MoE runner where not the stack's
+  default (``Published.moe_runner``: the cookbook's SGLang 0.5.6, Triton for bf16 experts on
+  Blackwell; the plan asked for it too): predicted /
   published throughput per GPU and tokens/s per user; beside it, the same layout's estimated
   curve (every concurrency level) read at the published tokens/s per user, what the plan's
   frontier would be had it searched that layout alone;
@@ -84,6 +86,7 @@ from serving_vs_published import (
     inferencex_activations,
     inferencex_draft_tokens,
     inferencex_kv_cache,
+    published_moe_runner,
 )
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
@@ -179,6 +182,13 @@ class Published:
         return inferencex_activations(self.engine, self.gpu, self.weights)
 
     @property
+    def moe_runner(self) -> str:
+        """The MoE runner the source's engine ran where not the stack's default ("": the
+        default): the cookbook's SGLang 0.5.6 on bf16 experts on Blackwell, Triton
+        (``published_moe_runner``)."""
+        return published_moe_runner(self.source_id, self.weights, self.gpu)
+
+    @property
     def drafts(self) -> SpeculativeDecoding | None:
         """The point's multi-token prediction: the draft tokens its source ran (InferenceX's
         scripts, ``inferencex_draft_tokens``, its disaggregated records taken as its single-node
@@ -203,8 +213,8 @@ class Published:
         """What the plan is asked for: the model, GPU, engine stack, weights, speculative
         decoding, lengths and their draw, and the mode."""
         return (self.model, self.gpu, self.stack, self.weights, self.kv_cache, self.activations,
-                self.speculative, self.prompt_tokens, self.output_tokens, self.shortest,
-                self.mode)  # fmt: skip
+                self.moe_runner, self.speculative, self.prompt_tokens, self.output_tokens,
+                self.shortest, self.mode)  # fmt: skip
 
     @property
     def layout(self) -> str:
@@ -366,8 +376,11 @@ def layout_curve(point: Published, levels: list[int]) -> list[tuple[float, float
     of that one layout."""
     deployment, mean = _deployment(point), _mean(point)
     clients = sorted({*levels, point.concurrency})
-    # The engine's defaults, its budget sized for the prompts where it sizes it (TensorRT-LLM).
-    sized = {"longest_prompt": point.prompt_tokens, "running": point.concurrency}
+    # The engine's defaults, its budget sized for the prompts where it sizes it (TensorRT-LLM),
+    # the source's MoE runner where not the default.
+    runner = {"moe_runner": point.moe_runner} if point.moe_runner else None
+    sized = {"longest_prompt": point.prompt_tokens, "running": point.concurrency,
+             "settings": runner}  # fmt: skip
     decode = Server(*engine_server(point.stack, deployment.decode_instance(), **sized))
     if deployment.disaggregation is None:
         state = aggregated_steady_state(decode, mean, clients)
@@ -443,6 +456,7 @@ def planned_frontier(point: Published, sweep: Sweep) -> list[PlanPoint]:
         stacks=[point.stack], weights=[point.weights], modes=[point.mode],  # type: ignore[list-item]
         # The source's cache and activations, not every one the plan tries by default.
         kv_cache=[_deployment(point).precision.kv_cache], activations=point.activations,
+        moe_runner=point.moe_runner or None,
         workload=PlanWorkload(
             prompt_tokens=point.prompt_tokens, output_tokens=point.output_tokens,
             min_length_fraction=shortest_share(

@@ -247,6 +247,16 @@ def inferencex_draft_tokens(engine: str, attention_dp: bool) -> int:
     return 1 if attention_dp else 3
 
 
+def published_moe_runner(source_id: str, weights: str, gpu: str) -> str:
+    """The MoE runner a source's engine served the experts with, where it is not the engine
+    stack's default ("": the default): SGLang 0.5.6 (the cookbook's pages) serves bf16 experts
+    on Blackwell with its Triton fused MoE, --moe-runner-backend auto promoting only fp8
+    DeepSeek-V3 and Qwen3 experts to FlashInfer's TensorRT-LLM kernels (sglang#13489), which
+    the stack's tables time bf16 Qwen3 experts on."""
+    cookbook = source_id.startswith("sglang-cookbook-")
+    return "triton" if cookbook and weights == "bf16" and is_blackwell(gpu) else ""
+
+
 def launch_settings(point: Point) -> Launch:
     """The engine flags ``point``'s source set (InferenceX), else the engine's defaults."""
     mtp = point.speculative == "mtp"
@@ -268,7 +278,9 @@ def launch_settings(point: Point) -> Launch:
             # sglang.bench_serving's random dataset draws lengths from 1 to the stated ones; the
             # pages send 10 requests to one client, five per client to more.
             requests = 10 if point.concurrency == 1 else 5 * point.concurrency
-            return Launch({}, kv, 3 if mtp else 0, length_range=0.0, requests=requests)
+            runner = published_moe_runner(point.source_id, point.weights, point.gpu)
+            settings = {"moe_runner": runner} if runner else {}
+            return Launch(settings, kv, 3 if mtp else 0, length_range=0.0, requests=requests)
         return Launch({}, kv, 3 if mtp else 0)
     if point.model == "gpt-oss-120b" and point.engine in ("vllm", "tensorrt-llm"):
         return gptoss_launch(point)

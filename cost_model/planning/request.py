@@ -72,6 +72,10 @@ class PlanSettings(_Value):
     # The matmuls' input format (None: the engines' default for the weights); fp8 with MXFP4
     # experts is W4A8, as vLLM serves them with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8.
     activations: Name | None = None
+    # The MoE runner the engines are launched with (None: each engine's default): a runner an
+    # engine has measured beside its default on a GPU (``GpuKernels.moe_runners``: SGLang's
+    # "triton" for bf16 experts on Blackwell); the stacks and GPUs without it are refused.
+    moe_runner: Name | None = None
     mtp: bool = True  # search multi-token prediction where a model's acceptance is published
     attention_dp: bool = True  # search attention data parallelism (a mixture of experts)
     modes: Annotated[list[Mode], Field(min_length=1, max_length=2)] = [
@@ -131,6 +135,7 @@ class PlanPoint(_Value):
     token_budget: int | None = None
     speculative: SpeculativeDecoding | None = None  # multi-token prediction
     memory_fraction: float | None = None  # the engine's KV memory fraction (None: default)
+    moe_runner: Name | None = None  # the engine's MoE runner (None: its default)
     gpus: int  # per replica
     concurrency: int  # closed-loop clients per replica
     ttft_s: float
@@ -146,7 +151,7 @@ class PlanPoint(_Value):
     def layout(self) -> str:
         """``tp4``, ``tp8 ep8 dp8``, or ``2P(tp4)1D tp8`` for a disaggregated one; then its
         knobs: ``mtp3`` (draft tokens), ``kv0.95`` (KV memory fraction), ``kv:fp8`` (an 8-bit
-        KV cache), ``w4a8``."""
+        KV cache), ``w4a8``, ``moe:triton`` (the MoE runner)."""
         text = layout_label(self.tp, self.ep, self.attention_dp)
         if self.disaggregation is not None:
             text = f"{self.disaggregation.label} {text}"
@@ -158,6 +163,8 @@ class PlanPoint(_Value):
             text += f" kv:{self.kv_cache}"  # an 8-bit KV cache
         if self.weights == "mxfp4" and self.activations == "fp8":
             text += " w4a8"  # MXFP8 activations into the MXFP4 experts
+        if self.moe_runner:
+            text += f" moe:{self.moe_runner}"
         return text
 
     @property

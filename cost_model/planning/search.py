@@ -576,7 +576,11 @@ def _build_server(
         return Server(
             HardwareStepTime(deployment), replace(IDEAL_SERVER, kv_capacity_tokens=capacity)
         )
-    settings = {} if memory_fraction is None else {"memory_fraction": memory_fraction}
+    settings: dict[str, object] = {}
+    if memory_fraction is not None:
+        settings["memory_fraction"] = memory_fraction
+    if request is not None and request.moe_runner:
+        settings["moe_runner"] = request.moe_runner
     sizing = {} if request is None else {
         "longest_prompt": request.workload.prompt_tokens, "running": max(request.concurrency),
     }  # fmt: skip
@@ -622,6 +626,7 @@ def _points(
                 token_budget=candidate.token_budget,
                 speculative=deployment.speculative,
                 memory_fraction=candidate.memory_fraction,
+                moe_runner=request.moe_runner if candidate.stack != IDEAL_STACK else None,
                 gpus=gpus,
                 concurrency=int(clients),
                 ttft_s=ttft,

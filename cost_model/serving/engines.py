@@ -139,6 +139,13 @@ def engine_server(
         )
         scheduler = replace(scheduler, token_budget=budget)
     model = replace(stack.step_model(deployment), scheduler=scheduler)
+    runners = model.kernels.moe_runners
+    if scheduler.moe_runner and scheduler.moe_runner not in runners:
+        raise InputError(
+            f"moe_runner {scheduler.moe_runner!r}: {stack.name} on "
+            f"{deployment.hardware.name} has measured MoE runners "
+            f"{', '.join(repr(r) for r in runners) or 'none'} beside its default"
+        )
     config = ServerConfig(
         max_batch=(max_batch or scheduler.max_running) * ranks,
         token_budget=scheduler.token_budget * ranks,

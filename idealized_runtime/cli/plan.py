@@ -64,6 +64,12 @@ def plan_command(
         "--activations",
         help="the matmuls' input format (default the engines'; fp8 with mxfp4 experts: W4A8)",
     ),
+    moe_runner: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--moe-runner",
+        help="the engines' MoE runner where measured beside their default (SGLang's triton for "
+        "bf16 experts on Blackwell); default each engine's",
+    ),
     mode: list[str] = typer.Option([], "--mode", help="aggregated, disaggregated (default both)"),
     max_gpus: int = typer.Option(16, "--max-gpus", min=1, help="GPUs per replica at most"),
     concurrency: list[str] = typer.Option(
@@ -124,6 +130,7 @@ def plan_command(
         "slo": parse_slo(slo) if slo else Slo(), "max_gpus": max_gpus, "verify": verify,
         "attention_dp": attention_dp,
         **({"activations": activations} if activations else {}),
+        **({"moe_runner": moe_runner} if moe_runner else {}),
         **({"modes": _names(mode)} if mode else {}),
         **({"concurrency": levels} if levels else {}),
         **({"max_concurrency": max_concurrency} if max_concurrency is not None else {}),

@@ -94,6 +94,7 @@ def test_plan_takes_one_kv_cache_format_or_a_list(client: httpx.Client) -> None:
         ({"kv_cache": "fp9"}, 422, "unknown KV-cache format 'fp9'"),
         ({"verify": True, "verify_candidates": 100}, 422, "verify_candidates"),
         ({"kv_cache": []}, 422, "kv_cache"),
+        ({"moe_runner": "triton"}, 422, "moe_runner 'triton': sglang on h100-sxm has measured"),
     ],
 )
 def test_bad_plans_are_4xx_with_a_detail(

@@ -72,6 +72,15 @@ def test_plan_tries_the_kv_cache_formats_asked() -> None:
     assert caches[""] == caches["bf16,fp8"]
 
 
+def test_plan_refuses_a_moe_runner_no_engine_measured_there_in_one_line() -> None:
+    result = _run("plan", "--arch", "mixtral-8x7b", "--hardware", "h100-sxm", "--stack",
+                  "sglang", "--prompt-tokens", "1024", "--output-tokens", "128", "--max-gpus",
+                  "2", "--no-verify", "--moe-runner", "triton")  # fmt: skip
+    assert result.returncode != 0 and result.stdout == ""
+    assert result.stderr.count("\n") == 1
+    assert "moe_runner 'triton': sglang on h100-sxm has measured MoE runners none" in result.stderr
+
+
 def test_plan_leads_with_the_answer_and_prints_frontiers_on_request() -> None:
     result = _run(*SMALL)
     assert result.returncode == 0, result.stderr

@@ -589,3 +589,23 @@ def test_the_simulated_throughput_is_taken_while_every_client_cycles() -> None:
     ]  # fmt: skip
     assert steady_output_tokens_per_s(rows, 1) == pytest.approx(1.0)
     assert steady_output_tokens_per_s(rows[:1], 1) is None  # no window: one request per client
+
+
+def test_a_plan_launches_the_engines_with_the_moe_runner_asked() -> None:
+    """SGLang's Triton fused MoE for bf16 experts on B200 (measured beside its default) serves
+    fewer tokens/s per GPU at every level; a GPU without it leaves no deployment to evaluate,
+    and says why."""
+    qwen = dict(
+        architecture=get_architecture("qwen3-235b-a22b"), hardware=[get_hardware("b200")],
+        stacks=["sglang"], weights=["bf16"], kv_cache=["bf16"], modes=["aggregated"],
+        max_gpus=8, concurrency=[1, 16], attention_dp=False, verify=False, slo=Slo(),
+    )  # fmt: skip
+    best = {}
+    for runner in (None, "triton"):
+        result = plan(request(**qwen, moe_runner=runner))
+        assert result.best is not None and result.best.moe_runner == runner
+        assert result.best.layout.endswith(" moe:triton") == (runner == "triton")
+        best[runner] = result.best.output_tokens_per_s_per_gpu
+    assert best["triton"] < 0.95 * best[None]
+    with pytest.raises(InputError, match=r"moe_runner 'triton': sglang on h200 has measured"):
+        plan(request(**{**qwen, "hardware": [get_hardware("h200")]}, moe_runner="triton"))

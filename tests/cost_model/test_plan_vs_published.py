@@ -24,7 +24,7 @@ at_per_user, published_frontier = BENCHMARK["at_per_user"], BENCHMARK["published
 at_load_points, shortest_share = BENCHMARK["at_load_points"], BENCHMARK["shortest_share"]
 held_out_stack, held_out_stacks = BENCHMARK["held_out_stack"], BENCHMARK["held_out_stacks"]
 at_load, slope = BENCHMARK["at_load"], BENCHMARK["slope"]
-at_throughput = BENCHMARK["at_throughput"]
+at_throughput, layout_curve = BENCHMARK["at_throughput"], BENCHMARK["layout_curve"]
 sweeps, Sweep = BENCHMARK["sweeps"], BENCHMARK["Sweep"]
 
 
@@ -256,6 +256,24 @@ def test_the_plan_is_asked_for_the_activations_the_source_set() -> None:
                       ("tensorrt-llm", "b200"): None, ("tensorrt-llm", "h200"): None}  # fmt: skip
     cookbook = _point("sglang-cookbook-x", 0.02, 100.0, engine="vllm", stack="vllm", **gpt_oss)
     assert cookbook.activations is None
+
+
+def test_the_plan_and_the_same_deployment_run_the_moe_runner_the_source_ran() -> None:
+    """The cookbook's SGLang 0.5.6 served bf16 experts on Blackwell with Triton's fused MoE
+    (the stack's default is FlashInfer's TensorRT-LLM kernels, as 0.5.14 runs them); its fp8
+    DeepSeek-R1 and every InferenceX run keep the default."""
+    qwen = {"model": "qwen3-235b-a22b", "weights": "bf16"}
+    cookbook = _point("sglang-cookbook-qwen3-235b-a22b", 0.0161, 104.0, **qwen)
+    assert cookbook.moe_runner == "triton" and "triton" in cookbook.workload
+    hopper = _point("sglang-cookbook-qwen3-235b-a22b", 0.0161, 104.0, gpu="h200", **qwen)
+    assert hopper.moe_runner == ""
+    assert _point("sglang-cookbook-deepseek-r1", 0.02, 100.0).moe_runner == ""
+    assert _point("inferencex-run-1", 0.02, 100.0, **qwen).moe_runner == ""
+    # The same layout on Triton's kernels: fewer tokens/s per GPU than on the default's (a
+    # source that states nothing, so the same cache).
+    own = layout_curve(cookbook, [1, 16])[0]
+    plain = layout_curve(_point("another-source", 0.0161, 104.0, **qwen), [1, 16])[0]
+    assert own[1] < 0.95 * plain[1]
 
 
 def test_shortest_share_of_a_draw_from_one_token() -> None:

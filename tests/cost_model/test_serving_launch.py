@@ -171,7 +171,12 @@ def test_sglang_cookbook_runs_take_its_clients_lengths_and_request_counts() -> N
                         source_id=source))  # fmt: skip
     many = launch(_point("sglang", "b200", "bf16", model="qwen3-235b-a22b", source_id=source))
     assert (one.length_range, one.requests, many.requests) == (0.0, 10, 320)
-    assert one.settings == {}  # the engine's defaults
+    # The engine's defaults, but SGLang 0.5.6's MoE runner for bf16 experts on Blackwell
+    # (Triton; the stack's default is the FlashInfer TensorRT-LLM kernels 0.5.14 runs).
+    assert one.settings == {"moe_runner": "triton"}
+    deepseek = _point("sglang", "b200", "fp8-block", source_id="sglang-cookbook-deepseek-r1")
+    hopper = _point("sglang", "h200", "bf16", model="qwen3-235b-a22b", source_id=source)
+    assert launch(deepseek).settings == launch(hopper).settings == {}
     inferencex = launch(_point("sglang", "b200", "fp8-block"))
     assert (inferencex.length_range, inferencex.requests) == (0.8, 0)  # 80-100%, ten per client
 

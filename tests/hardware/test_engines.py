@@ -710,3 +710,41 @@ def test_tensorrt_llm_states_its_batch_and_token_limits_per_attention_dp_rank() 
     plain = dp8.model_copy(update={"ep": 1, "attention_dp": 1})
     _, config = engine_server("tensorrt-llm", plain)
     assert (config.dp_ranks, config.max_batch, config.token_budget) == (1, 2048, 8192)
+
+
+def test_an_engine_launched_with_another_moe_runner_reads_that_runners_kernels() -> None:
+    """SGLang on B200 has Triton's fused MoE measured beside its default for bf16 experts
+    (FlashInfer's TensorRT-LLM kernels): ``moe_runner`` picks it, by the measured curve where
+    the layout was measured (vLLM's Triton fused MoE on Qwen3's experts at MoE TP 8: 0.091 ms
+    at 16 tokens); a stack or GPU without the runner refuses it in one line."""
+    sglang = get_engine("sglang")
+    kernels = sglang.gpus["b200"]
+    assert "triton" in kernels.moe_runners and sglang.gpus["h200"].moe_runners == ()
+    shape = dict(hidden=4096, inter=1536, experts=128, topk=8, ep=1, moe_tp=8, fmt="bf16")
+    default = float(kernels.moe_time(B200, 16, **shape))
+    triton = float(kernels.moe_time(B200, 16, runner="triton", **shape))
+    assert triton == pytest.approx(0.091e-3, rel=0.02) and triton > 1.1 * default
+    # A runner not measured for a format leaves that format's default kernels.
+    assert float(kernels.moe_time(B200, 16, **{**shape, "fmt": "fp8_block"}, runner="triton")) == (
+        float(kernels.moe_time(B200, 16, **{**shape, "fmt": "fp8_block"}))
+    )
+    qwen = get_architecture("qwen3-235b-a22b")
+    deployment = Deployment(
+        architecture=qwen, hardware=B200, tp=8, precision=parse_precision("bf16")
+    )
+    step = {
+        runner: engine_server("sglang", deployment, settings=flags)[0].model.seconds(
+            16, 16 * 1500, 0, 0, 0
+        )
+        for runner, flags in (("default", None), ("triton", {"moe_runner": "triton"}))
+    }
+    assert float(step["triton"]) > 1.1 * float(step["default"])
+    with pytest.raises(
+        InputError,
+        match=r"^moe_runner 'marlin': sglang on b200 has measured MoE runners 'triton' beside "
+        r"its default$",
+    ):
+        engine_server("sglang", deployment, settings={"moe_runner": "marlin"})
+    hopper = deployment.model_copy(update={"hardware": H200})
+    with pytest.raises(InputError, match=r"sglang on h200 has measured MoE runners none beside"):
+        engine_server("sglang", hopper, settings={"moe_runner": "triton"})

@@ -29,6 +29,7 @@ from idealized_runtime.cost_model.hardware.engines.kernels import (
     MLA_QK_DIM,
     MLA_V_DIM,
     PROMPT_GRID_FLOPS,
+    RUNNER_SEPARATOR,
     GpuKernels,
     MeasuredCurve,
     MeasuredGrid,
@@ -111,6 +112,23 @@ MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
         ("vllm", gpu): {"w4a8_mxfp4_mxfp8": ("sglang", "flashinfer_trtllm")}
         for gpu in BLACKWELL_GPUS
     },
+}
+# MoE runners an engine can be launched with beside its default, where the kernel database
+# measured them on a GPU: runner -> {database format: [(owner engine, kernel_source substring)]},
+# fitted under "format@runner" (``GpuKernels.moe_runners``; ``SchedulerDefaults.moe_runner``),
+# each source's newest version that measured the kernel; a shape measured by an earlier source
+# is not read from a later one. SGLang's Triton fused MoE for bf16 experts on Blackwell: what
+# its --moe-runner-backend auto gives bf16 experts outside the architectures it promotes to
+# FlashInfer's TensorRT-LLM kernels (SGLang 0.5.6 promoted DeepSeek-V3 and Qwen3's fp8 experts
+# only, sglang#13489; the 0.5.14 table times bf16 Qwen3 experts on those kernels). Its own
+# table times the Triton kernel on other shapes than Qwen3's; vLLM's fused_moe, the Triton kernel
+# SGLang's was taken from, times Qwen3's too (on shapes both measured, SGLang's 1.05-1.5x
+# slower, median 1.15-1.3x by size: the stand-in errs fast).
+MOE_RUNNERS: dict[tuple[str, str], dict[str, dict[str, list[tuple[str, str]]]]] = {
+    ("sglang", gpu): {
+        "triton": {"bfloat16": [("sglang", "sglang_fused_moe_triton"), ("vllm", "vllm_fused_moe")]}
+    }
+    for gpu in BLACKWELL_GPUS
 }
 # Whose measured GEMMs stand for an engine's in a format, where the engine's own table times
 # something else than the kernel a served step runs. vLLM 0.24's block-scaled fp8 table
@@ -631,12 +649,47 @@ def shipped_moe_layouts() -> set[tuple[int, int, int, int]]:
     }
 
 
+def _runner_rows(
+    root: Path, gpu: str, dtype: str, sources: list[tuple[str, str]], files: list[Path]
+) -> pandas.DataFrame:
+    """The rows of a MoE runner's kernels in ``dtype``: from each (owner engine,
+    kernel_source substring) of ``sources``, its newest table that measured the kernel, less
+    the shapes an earlier source measured; in one routing distribution
+    (``MOE_DISTRIBUTIONS``)."""
+    import pandas
+
+    shape = ["hidden_size", "inter_size", "num_experts", "topk"]
+    frames: list[pandas.DataFrame] = []
+    for owner, kernel in sources:
+        for path in version_files(root, gpu, "moe", owner, "moe_perf.parquet"):
+            frame = _read(path)
+            rows = frame[(frame["moe_dtype"] == dtype) & (frame["kernel_source"] == kernel)]
+            if frames and len(rows):
+                seen = pandas.concat(frames)[shape].drop_duplicates()
+                rows = rows.merge(seen, on=shape, how="left", indicator=True)
+                rows = rows[rows["_merge"] == "left_only"].drop(columns="_merge")
+            if len(rows):
+                if path not in files:
+                    files.append(path)
+                frames.append(rows)
+                break
+    if not frames:
+        return pandas.DataFrame()
+    rows = pandas.concat(frames)
+    for distribution in MOE_DISTRIBUTIONS:
+        chosen = rows[rows["distribution"] == distribution]
+        if len(chosen):
+            return chosen
+    return rows
+
+
 def _moe_curves(
-    frame: pandas.DataFrame, layouts: set[tuple[int, int, int, int]]
+    frame: pandas.DataFrame, layouts: set[tuple[int, int, int, int]], runner: str = ""
 ) -> tuple[dict[str, MeasuredCurve], dict]:
     """The measured MoE curve over every token count measured of every layout of a shipped
-    architecture, per format and MoE TP / EP split, keyed by ``moe_layout``. Held out: every
-    fifth inner point predicted from its curve without it."""
+    architecture, per format and MoE TP / EP split, keyed by ``moe_layout`` (of the format
+    and ``runner``'s suffix). Held out: every fifth inner point predicted from its curve
+    without it."""
     columns = ["hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size", "moe_ep_size"]
     shipped = _rows_of(frame, columns[:4], layouts)
     curves: dict[str, MeasuredCurve] = {}
@@ -649,7 +702,7 @@ def _moe_curves(
             if tokens.size < 3:
                 continue
             seconds = fastest.to_numpy(dtype=np.float64) * MS
-            key = moe_layout(fmt, *(float(v) for v in layout))
+            key = moe_layout(fmt + runner, *(float(v) for v in layout))
             curves[key] = MeasuredCurve(tuple(tokens), tuple(seconds))
             for j in range(1, len(tokens) - 1, HOLD_OUT_EVERY):
                 others = np.arange(len(tokens)) != j
@@ -810,6 +863,14 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
             if len(rows) >= 20:
                 moe[fmt], errors[f"moe_{fmt}"] = _moe_fit(rows, hardware, fmt)
         moe_curves, errors["moe_curve"] = _moe_curves(moe_frame, shipped_moe_layouts())
+        for runner, formats in MOE_RUNNERS.get((engine, database_gpu), {}).items():
+            for dtype, sources in formats.items():
+                rows = _runner_rows(root, database_gpu, dtype, sources, files)
+                key = f"{MOE_FORMATS[dtype]}{RUNNER_SEPARATOR}{runner}"
+                if len(rows) >= 20:
+                    moe[key], errors[f"moe_{key}"] = _moe_fit(rows, hardware, key)
+                    curves, _ = _moe_curves(rows, shipped_moe_layouts(), RUNNER_SEPARATOR + runner)
+                    moe_curves.update(curves)
     context_frame = _read(need("attention", "context_attention_perf.parquet"))
     context, errors["context_attention"] = _context_attention_fit(context_frame, hardware)
     prompt_grids, errors["prompt_grid"] = _gqa_prompt_grids(

@@ -86,6 +86,16 @@ ACTIVATION_BYTES: dict[str, float] = {
 # weights times MXFP8 activations run at the fp8 rate on Blackwell).
 FP8_FORMATS = ("fp8", "fp8_block", "mxfp4_mxfp8")
 FP4_FORMATS = ("nvfp4",)
+# A MoE fit of another runner than the engine's default is keyed "format@runner" ("mxfp4@marlin":
+# vLLM's Marlin kernels for MXFP4 experts): the engine's flag that picks its MoE runner.
+RUNNER_SEPARATOR = "@"
+
+
+def base_format(fmt: str) -> str:
+    """The number format of a MoE fit's key ("mxfp4@marlin" -> "mxfp4")."""
+    return fmt.split(RUNNER_SEPARATOR, 1)[0]
+
+
 # Bytes an elementwise pass moves per activation element: a 16-bit read and a 16-bit write.
 ELEMENTWISE_BYTES = 4.0
 # The FLOPs a prompt-attention grid's seconds are per (a tera-FLOP: seconds of a few digits)
@@ -372,10 +382,24 @@ class GpuKernels:
         per-tensor fp8 and back; bf16 for anything else), and the format it is."""
         return _nearest(self.gemm, fmt)
 
-    def moe_fit(self, fmt: str) -> tuple[OpFit, str]:
+    def moe_fit(self, fmt: str, runner: str = "") -> tuple[OpFit, str]:
         """The fit of the MoE kernels the engine serves ``fmt`` experts with (``moe_served``),
-        or of the nearest format measured, and the format it is."""
-        return _nearest(self.moe, self.moe_served.get(fmt, fmt))
+        by ``runner`` where it was measured for that format (else the engine's default), or of
+        the nearest format measured, and the key it is under."""
+        served = self.moe_served.get(fmt, fmt)
+        if runner and f"{served}{RUNNER_SEPARATOR}{runner}" in self.moe:
+            key = f"{served}{RUNNER_SEPARATOR}{runner}"
+            return self.moe[key], key
+        if served in self.moe:  # a key of either kind, as a fit on trial asks for its own
+            return self.moe[served], served
+        defaults = {f: fit for f, fit in self.moe.items() if RUNNER_SEPARATOR not in f}
+        return _nearest(defaults, served)
+
+    @property
+    def moe_runners(self) -> tuple[str, ...]:
+        """The MoE runners measured beside the engine's default (its flag's values)."""
+        names = {f.split(RUNNER_SEPARATOR, 1)[1] for f in self.moe if RUNNER_SEPARATOR in f}
+        return tuple(sorted(names))
 
     # --- operation times (seconds, arrays broadcast) ----------------------------------------
 
@@ -402,18 +426,20 @@ class GpuKernels:
         ep: ArrayLike,
         moe_tp: ArrayLike,
         fmt: str,
+        runner: str = "",
     ) -> Array:
         """One MoE layer's grouped GEMMs (gate+up and down) on one rank for ``tokens`` tokens
         routed over ``experts`` (each ``inter`` wide), the rank holding experts / ep of them at
-        inter / moe_tp."""
-        fit, measured = self.moe_fit(fmt)
+        inter / moe_tp; by ``runner``'s kernels where measured (``moe_fit``)."""
+        fit, key = self.moe_fit(fmt, runner)
+        measured = base_format(key)
         t = np.asarray(tokens, dtype=np.float64)
         hidden, inter, experts, topk, ep, moe_tp = (
             np.asarray(v, dtype=np.float64) for v in (hidden, inter, experts, topk, ep, moe_tp)
         )
         layout = (hidden, inter, experts, topk, moe_tp, ep)
         if self.moe_curves and all(np.ndim(v) == 0 for v in layout):
-            curve = self.moe_curves.get(moe_layout(measured, *(float(v) for v in layout)))
+            curve = self.moe_curves.get(moe_layout(key, *(float(v) for v in layout)))
             if curve is not None:  # a measured layout: its curve, the formula not needed
                 return np.where(t > 0, curve.at(t), 0.0)
         width = inter / moe_tp

@@ -118,7 +118,11 @@ class SchedulerDefaults:
     all-reduce kernel (TensorRT-LLM's fused all-reduce), not as kernels of their own;
     ``rope_in_attention``: the rotary embedding and the KV-cache write are one kernel before
     the attention (TensorRT-LLM's attention pre-processing), else two
-    (``elementwise_passes``)."""
+    (``elementwise_passes``); ``moe_runner``: the experts' kernels, where the engine was
+    launched with another MoE runner than its default and the kernel database measured it
+    (``GpuKernels.moe_runners``: vLLM's "marlin" for MXFP4 experts on Hopper,
+    VLLM_MXFP4_USE_MARLIN; SGLang's "triton" for bf16 experts on Blackwell, its
+    --moe-runner-backend); "" the default."""
 
     token_budget: int
     max_running: int
@@ -149,6 +153,7 @@ class SchedulerDefaults:
     schedule_ahead_steps: int = 0
     norms_in_allreduce: bool = False
     rope_in_attention: bool = False
+    moe_runner: str = ""
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
@@ -507,6 +512,7 @@ class EngineStepModel:
             ep=dep.ep,
             moe_tp=dep.moe_tp,
             fmt=experts_fmt,
+            runner=self.scheduler.moe_runner,
         )
         if arch.num_shared_experts and not fused:
             width = arch.num_shared_experts * arch.expert_ffn_hidden_size / dep.attention_tp
