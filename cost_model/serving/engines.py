@@ -19,7 +19,9 @@ from idealized_runtime.core.catalog import data_path
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Architecture, Deployment, Precision, parse_precision
 from idealized_runtime.cost_model.hardware.engines.catalog import EngineStack, get_engine
+from idealized_runtime.cost_model.hardware.engines.kernels import GpuKernels
 from idealized_runtime.cost_model.hardware.engines.step import (
+    kernel_format,
     kv_capacity_tokens,
     sized_token_budget,
 )
@@ -139,13 +141,8 @@ def engine_server(
         )
         scheduler = replace(scheduler, token_budget=budget)
     model = replace(stack.step_model(deployment), scheduler=scheduler)
-    runners = model.kernels.moe_runners
-    if scheduler.moe_runner and scheduler.moe_runner not in runners:
-        raise InputError(
-            f"moe_runner {scheduler.moe_runner!r}: {stack.name} on "
-            f"{deployment.hardware.name} has measured MoE runners "
-            f"{', '.join(repr(r) for r in runners) or 'none'} beside its default"
-        )
+    if scheduler.moe_runner:
+        _check_moe_runner(stack.name, deployment, model.kernels, scheduler.moe_runner)
     config = ServerConfig(
         max_batch=(max_batch or scheduler.max_running) * ranks,
         token_budget=scheduler.token_budget * ranks,
@@ -164,6 +161,29 @@ def engine_server(
         request_path=scheduler.request_path,
     )
     return EngineStepTime(model), config
+
+
+def _check_moe_runner(stack: str, deployment: Deployment, kernels: GpuKernels, runner: str) -> None:
+    """Refuse, in one line, a MoE runner the engine's kernels on the deployment's GPU have no
+    measurements of for its experts' format (a runner is a launch flag of the engine: one it
+    was not measured with would silently leave the default kernels)."""
+    gpu, arch = deployment.hardware.name, deployment.architecture
+    if runner not in kernels.moe_runners:
+        measured = ", ".join(repr(r) for r in kernels.moe_runners) or "none"
+        raise InputError(
+            f"moe_runner {runner!r}: {stack} on {gpu} has measured MoE runners {measured} "
+            "beside its default"
+        )
+    if arch.num_experts <= 1:
+        raise InputError(f"moe_runner {runner!r}: {arch.name} has no experts")
+    experts = kernel_format(deployment.precision, experts=True)
+    served = kernels.moe_served.get(experts, experts)
+    formats = kernels.runner_formats(runner)
+    if served not in formats:
+        raise InputError(
+            f"moe_runner {runner!r}: {stack} on {gpu} has it measured for "
+            f"{', '.join(formats)} experts, not {served}"
+        )
 
 
 @lru_cache(maxsize=1)

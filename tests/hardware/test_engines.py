@@ -745,6 +745,14 @@ def test_an_engine_launched_with_another_moe_runner_reads_that_runners_kernels()
         r"its default$",
     ):
         engine_server("sglang", deployment, settings={"moe_runner": "marlin"})
+    # Where the runner was not measured for the experts' format, or there are no experts.
+    fp8 = deployment.model_copy(update={"precision": parse_precision("fp8")})
+    with pytest.raises(InputError, match=r"has it measured for bf16 experts, not fp8$"):
+        engine_server("sglang", fp8, settings={"moe_runner": "triton"})
+    dense = Deployment(architecture=get_architecture("llama-3.1-8b"), hardware=B200, tp=1,
+                       precision=parse_precision("bf16"))  # fmt: skip
+    with pytest.raises(InputError, match=r"^moe_runner 'triton': llama-3.1-8b has no experts$"):
+        engine_server("sglang", dense, settings={"moe_runner": "triton"})
     hopper = deployment.model_copy(update={"hardware": H200})
     with pytest.raises(InputError, match=r"sglang on h200 has measured MoE runners none beside"):
         engine_server("sglang", hopper, settings={"moe_runner": "triton"})

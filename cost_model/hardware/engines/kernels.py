@@ -395,6 +395,11 @@ class GpuKernels:
         defaults = {f: fit for f, fit in self.moe.items() if RUNNER_SEPARATOR not in f}
         return _nearest(defaults, served)
 
+    def runner_formats(self, runner: str) -> tuple[str, ...]:
+        """The expert formats ``runner``'s kernels were measured in."""
+        suffix = RUNNER_SEPARATOR + runner
+        return tuple(sorted(f.removesuffix(suffix) for f in self.moe if f.endswith(suffix)))
+
     @property
     def moe_runners(self) -> tuple[str, ...]:
         """The MoE runners measured beside the engine's default (its flag's values)."""
