@@ -114,7 +114,7 @@ MOE_OWNERS: dict[tuple[str, str], dict[str, tuple[str, str]]] = {
     },
 }
 # MoE runners an engine can be launched with beside its default, where the kernel database
-# measured them on a GPU: runner -> {database format: [(owner engine, kernel_source substring)]},
+# measured them on a GPU: runner -> {database format: [(owner engine, its kernel_source)]},
 # fitted under "format@runner" (``GpuKernels.moe_runners``; ``SchedulerDefaults.moe_runner``),
 # each source's newest version that measured the kernel; a shape measured by an earlier source
 # is not read from a later one. SGLang's Triton fused MoE for bf16 experts on Blackwell: what
@@ -653,7 +653,7 @@ def _runner_rows(
     root: Path, gpu: str, dtype: str, sources: list[tuple[str, str]], files: list[Path]
 ) -> pandas.DataFrame:
     """The rows of a MoE runner's kernels in ``dtype``: from each (owner engine,
-    kernel_source substring) of ``sources``, its newest table that measured the kernel, less
+    kernel_source) of ``sources``, its newest table that measured the kernel, less
     the shapes an earlier source measured; in one routing distribution
     (``MOE_DISTRIBUTIONS``)."""
     import pandas
