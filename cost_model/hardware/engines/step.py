@@ -122,9 +122,7 @@ class SchedulerDefaults:
     launched with another MoE runner than its default and the kernel database measured it
     (``GpuKernels.moe_runners``: vLLM's "marlin" for MXFP4 experts on Hopper,
     VLLM_MXFP4_USE_MARLIN; SGLang's "triton" for bf16 experts on Blackwell, its
-    --moe-runner-backend); "" the default; ``wide_tp_graph_max_batch``: CUDA graphs up to
-    this batch at tensor-parallel size 4 or more (SGLang's cuda_graph_max_bs; 0: no such
-    rule; ``EngineStack.defaults_for``)."""
+    --moe-runner-backend); "" the default."""
 
     token_budget: int
     max_running: int
@@ -156,7 +154,6 @@ class SchedulerDefaults:
     norms_in_allreduce: bool = False
     rope_in_attention: bool = False
     moe_runner: str = ""
-    wide_tp_graph_max_batch: int = 0
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
