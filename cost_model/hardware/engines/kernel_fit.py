@@ -673,14 +673,17 @@ def _runner_rows(
                     files.append(path)
                 frames.append(rows)
                 break
-    if not frames:
-        return pandas.DataFrame()
-    rows = pandas.concat(frames)
+    return _one_distribution(pandas.concat(frames)) if frames else pandas.DataFrame()
+
+
+def _one_distribution(frame: pandas.DataFrame) -> pandas.DataFrame:
+    """``frame``'s MoE rows in the first routing distribution of ``MOE_DISTRIBUTIONS`` it has
+    (all of them where it has none of those)."""
     for distribution in MOE_DISTRIBUTIONS:
-        chosen = rows[rows["distribution"] == distribution]
+        chosen = frame[frame["distribution"] == distribution]
         if len(chosen):
             return chosen
-    return rows
+    return frame
 
 
 def _moe_curves(
@@ -853,11 +856,7 @@ def fit_gpu_kernels(root: Path, database_gpu: str, engine: str, hardware: Hardwa
             if len(rows):
                 files.append(owner_path)
                 moe_frame = pandas.concat([moe_frame[moe_frame["moe_dtype"] != dtype], rows])
-        for distribution in MOE_DISTRIBUTIONS:
-            chosen = moe_frame[moe_frame["distribution"] == distribution]
-            if len(chosen):
-                moe_frame = chosen
-                break
+        moe_frame = _one_distribution(moe_frame)
         for name, fmt in MOE_FORMATS.items():
             rows = moe_frame[moe_frame["moe_dtype"] == name]
             if len(rows) >= 20:

@@ -86,13 +86,13 @@ ACTIVATION_BYTES: dict[str, float] = {
 # weights times MXFP8 activations run at the fp8 rate on Blackwell).
 FP8_FORMATS = ("fp8", "fp8_block", "mxfp4_mxfp8")
 FP4_FORMATS = ("nvfp4",)
-# A MoE fit of another runner than the engine's default is keyed "format@runner" ("mxfp4@marlin":
-# vLLM's Marlin kernels for MXFP4 experts): the engine's flag that picks its MoE runner.
+# A MoE fit of another runner than the engine's default is keyed "format@runner" ("bf16@triton":
+# SGLang's Triton fused MoE for bf16 experts): the engine's flag that picks its MoE runner.
 RUNNER_SEPARATOR = "@"
 
 
 def base_format(fmt: str) -> str:
-    """The number format of a MoE fit's key ("mxfp4@marlin" -> "mxfp4")."""
+    """The number format of a MoE fit's key ("bf16@triton" -> "bf16")."""
     return fmt.split(RUNNER_SEPARATOR, 1)[0]
 
 
@@ -387,13 +387,18 @@ class GpuKernels:
         by ``runner`` where it was measured for that format (else the engine's default), or of
         the nearest format measured, and the key it is under."""
         served = self.moe_served.get(fmt, fmt)
-        if runner and f"{served}{RUNNER_SEPARATOR}{runner}" in self.moe:
-            key = f"{served}{RUNNER_SEPARATOR}{runner}"
+        key = f"{served}{RUNNER_SEPARATOR}{runner}"
+        if runner and key in self.moe:
             return self.moe[key], key
         if served in self.moe:  # a key of either kind, as a fit on trial asks for its own
             return self.moe[served], served
-        defaults = {f: fit for f, fit in self.moe.items() if RUNNER_SEPARATOR not in f}
-        return _nearest(defaults, served)
+        return _nearest(self._default_moe, served)
+
+    @cached_property
+    def _default_moe(self) -> dict[str, OpFit]:
+        """The MoE fits of the engine's default runner (the stand-ins ``_nearest`` picks from),
+        once per kernels: ``moe_fit`` runs for every layer of every step estimated."""
+        return {f: fit for f, fit in self.moe.items() if RUNNER_SEPARATOR not in f}
 
     def runner_formats(self, runner: str) -> tuple[str, ...]:
         """The expert formats ``runner``'s kernels were measured in."""

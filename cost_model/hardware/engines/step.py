@@ -120,8 +120,7 @@ class SchedulerDefaults:
     the attention (TensorRT-LLM's attention pre-processing), else two
     (``elementwise_passes``); ``moe_runner``: the experts' kernels, where the engine was
     launched with another MoE runner than its default and the kernel database measured it
-    (``GpuKernels.moe_runners``: vLLM's "marlin" for MXFP4 experts on Hopper,
-    VLLM_MXFP4_USE_MARLIN; SGLang's "triton" for bf16 experts on Blackwell, its
+    (``GpuKernels.moe_runners``: SGLang's "triton" for bf16 experts on Blackwell, its
     --moe-runner-backend); "" the default."""
 
     token_budget: int
