@@ -28,7 +28,7 @@ A request's cache: the prompt tokens it has read plus the tokens it has generate
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -116,13 +116,22 @@ class KvCache:
         if self.admission == "allocated":
             return free - step_need >= chunk
         # SGLang counts the prompt tokens every admitted request still has to read.
-        free -= sum(r.to_prefill for r in running) + request.to_prefill
+        pending = sum(r.to_prefill for r in running)
         if self.admission == "forecast":
-            return _forecast_fits(request, running, free)
-        older = [r for r in running if not any(r is a for a in admitted)]
-        estimate = sum(min(r.output_left, SGLANG_CLIP_NEW_TOKENS) for r in older) * self.ratio
-        promised = sum(min(a.output_left, SGLANG_CLIP_NEW_TOKENS) for a in admitted)
-        return min(request.output_left, SGLANG_CLIP_NEW_TOKENS) < free - estimate - promised
+            return _forecast_fits(request, running, free - pending - request.to_prefill)
+        ids = {id(a) for a in admitted}
+        older = clipped_outputs_left(r for r in running if id(r) not in ids)
+        return self.ratio_admits(request, free - pending, older, clipped_outputs_left(admitted))
+
+    def ratio_admits(
+        self, request: CachedRequest, free: int, older_left: int, promised: int
+    ) -> bool:
+        """SGLang's estimate (``ratio``): ``request`` comes in when its prompt and clipped
+        output tokens fit the ``free`` cache (beside every admitted prompt still to read) less
+        the ratio of ``older_left``, the clipped tokens the requests running before this
+        scheduling point have left, and ``promised``, those of the ones admitted at it."""
+        left = min(request.output_left, SGLANG_CLIP_NEW_TOKENS)
+        return left < free - request.to_prefill - older_left * self.ratio - promised
 
     def victim(self, running: Sequence[CachedRequest]) -> CachedRequest:
         """The running request that gives its cache back when the cache is full: vLLM
@@ -169,6 +178,12 @@ class KvCache:
         if not self.evicts or per_step <= 0:
             return 1 << 40
         return max(0, (self.free(running) if free is None else free) // per_step)
+
+
+def clipped_outputs_left(requests: Iterable[CachedRequest]) -> int:
+    """Output tokens ``requests`` have left, each at most SGLang's clip (what its estimate
+    reserves for them)."""
+    return sum(min(r.output_left, SGLANG_CLIP_NEW_TOKENS) for r in requests)
 
 
 def _forecast_fits(request: CachedRequest, running: Sequence[CachedRequest], free: int) -> bool:

@@ -49,7 +49,13 @@ from idealized_runtime.cost_model.hardware.counts import memory_per_gpu
 from idealized_runtime.cost_model.hardware.engines.request_path import RequestPath
 from idealized_runtime.cost_model.hardware.engines.step import UNCHUNKED_LIMITS, budget_refusal
 from idealized_runtime.cost_model.hardware.planner import DEFAULT_RESERVE_FRACTION, GB
-from idealized_runtime.cost_model.serving.admission import KvCache, ceil_tokens, check_admission
+from idealized_runtime.cost_model.serving.admission import (
+    SGLANG_CLIP_NEW_TOKENS,
+    KvCache,
+    ceil_tokens,
+    check_admission,
+    clipped_outputs_left,
+)
 from idealized_runtime.cost_model.serving.step_time import StepTime, StepWork
 from idealized_runtime.cost_model.serving.workload import RequestShape, think_times
 
@@ -494,6 +500,12 @@ class _Batch:
         self.held = 0  # tokens in the KV cache
         self.need = 0  # prompt + output tokens of the running requests
         self.context = 0  # tokens cached for the decoding requests (their attention context)
+        # Output tokens the running requests ask for and have generated, and how many ask for
+        # more than SGLang clips its estimate at: its admission reads the tokens they have
+        # left at every scheduling point, which these totals give without a pass over them.
+        self.outputs_asked = 0
+        self.outputs_made = 0
+        self.over_clip = 0
         self.per_rank = [0] * config.dp_ranks  # running requests per attention-DP rank
         self.decoding_per_rank = [0] * config.dp_ranks
         # One token per decode step: every decoding request decodes in every step that has
@@ -511,6 +523,9 @@ class _Batch:
         self.per_rank[request.rank] += 1
         self.need += request.need
         self.held += request.held
+        self.outputs_asked += request.output
+        self.outputs_made += request.outputs
+        self.over_clip += request.output > SGLANG_CLIP_NEW_TOKENS
         if request.decoding:
             self._start_decoding(request)
         else:
@@ -533,6 +548,9 @@ class _Batch:
         self.per_rank[request.rank] -= 1
         self.need -= request.need
         self.held -= request.held
+        self.outputs_asked -= request.output
+        self.outputs_made -= request.outputs
+        self.over_clip -= request.output > SGLANG_CLIP_NEW_TOKENS
         if self.decoding.pop(request.seq, None) is not None:
             self.decoding_per_rank[request.rank] -= 1
             self.context -= request.prompt + len(request.token_times) - 1
@@ -549,6 +567,7 @@ class _Batch:
         self.pending -= tokens
         if request.decoding:
             request.token_times.append(now)
+            self.outputs_made += 1
             del self.prefilling[request.seq]
             self._start_decoding(request)
         self.held += request.held - before
@@ -563,6 +582,14 @@ class _Batch:
             gained = _decode(list(self.decoding.values()), self.config, ends)
         self.held += gained
         self.context += gained
+        self.outputs_made += gained
+
+    def clipped_outputs_left(self) -> int:
+        """Output tokens the running requests have still to make, each at most SGLang's clip
+        (``admission.clipped_outputs_left``), from the batch's totals when none asks for more."""
+        if self.over_clip:
+            return clipped_outputs_left(self.running.values())
+        return self.outputs_asked - self.outputs_made
 
     def steps_to_first_end(self) -> int:
         """Decode steps until the first decoding request has its last token: at least that
@@ -626,8 +653,12 @@ def _admit(
     pending = batch.pending
     free = cache.free_beside(batch.held)
     held = batch.per_rank  # counts the ones admitted here too (``_Batch.add``)
-    # SGLang's rules read every running request; the others the batch's totals.
-    each = cache.capacity is not None and cache.admission in ("ratio", "forecast")
+    # SGLang's forecast reads every running request; its ratio rule the tokens those running
+    # before this scheduling point have left, and those promised to the ones it admits.
+    each = cache.capacity is not None and cache.admission == "forecast"
+    ratio = cache.capacity is not None and cache.admission == "ratio"
+    older_left = batch.clipped_outputs_left() if ratio else 0
+    promised = 0
     while waiting and len(batch.running) < config.max_batch:
         head = waiting[0]
         rank = held.index(min(held))
@@ -639,13 +670,18 @@ def _admit(
             break
         step_need = decoding * per_token + min(pending, config.token_budget)
         chunk = min(head.to_prefill, budget)
-        running = batch.in_order() if each else ()
-        if not cache.admits(head, running, admitted, step_need, chunk, free, batch.need):
+        if ratio:
+            fits = cache.ratio_admits(head, free - pending, older_left, promised)
+        else:
+            running = batch.in_order() if each else ()
+            fits = cache.admits(head, running, admitted, step_need, chunk, free, batch.need)
+        if not fits:
             break  # FCFS: the head of the queue waits for memory
         head.rank = rank
         batch.add(waiting.popleft())
         admitted.append(head)
         pending += head.to_prefill
+        promised += min(head.output_left, SGLANG_CLIP_NEW_TOKENS)
 
 
 def _step_plan(batch: _Batch, config: ServerConfig) -> tuple[int, list[tuple[_Request, int]]]:
