@@ -362,9 +362,7 @@ def hardware_model_estimate(
     if engine is not None:
         from idealized_runtime.cost_model.hardware.engines.catalog import get_engine
 
-        chosen_engine = _with_budget(
-            get_engine(engine), token_budget, num_prompt_tokens, num_output_tokens, batch_size
-        )
+        chosen_engine = get_engine(engine)
         efficiency, calibration = IDEAL, chosen_engine.name
     elif ideal:
         efficiency, calibration = IDEAL, ""
@@ -383,6 +381,10 @@ def hardware_model_estimate(
         stack=calibration or None,
     )
     if chosen_engine is not None:
+        chosen_engine = _with_budget(
+            chosen_engine, deployment, token_budget, num_prompt_tokens, num_output_tokens,
+            batch_size,
+        )  # fmt: skip
         _check_engine_cache(chosen_engine, deployment, num_prompt_tokens + num_output_tokens)
     estimate = estimate_from_deployment(
         deployment, num_prompt_tokens, num_output_tokens, chosen_engine
@@ -391,17 +393,23 @@ def hardware_model_estimate(
 
 
 def _with_budget(
-    engine: EngineStack, budget: int | None, prompt: int, output: int, batch: int
+    engine: EngineStack,
+    deployment: Deployment,
+    budget: int | None,
+    prompt: int,
+    output: int,
+    batch: int,
 ) -> EngineStack:
-    """``engine`` at ``budget`` tokens per step (else its default, sized for ``batch`` prompts
-    sent together where the engine sizes it); InputError in one line when the engine refuses
-    the request for that budget (``budget_refusal``)."""
+    """``engine`` with its defaults for ``deployment`` (``EngineStack.defaults_for``) at
+    ``budget`` tokens per step (else its default, sized for ``batch`` prompts sent together
+    where the engine sizes it); InputError in one line when the engine refuses the request for
+    that budget (``budget_refusal``)."""
     from idealized_runtime.cost_model.hardware.engines.step import (
         budget_refusal,
         sized_token_budget,
     )
 
-    scheduler = engine.scheduler
+    scheduler = engine.defaults_for(deployment)
     if budget is not None and budget < 1:
         raise InputError(f"--token-budget must be >= 1, got {budget}")
     if budget is None and scheduler.sized_budget and not scheduler.chunked_prefill:
@@ -413,7 +421,8 @@ def _with_budget(
     )
     if refusal:
         raise InputError(refusal)
-    return replace(engine, scheduler=replace(scheduler, token_budget=budget))
+    # The defaults resolved for the deployment: none sized by the GPU left to override them.
+    return replace(engine, scheduler=replace(scheduler, token_budget=budget), gpu_defaults={})
 
 
 def _check_engine_cache(engine: EngineStack, deployment: Deployment, tokens: int) -> None:

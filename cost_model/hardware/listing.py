@@ -37,6 +37,8 @@ def stack_listing() -> list[dict[str, Any]]:
                 "description": engine.description,
                 "hardware": sorted(engine.gpus),
                 "scheduler": asdict(engine.scheduler),
+                # Defaults the engine sizes by the GPU (SGLang's budget and graphs by memory)
+                "scheduler_by_gpu": engine.gpu_defaults,
                 "kernels": {
                     gpu: {"version": kernels.version, "errors": kernels.errors}
                     for gpu, kernels in sorted(engine.gpus.items())

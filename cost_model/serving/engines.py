@@ -113,7 +113,7 @@ def engine_server(
     refusal = split_refusal(stack.name, deployment.tp, deployment.ep, deployment.attention_dp)
     if refusal is not None:
         raise InputError(refusal)
-    scheduler = stack.scheduler
+    scheduler = stack.defaults_for(deployment)
     known = {f.name for f in fields(scheduler)}
     unknown = sorted(set(settings or {}) - known)
     if unknown:

@@ -73,6 +73,16 @@ def stacks(
             e["median"] for k in kernels.values() for e in k["errors"].values() if "median" in e
         ]
         budget = f"{scheduler['token_budget']} ({scheduler['budget_setting']})"
+        by_gpu = {
+            gpu: values["token_budget"]
+            for gpu, values in sorted(engine.get("scheduler_by_gpu", {}).items())
+            if "token_budget" in values
+        }
+        if by_gpu:
+            sizes = sorted(set(by_gpu.values()))
+            budget += "; " + ", ".join(
+                f"{b} on {', '.join(g for g, v in by_gpu.items() if v == b)}" for b in sizes
+            )
         if scheduler.get("sized_budget") and not scheduler["chunked_prefill"]:
             budget += ", sized for the prompts"
         engine_rows.append(

@@ -756,3 +756,30 @@ def test_an_engine_launched_with_another_moe_runner_reads_that_runners_kernels()
     hopper = deployment.model_copy(update={"hardware": H200})
     with pytest.raises(InputError, match=r"sglang on h200 has measured MoE runners none beside"):
         engine_server("sglang", hopper, settings={"moe_runner": "triton"})
+
+
+def test_sglang_sizes_its_budget_and_cuda_graphs_by_the_gpu_and_flags_override() -> None:
+    """SGLang's ServerArgs: chunked prefill of 16384 tokens and graphs up to 512 on GPUs
+    reporting 160 GiB or more (B200, B300, GB200); 8192 tokens on H100 and H200, graphs up to
+    256 below tensor-parallel size 4, else 512. A flag given wins over either."""
+    qwen = get_architecture("qwen3-32b")
+
+    def defaults(gpu: str, tp: int) -> tuple[int, int]:
+        deployment = Deployment(architecture=qwen, hardware=get_hardware(gpu), tp=tp,
+                                precision=parse_precision("bf16"))  # fmt: skip
+        model = engine_server("sglang", deployment)[0].model
+        assert model.scheduler == get_engine("sglang").step_model(deployment).scheduler
+        return model.scheduler.token_budget, model.scheduler.cuda_graph_max_batch
+
+    assert defaults("b200", 1) == defaults("gb200", 8) == (16384, 512)
+    assert (defaults("h200", 2), defaults("h200", 4), defaults("h100-sxm", 8)) == (
+        (8192, 256), (8192, 512), (8192, 512)
+    )  # fmt: skip
+    b200 = Deployment(architecture=qwen, hardware=B200, tp=1, precision=parse_precision("bf16"))
+    flags = {"token_budget": 8192, "cuda_graph_max_batch": 128}
+    server, config = engine_server("sglang", b200, settings=flags)
+    assert (server.model.scheduler.cuda_graph_max_batch, config.token_budget) == (128, 8192)
+    # The other engines size nothing by the GPU.
+    for name in ("vllm", "tensorrt-llm"):
+        assert get_engine(name).gpu_defaults == {}
+        assert get_engine(name).defaults_for(b200) == get_engine(name).scheduler

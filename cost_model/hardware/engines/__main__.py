@@ -107,7 +107,10 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
     ),
     "sglang": (
         "SGLang: prefill first (a step with waiting prompts runs prompts only), chunked "
-        "prefill of 8192 tokens, mem_fraction_static 0.88, CUDA graphs up to batch 256; "
+        "prefill of 8192 tokens (16384 on GPUs reporting 160 GiB or more), "
+        "mem_fraction_static 0.88, CUDA graphs up to batch 256 (512 at tensor-parallel size 4 "
+        "or more, and on GPUs of 160 GiB or more), as its ServerArgs size them by the GPU's "
+        "memory; "
         "admission against a decaying estimate of the running requests' future tokens "
         "(new_token_ratio), retraction when decoding fills the cache; DeepSeek's shared "
         "experts fused into the routed experts' kernel (tensor-parallel experts, not FP4); "
@@ -119,6 +122,7 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
             unchunked_limit="none", budget_setting="chunked_prefill_size", unchunked_budget=16384,
             request_http_s=HOP_S, stream_s=2 * HOP_S, schedule_ahead_steps=1,
             request_overhead_s_per_layer=SGLANG_OVERHEAD_S_PER_LAYER,
+            wide_tp_graph_max_batch=512,
         ),
     ),
     "tensorrt-llm": (
@@ -141,6 +145,24 @@ ENGINES: dict[str, tuple[str, SchedulerDefaults]] = {
         ),
     ),
 }  # fmt: skip
+
+
+# SGLang sizes chunked_prefill_size and cuda_graph_max_bs by the memory the GPU reports
+# (ServerArgs, B200 and larger: "chunked_prefill_size 16k, cuda_graph_max_bs 512"; H100 and
+# H200: 8k, and graphs up to 256 below TP 4, else 512: ``wide_tp_graph_max_batch``).
+SGLANG_LARGE_GPU_MIB = 160 * 1024
+SGLANG_LARGE_GPU_DEFAULTS = {"token_budget": 16384, "cuda_graph_max_batch": 512}
+
+
+def gpu_defaults(engine: str, gpus: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """The scheduler defaults ``engine`` sizes by each of ``gpus`` (``gpu_defaults``)."""
+    if engine != "sglang":
+        return {}
+    return {
+        gpu: dict(SGLANG_LARGE_GPU_DEFAULTS)
+        for gpu in gpus
+        if (get_hardware(gpu).driver_memory_mib or 0) >= SGLANG_LARGE_GPU_MIB
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -170,6 +192,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 "database": "aiconfigurator_core/systems/data (files per GPU below)",
             },
             notes=NOTES,
+            gpu_defaults=gpu_defaults(name, list(gpus)),
         )
         print(f"wrote {save_engine(engine, args.out)}")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,19 @@ class EngineStack:
     gpus: dict[str, GpuKernels]
     provenance: dict[str, Any] = field(default_factory=dict)
     notes: str = ""
+    # The scheduler defaults the engine sizes by the GPU (SGLang's chunked prefill and CUDA
+    # graph batch by the memory the GPU reports): per GPU, the fields that differ
+    gpu_defaults: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def defaults_for(self, deployment: Deployment) -> SchedulerDefaults:
+        """The engine's defaults for ``deployment``: its own, those it sizes by the GPU
+        (``gpu_defaults``), and graphs up to ``wide_tp_graph_max_batch`` at tensor-parallel size
+        4 or more where the engine sizes them so."""
+        scheduler = replace(self.scheduler, **self.gpu_defaults.get(deployment.hardware.name, {}))
+        wide = scheduler.wide_tp_graph_max_batch
+        if wide and deployment.tp >= 4 and wide > scheduler.cuda_graph_max_batch:
+            scheduler = replace(scheduler, cuda_graph_max_batch=wide)
+        return scheduler
 
     def kernels(self, gpu: str) -> GpuKernels:
         if gpu not in self.gpus:
@@ -58,7 +71,8 @@ class EngineStack:
                 "models collectives within one domain (use at most "
                 f"{domain} GPUs per instance)"
             )
-        return EngineStepModel(deployment, self.kernels(deployment.hardware.name), self.scheduler)
+        kernels = self.kernels(deployment.hardware.name)
+        return EngineStepModel(deployment, kernels, self.defaults_for(deployment))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -67,6 +81,7 @@ class EngineStack:
             "scheduler": {f.name: getattr(self.scheduler, f.name) for f in fields(self.scheduler)},
             "provenance": self.provenance,
             "notes": self.notes,
+            "scheduler_by_gpu": dict(sorted(self.gpu_defaults.items())),
             "gpus": {gpu: kernels.to_json() for gpu, kernels in sorted(self.gpus.items())},
         }
 
@@ -80,6 +95,7 @@ class EngineStack:
                 gpus={gpu: GpuKernels.from_json(gpu, k) for gpu, k in dict(data["gpus"]).items()},
                 provenance=dict(data.get("provenance", {})),
                 notes=str(data.get("notes", "")),
+                gpu_defaults=_gpu_defaults(data.get("scheduler_by_gpu", {})),
             )
         except (KeyError, TypeError, ValueError, AttributeError) as error:
             if isinstance(error, InputError):
@@ -92,6 +108,15 @@ def _scheduler(block: Mapping[str, Any]) -> SchedulerDefaults:
     version does not know (a file written by a newer one) are left out."""
     known = {f.name for f in fields(SchedulerDefaults)}
     return SchedulerDefaults(**{k: v for k, v in dict(block).items() if k in known})
+
+
+def _gpu_defaults(block: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A stack file's per-GPU scheduler defaults, the fields this version knows."""
+    known = {f.name for f in fields(SchedulerDefaults)}
+    return {
+        str(gpu): {k: v for k, v in dict(values).items() if k in known}
+        for gpu, values in dict(block).items()
+    }
 
 
 def engines_dir() -> Path:

@@ -121,7 +121,9 @@ class SchedulerDefaults:
     (``elementwise_passes``); ``moe_runner``: the experts' kernels, where the engine was
     launched with another MoE runner than its default and the kernel database measured it
     (``GpuKernels.moe_runners``: SGLang's "triton" for bf16 experts on Blackwell, its
-    --moe-runner-backend); "" the default."""
+    --moe-runner-backend); "" the default; ``wide_tp_graph_max_batch``: CUDA graphs up to
+    this batch at tensor-parallel size 4 or more (SGLang's cuda_graph_max_bs; 0: no such
+    rule; ``EngineStack.defaults_for``)."""
 
     token_budget: int
     max_running: int
@@ -153,6 +155,7 @@ class SchedulerDefaults:
     norms_in_allreduce: bool = False
     rope_in_attention: bool = False
     moe_runner: str = ""
+    wide_tp_graph_max_batch: int = 0
 
     def __post_init__(self) -> None:
         if self.token_budget < 1 or self.max_running < 1:
