@@ -783,3 +783,42 @@ def test_sglang_sizes_its_budget_and_cuda_graphs_by_the_gpu_and_flags_override()
     for name in ("vllm", "tensorrt-llm"):
         assert get_engine(name).gpu_defaults == {}
         assert get_engine(name).defaults_for(b200) == get_engine(name).scheduler
+
+
+@pytest.mark.parametrize(
+    ("name", "model", "layout"),
+    [("sglang", "gpt-oss-120b", {"tp": 4, "ep": 2, "attention_dp": 4}),
+     ("tensorrt-llm", "deepseek-v3", {"tp": 8, "ep": 8}),
+     ("vllm", "llama-3.1-8b", {"tp": 2})],
+)  # fmt: skip
+def test_the_step_times_a_simulation_prices_a_few_at_a_time_are_those_of_one_call(
+    name: str, model: str, layout: dict
+) -> None:
+    """The layers' time per token count that the step model remembers for short stretches
+    (``TOKEN_MEMO_STEPS``) is the one it computes for a long array: the same seconds bit for
+    bit, asked one by one, in pairs, in any order, and again."""
+    from idealized_runtime.cost_model.hardware.engines.step import TOKEN_MEMO_STEPS
+
+    arch = get_architecture(model)
+    deployment = Deployment(architecture=arch, hardware=B200, **layout,
+                            precision=default_precision(arch))  # fmt: skip
+    rng = np.random.default_rng(3)
+    steps = 4 * TOKEN_MEMO_STEPS
+    decoders = rng.integers(1, 600, steps).astype(float)
+    decoders[::5] = 0
+    context = decoders * rng.integers(100, 5000, steps)
+    prompt = np.where(rng.random(steps) < 0.4, rng.integers(1, 8192, steps), 0).astype(float)
+    prompt[decoders == 0] = np.maximum(prompt[decoders == 0], 1)
+    attended = prompt * (prompt + 1) / 2
+    chunks = (prompt > 0).astype(float)
+    whole = (
+        get_engine(name).step_model(deployment).seconds(decoders, context, prompt, attended, chunks)
+    )
+    fresh = get_engine(name).step_model(deployment)
+    order = rng.permutation(steps)
+    for i in order:
+        one = fresh.seconds(decoders[i : i + 1], context[i : i + 1], prompt[i : i + 1],
+                            attended[i : i + 1], chunks[i : i + 1])  # fmt: skip
+        assert one.tobytes() == whole[i : i + 1].tobytes()
+    pairs = fresh.seconds(decoders[:2], context[:2], prompt[:2], attended[:2], chunks[:2])
+    assert pairs.tobytes() == whole[:2].tobytes()

@@ -296,6 +296,11 @@ def attention_format(precision: Precision, mla: bool) -> str:
     return kernel_format(precision)
 
 
+# Steps priced at once up to which ``EngineStepModel`` remembers the layers' time per token
+# count (a simulation's stretches of a step or two; the estimate's tables price hundreds).
+TOKEN_MEMO_STEPS = 16
+
+
 @dataclass(frozen=True)
 class EngineStepModel:
     """Step times of one deployment on one engine's kernels (see the module docstring)."""
@@ -385,9 +390,34 @@ class EngineStepModel:
         """All layers over ``work``: (tokens, decode tokens, decode attended positions, prompt
         tokens, prompt attended positions, mean chunk length, decoding sequences). A sliding-
         window layer (gpt-oss: every other) attends to at most the window per token."""
-        total = 0.0 * work[0]
+        total = self._token_layers(work[0])
         for layer, sliding, count in self._layer_groups:
-            total = total + count * self._layer(layer, self._windowed(work) if sliding else work)
+            windowed = self._windowed(work) if sliding else work
+            total = total + count * self._attention(layer, windowed)
+        return total
+
+    @cached_property
+    def _token_memo(self) -> dict[float, float]:
+        return {}
+
+    def _token_layers(self, tokens: np.ndarray) -> np.ndarray:
+        """The layers' time that depends on the step's tokens alone (all but the attention
+        over the cache), remembered per token count for the few steps a simulation prices at
+        a time (``TOKEN_MEMO_STEPS``): it prices thousands of stretches of one or two steps
+        whose batch sizes repeat, each of a few dozen kernel look-ups."""
+        if tokens.size > TOKEN_MEMO_STEPS:
+            return self._token_work(tokens)
+        memo = self._token_memo
+        counts = tokens.ravel().tolist()
+        missing = [n for n in dict.fromkeys(counts) if n not in memo]
+        if missing:
+            memo.update(zip(missing, self._token_work(np.array(missing)).tolist(), strict=True))
+        return np.array([memo[n] for n in counts], dtype=np.float64).reshape(tokens.shape)
+
+    def _token_work(self, tokens: np.ndarray) -> np.ndarray:
+        total = 0.0 * tokens
+        for layer, _, count in self._layer_groups:
+            total = total + count * self._token_layer(layer, tokens)
         return total
 
     def _windowed(self, work: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -406,16 +436,15 @@ class EngineStepModel:
         )
 
     def _layer(self, layer: int, work: tuple[np.ndarray, ...]) -> np.ndarray:
-        tokens, decode_tokens, decode_attended, _, prompt_attended, chunk, sequences = work
+        """One layer over ``work`` (see ``_layers``)."""
+        return self._token_layer(layer, work[0]) + self._attention(layer, work)
+
+    def _attention(self, layer: int, work: tuple[np.ndarray, ...]) -> np.ndarray:
+        """One layer's attention over the cache: decode reads, prompt chunks compute."""
+        _, decode_tokens, decode_attended, _, prompt_attended, chunk, sequences = work
         dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
         arch, precision = dep.architecture, dep.precision
         dp, atp = dep.attention_dp, dep.attention_tp
-        h = arch.hidden_size
-        linear = kernel_format(precision)
-        local = tokens / dp  # the tokens of one attention group
-        w = layer_weights(arch, layer)
-        time = self._attention_gemms(local, attention_format(precision, arch.mla))
-        # Attention over the cache: decode reads, prompt chunks compute.
         kv_token = kv_bytes_per_token_layer(arch, precision, atp)
         heads = arch.num_heads / atp
         if arch.mla:
@@ -433,7 +462,7 @@ class EngineStepModel:
             )
         else:
             decode_flops = prompt_flops = 4.0 * heads * arch.dim_per_head
-        time = time + k.decode_attention_time(
+        time = k.decode_attention_time(
             hw,
             kv_token * decode_attended / dp,
             decode_flops * decode_attended / dp,
@@ -456,6 +485,19 @@ class EngineStepModel:
             mla=arch.mla,
             grid=(self._prompt_layout, chunks),
         )
+        return time
+
+    def _token_layer(self, layer: int, tokens: np.ndarray) -> np.ndarray:
+        """One layer's time that depends on the step's tokens alone: the projections, the
+        all-reduces, the element-wise passes and the MLP or experts."""
+        dep, k, hw = self.deployment, self.kernels, self.deployment.hardware
+        arch, precision = dep.architecture, dep.precision
+        dp, atp = dep.attention_dp, dep.attention_tp
+        h = arch.hidden_size
+        linear = kernel_format(precision)
+        local = tokens / dp  # the tokens of one attention group
+        w = layer_weights(arch, layer)
+        time = self._attention_gemms(local, attention_format(precision, arch.mla))
         if atp > 1:
             time = time + k.allreduce_time(hw, local * h * 2.0, atp)
         shared_fused = bool(w.num_experts) and self._fuses_shared_experts(
