@@ -5,12 +5,16 @@ The cases are ``plan``'s own: gpt-oss-120b on B200 with TensorRT-LLM, 1k-token p
 answers, TTFT 1 s, TPOT 20 ms, up to 8 GPUs; its best aggregated deployment that meets the SLO
 (``simulate``, closed loop) and its best deployment overall (xPyD, ``simulate_closed_loop``,
 which simulates both pools again until the arrivals settle), each at its concurrency with
-``--requests-per-client`` requests per client. Printed per case: requests, passes, seconds to
-simulate and to summarize (``summarize_level`` of all rows and of the rows after the
-start-up burst's rounds, ``burst_rounds``, as ``verify`` judges them), requests per second,
-and a hash of the rows (equal hashes: the same results).
+``--requests-per-client`` requests per client; and ``sglang-xpyd``: the best xPyD deployment
+of gpt-oss-120b on B200 with SGLang under the today's-models board's standard (1k/1k from 80%
+of the lengths, TTFT 2 s, TPOT 50 ms), thousands of clients under SGLang's admission rule
+(which reads the running requests' outputs left at every scheduling point). Printed per case:
+requests, passes, seconds to simulate and to summarize (``summarize_level`` of all rows and of
+the rows after the start-up burst's rounds, ``burst_rounds``, as ``verify`` judges them),
+requests per second, and a hash of the rows (equal hashes: the same results).
 
-Usage: python benchmarks/simulator_speed.py [--requests-per-client 3] [--cases aggregated,xpyd]
+Usage: python benchmarks/simulator_speed.py [--requests-per-client 3]
+    [--cases aggregated,xpyd,sglang-xpyd]
 """
 
 from __future__ import annotations
@@ -32,11 +36,11 @@ from idealized_runtime.cost_model.planning.search import (
 )
 from idealized_runtime.timing.summary import summarize_level
 
-CASES = ("aggregated", "xpyd")
+CASES = ("aggregated", "xpyd", "sglang-xpyd")
 
 
 def best_points(request: PlanRequest) -> dict[str, PlanPoint]:
-    """The plan's best aggregated point that meets the SLO, and its best point overall."""
+    """The plan's best aggregated point that meets the SLO, and its best xPyD point."""
     result = plan(request)
     meeting = sorted(
         (p for frontier in result.frontiers for p in frontier.points if p.meets_slo),
@@ -45,6 +49,26 @@ def best_points(request: PlanRequest) -> dict[str, PlanPoint]:
     best = {"aggregated": next(p for p in meeting if p.mode == "aggregated")}
     best["xpyd"] = next(p for p in meeting if p.mode != "aggregated")
     return best
+
+
+def requests(requests_per_client: int) -> dict[str, PlanRequest]:
+    """Each case's plan request (without verification: the benchmark simulates the points)."""
+    trt = PlanRequest(
+        architecture=get_architecture("gpt-oss-120b"),
+        hardware=[get_hardware("b200")],
+        stacks=["tensorrt-llm"],
+        workload=PlanWorkload(prompt_tokens=1024, output_tokens=1024),
+        slo=Slo(ttft_s=1.0, tpot_s=0.020),
+        max_gpus=8,
+        verify=False,
+    )
+    sglang = trt.model_copy(update={
+        "stacks": ["sglang"],
+        "workload": PlanWorkload(prompt_tokens=1024, output_tokens=1024, min_length_fraction=0.8),
+        "slo": Slo(ttft_s=2.0, tpot_s=0.050),
+    })  # fmt: skip
+    more = {"requests_per_client": requests_per_client, "max_verify_requests": 100_000}
+    return {"tensorrt-llm": trt.model_copy(update=more), "sglang": sglang.model_copy(update=more)}
 
 
 def run_case(request: PlanRequest, point: PlanPoint) -> dict[str, object]:
@@ -60,6 +84,7 @@ def run_case(request: PlanRequest, point: PlanPoint) -> dict[str, object]:
     summarized = time.perf_counter()
     text = json.dumps(rows, sort_keys=True) + summary.model_dump_json()
     return {
+        "deployment": f"{point.stack} {point.layout}",
         "clients": point.concurrency,
         "requests": len(rows),
         "passes": passes,
@@ -74,30 +99,29 @@ def main() -> None:
     parser.add_argument("--requests-per-client", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
     args = parser.parse_args()
-    request = PlanRequest(
-        architecture=get_architecture("gpt-oss-120b"),
-        hardware=[get_hardware("b200")],
-        stacks=["tensorrt-llm"],
-        workload=PlanWorkload(prompt_tokens=1024, output_tokens=1024),
-        slo=Slo(ttft_s=1.0, tpot_s=0.020),
-        max_gpus=8,
-        verify=False,
-    )
-    points = best_points(request)
-    request = request.model_copy(
-        update={"requests_per_client": args.requests_per_client, "max_verify_requests": 100_000}
-    )
+    names = args.cases.split(",")
+    unknown = sorted(set(names) - set(CASES))
+    if unknown:
+        parser.error(f"unknown case {unknown[0]!r}; known: {', '.join(CASES)}")
+    plans = requests(args.requests_per_client)
+    points: dict[str, PlanPoint] = {}
+    if {"aggregated", "xpyd"} & set(names):
+        points.update(best_points(plans["tensorrt-llm"]))
+    if "sglang-xpyd" in names:
+        points["sglang-xpyd"] = best_points(plans["sglang"])["xpyd"]
     print(
         f"{'case':<11} {'clients':>7} {'requests':>8} {'passes':>6} {'simulate s':>10} "
-        f"{'summarize s':>11} {'requests/s':>10}  rows hash"
+        f"{'summarize s':>11} {'requests/s':>10}  rows hash     deployment"
     )
-    for name in args.cases.split(","):
+    for name in names:
+        request = plans["sglang" if name.startswith("sglang") else "tensorrt-llm"]
         figures = run_case(request, points[name])
         total = figures["simulate_s"] + figures["summarize_s"]  # type: ignore[operator]
         print(
             f"{name:<11} {figures['clients']:>7} {figures['requests']:>8} {figures['passes']:>6} "
             f"{figures['simulate_s']:>10.2f} {figures['summarize_s']:>11.2f} "
-            f"{figures['requests'] / total:>10.0f}  {figures['hash']}",  # type: ignore[operator]
+            f"{figures['requests'] / total:>10.0f}  {figures['hash']}  "  # type: ignore[operator]
+            f"{figures['deployment']}",
             flush=True,
         )
 
