@@ -223,6 +223,7 @@ class PlanResult(_Value):
     # SLO, best estimate first. With every candidate tried missing it, ``best`` is None.
     verified: int = 0
     rejected: list[PlanPoint] = []
+    rejected_checks: list[Verification] = []  # the simulation of each of ``rejected``, in order
     deployments: int  # configurations searched
     evaluated: int  # (configuration, load) points
     seconds: float  # search time, verification excluded

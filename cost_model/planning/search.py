@@ -95,9 +95,9 @@ def plan(request: PlanRequest) -> PlanResult:
         if (found := best_under_slo([p for p in real if p.hardware == hardware.name]))
     ]
     seconds = time.perf_counter() - started
-    verification, verified, rejected = None, 0, []
+    verification, verified, rejected, checks = None, 0, [], []
     if best is not None and request.verify:
-        best, verification, verified, rejected = _verified_best(request, search, real)
+        best, verification, verified, rejected, checks = _verified_best(request, search, real)
     replicas = gpus = None
     if best is not None and request.rate is not None:
         replicas = math.ceil(request.rate / best.requests_per_s - 1e-9)
@@ -107,26 +107,28 @@ def plan(request: PlanRequest) -> PlanResult:
         model=request.architecture.name, workload=request.workload, slo=request.slo,
         rate=request.rate, frontiers=frontiers, best=best, best_per_hardware=per_hardware,
         replicas=replicas, gpus_for_rate=gpus, verification=verification,
-        verified=verified, rejected=rejected, deployments=search.deployments,
+        verified=verified, rejected=rejected, rejected_checks=checks,
+        deployments=search.deployments,
         evaluated=search.evaluated, seconds=seconds, refused=refused,
     )  # fmt: skip
 
 
 def _verified_best(
     request: PlanRequest, search: _Search, points: list[PlanPoint]
-) -> tuple[PlanPoint | None, Verification | None, int, list[PlanPoint]]:
+) -> tuple[PlanPoint | None, Verification | None, int, list[PlanPoint], list[Verification]]:
     """The best point whose simulation meets the SLO, trying the points that meet it on the
     estimate, most tokens/s per GPU first, up to ``verify_candidates`` simulated: (that point
-    or None, its verification, candidates simulated, those that missed). A miss teaches what
-    the estimate misses by: the deployment's other points are skipped at as many clients or
-    more, and, after a clear miss (``FAMILY_MISS``), its family's (``_family_key``) unless
-    their TTFT and TPOT, scaled by the largest simulated / estimated of the family's misses,
-    still meet the SLO."""
+    or None, its verification, candidates simulated, those that missed, their simulations). A
+    miss teaches what the estimate misses by: the deployment's other points are skipped at as
+    many clients or more, and, after a clear miss (``FAMILY_MISS``), its family's
+    (``_family_key``) unless their TTFT and TPOT, scaled by the largest simulated / estimated
+    of the family's misses, still meet the SLO."""
     eligible = sorted(
         (p for p in points if p.meets_slo),
         key=lambda p: (-p.output_tokens_per_s_per_gpu, p.gpus, -p.tokens_per_s_per_user),
     )
     rejected: list[PlanPoint] = []
+    checks: list[Verification] = []  # the simulations of ``rejected``
     missed: dict[tuple, int] = {}  # deployment -> clients of its miss
     ratios: dict[tuple, tuple[float, float]] = {}  # family -> simulated / estimated TTFT, TPOT
     output = request.workload.output_tokens
@@ -143,8 +145,9 @@ def _verified_best(
                 continue
         check = verify(request, point, search.servers_of(point))
         if check.meets_slo:
-            return point, check, len(rejected) + 1, rejected
+            return point, check, len(rejected) + 1, rejected, checks
         rejected.append(point)
+        checks.append(check)
         missed[key] = point.concurrency
         # A clear miss (the estimate off by more than FAMILY_MISS) speaks for the family; a
         # marginal one for the deployment at as many clients only.
@@ -153,7 +156,7 @@ def _verified_best(
         tpot_ratio = check.tpot_p50_s / max(point.tpot_s, 1e-12)
         if max(ttft_ratio, tpot_ratio) > FAMILY_MISS:
             ratios[family] = (max(seen[0], ttft_ratio), max(seen[1], tpot_ratio))
-    return None, None, len(rejected), rejected
+    return None, None, len(rejected), rejected, checks
 
 
 FAMILY_MISS = 1.2  # simulated / estimated beyond which a miss is taken for the whole family

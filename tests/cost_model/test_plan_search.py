@@ -14,7 +14,7 @@ from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.types import Deployment, Disaggregation, Slo
 from idealized_runtime.cost_model.hardware.engines.request_path import RequestPath
 from idealized_runtime.cost_model.planning import search as plan_search
-from idealized_runtime.cost_model.planning.request import PlanRequest, PlanWorkload
+from idealized_runtime.cost_model.planning.request import PlanRequest, PlanResult, PlanWorkload
 from idealized_runtime.cost_model.planning.search import (
     _Search,
     estimate_point,
@@ -38,7 +38,7 @@ from idealized_runtime.cost_model.serving.engines import default_precision, engi
 from idealized_runtime.cost_model.serving.simulator import simulate
 from idealized_runtime.cost_model.serving.steady_state import aggregated_steady_state
 from idealized_runtime.cost_model.serving.step_time import StepWork
-from idealized_runtime.report.plan import plan_text
+from idealized_runtime.report.plan import plan_text, render_plan_html
 
 
 def request(**options: object) -> PlanRequest:
@@ -263,7 +263,17 @@ def test_a_best_that_fails_its_simulation_gives_way_to_the_next(monkeypatch) -> 
     assert result.best == calls[1] and result.verification.meets_slo
     top = calls[0].output_tokens_per_s_per_gpu
     assert result.best.output_tokens_per_s_per_gpu <= top
-    assert "2 candidates simulated" in plan_text(result)
+    text = plan_text(result)
+    assert "2 candidates simulated" in text
+    # The candidate passed over is said, with its simulation beside its estimate.
+    (check,) = result.rejected_checks
+    assert not check.meets_slo and check.requests > 0
+    passed = [line for line in text.splitlines() if "passed over" in line]
+    assert len(passed) == 1 and calls[0].label in passed[0]
+    assert f"simulated TTFT p50 {check.ttft_p50_s:.3g} s" in passed[0]
+    assert f"estimate {calls[0].ttft_s:.3g} s" in passed[0]
+    again = PlanResult.model_validate_json(result.model_dump_json())
+    assert again.rejected_checks == result.rejected_checks
 
 
 def test_no_best_when_every_candidate_tried_fails(monkeypatch) -> None:  # type: ignore[no-untyped-def]
@@ -273,8 +283,16 @@ def test_no_best_when_every_candidate_tried_fails(monkeypatch) -> None:  # type:
     monkeypatch.setattr(plan_search, "verify", always_fails)
     result = plan(request(verify_candidates=3))
     assert result.best is None and result.verified == 3 and len(result.rejected) == 3
+    assert len(result.rejected_checks) == 3
     assert result.replicas is None
-    assert "3 candidates simulated" in plan_text(result)
+    text = plan_text(result)
+    assert "3 candidates simulated" in text
+    assert sum("passed over:" in line for line in text.splitlines()) == 3
+    few = result.model_copy(update={"rejected": result.rejected[:1] * 5,
+                                    "rejected_checks": result.rejected_checks[:1] * 5})  # fmt: skip
+    assert "passed over: 2 more (--json lists them)" in plan_text(few)
+    page = render_plan_html(result)
+    assert page.count("<li>") == 3 and 'id="plan-passed-over"' in page
 
 
 def test_the_verified_best_meets_the_slo_in_its_simulation() -> None:
