@@ -49,6 +49,9 @@ def test_plan_answers_as_the_library(client: httpx.Client) -> None:
     )
     assert served.best == local.best and served.frontiers == local.frontiers
     assert served.gpus_for_rate == local.gpus_for_rate and served.best is not None
+    # The candidates passed over come with their simulations, as the library gives them.
+    assert "rejected_checks" in response.json()
+    assert served.rejected_checks == local.rejected_checks
 
 
 def test_plan_from_a_config_json(client: httpx.Client) -> None:
