@@ -130,7 +130,7 @@ class KvCache:
         output tokens fit the ``free`` cache (beside every admitted prompt still to read) less
         the ratio of ``older_left``, the clipped tokens the requests running before this
         scheduling point have left, and ``promised``, those of the ones admitted at it."""
-        left = min(request.output_left, SGLANG_CLIP_NEW_TOKENS)
+        left = clipped_output_left(request)
         return left < free - request.to_prefill - older_left * self.ratio - promised
 
     def victim(self, running: Sequence[CachedRequest]) -> CachedRequest:
@@ -180,10 +180,15 @@ class KvCache:
         return max(0, (self.free(running) if free is None else free) // per_step)
 
 
+def clipped_output_left(request: CachedRequest) -> int:
+    """Output tokens ``request`` has left, at most SGLang's clip (what its estimate reserves
+    for it)."""
+    return min(request.output_left, SGLANG_CLIP_NEW_TOKENS)
+
+
 def clipped_outputs_left(requests: Iterable[CachedRequest]) -> int:
-    """Output tokens ``requests`` have left, each at most SGLang's clip (what its estimate
-    reserves for them)."""
-    return sum(min(r.output_left, SGLANG_CLIP_NEW_TOKENS) for r in requests)
+    """``clipped_output_left`` of ``requests``, added up."""
+    return sum(clipped_output_left(r) for r in requests)
 
 
 def _forecast_fits(request: CachedRequest, running: Sequence[CachedRequest], free: int) -> bool:

@@ -54,6 +54,7 @@ from idealized_runtime.cost_model.serving.admission import (
     KvCache,
     ceil_tokens,
     check_admission,
+    clipped_output_left,
     clipped_outputs_left,
 )
 from idealized_runtime.cost_model.serving.step_time import StepTime, StepWork
@@ -681,7 +682,7 @@ def _admit(
         batch.add(waiting.popleft())
         admitted.append(head)
         pending += head.to_prefill
-        promised += min(head.output_left, SGLANG_CLIP_NEW_TOKENS)
+        promised += clipped_output_left(head)
 
 
 def _step_plan(batch: _Batch, config: ServerConfig) -> tuple[int, list[tuple[_Request, int]]]:

@@ -152,7 +152,7 @@ def render_plan_html(result: PlanResult) -> str:
         )
     passed = rejection_lines(result)
     if passed:
-        items = "".join(f"<li>{escape(line.removeprefix('passed over: '))}</li>" for line in passed)
+        items = "".join(f"<li>{escape(line)}</li>" for line in passed)
         answer += (
             "<p>Passed over, their simulation missing the SLO:</p>"
             f'<ul id="plan-passed-over">{items}</ul>'
@@ -247,7 +247,7 @@ def plan_text(result: PlanResult, frontier_points: int = 8, *, frontiers: bool =
             )
         if result.verification is not None:
             lines.append("  " + verification_line(result))
-    lines += [f"  {line}" for line in rejection_lines(result)]
+    lines += [f"  passed over: {line}" for line in rejection_lines(result)]
     lines.append(
         f"{result.model}: {workload.prompt_tokens} prompt + {workload.output_tokens} output "
         f"tokens; SLO {', '.join(targets) or 'none'} (steady-state medians)"
@@ -284,18 +284,18 @@ SHOWN_REJECTIONS = 3
 
 def rejection_lines(result: PlanResult) -> list[str]:
     """The candidates passed over because their simulation missed the SLO, best estimate
-    first: each one's simulated medians beside its estimate (what the plan answered instead
-    of a deployment whose estimate was better)."""
+    first, one line each: its simulated medians beside its estimate (what the plan answered
+    instead of a deployment whose estimate was better)."""
     pairs = list(zip(result.rejected, result.rejected_checks, strict=False))
     lines = [
-        f"passed over: {point.hardware}, {point.label}: simulated TTFT p50 "
+        f"{point.hardware}, {point.label}: simulated TTFT p50 "
         f"{check.ttft_p50_s:.3g} s, TPOT p50 {check.tpot_p50_s * 1e3:.3g} ms (estimate "
         f"{point.ttft_s:.3g} s, {point.tpot_s * 1e3:.3g} ms, "
         f"{point.output_tokens_per_s_per_gpu:.0f} output tokens/s per GPU)"
         for point, check in pairs[:SHOWN_REJECTIONS]
     ]
     if len(pairs) > SHOWN_REJECTIONS:
-        lines.append(f"passed over: {len(pairs) - SHOWN_REJECTIONS} more (--json lists them)")
+        lines.append(f"{len(pairs) - SHOWN_REJECTIONS} more (--json lists them)")
     return lines
 
 
