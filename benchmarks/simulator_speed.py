@@ -11,10 +11,12 @@ of the lengths, TTFT 2 s, TPOT 50 ms), thousands of clients under SGLang's admis
 (which reads the running requests' outputs left at every scheduling point). Printed per case:
 requests, passes, seconds to simulate and to summarize (``summarize_level`` of all rows and of
 the rows after the start-up burst's rounds, ``burst_rounds``, as ``verify`` judges them),
-requests per second, and a hash of the rows (equal hashes: the same results).
+requests per second, and a hash of the rows (equal hashes: the same results); with
+``--per-round``, each round's median TTFT and TPOT (round k: every client's k-th request),
+which shows how many rounds the start-up burst takes to drain.
 
 Usage: python benchmarks/simulator_speed.py [--requests-per-client 3]
-    [--cases aggregated,xpyd,sglang-xpyd]
+    [--cases aggregated,xpyd,sglang-xpyd] [--per-round]
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import argparse
 import hashlib
 import json
 import time
+
+import numpy as np
 
 from idealized_runtime.core.catalog import get_architecture, get_hardware
 from idealized_runtime.core.types import Slo
@@ -91,13 +95,25 @@ def run_case(request: PlanRequest, point: PlanPoint) -> dict[str, object]:
         "simulate_s": simulated - started,
         "summarize_s": summarized - simulated,
         "hash": hashlib.sha256(text.encode()).hexdigest()[:12],
+        "rounds": per_round(rows, point.concurrency),
     }
+
+
+def per_round(rows: list[dict], clients: int) -> list[tuple[float, float]]:
+    """(median TTFT, median TPOT) of each round: every client's k-th request."""
+    rounds: dict[int, list[tuple[float, float]]] = {}
+    for row in rows:
+        if row["ok"] and row["num_output_tokens"] > 1:
+            tpot = (row["runtime_s"] - row["ttft_s"]) / (row["num_output_tokens"] - 1)
+            rounds.setdefault(row["request_index"] // clients, []).append((row["ttft_s"], tpot))
+    return [tuple(np.median(rounds[k], axis=0).tolist()) for k in sorted(rounds)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests-per-client", type=int, default=3)
     parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--per-round", action="store_true", help="each round's medians")
     args = parser.parse_args()
     names = args.cases.split(",")
     unknown = sorted(set(names) - set(CASES))
@@ -124,6 +140,9 @@ def main() -> None:
             f"{figures['deployment']}",
             flush=True,
         )
+        if args.per_round:
+            for k, (ttft, tpot) in enumerate(figures["rounds"]):  # type: ignore[arg-type]
+                print(f"  round {k}: median TTFT {ttft:.3g} s, TPOT {tpot * 1e3:.3g} ms")
 
 
 if __name__ == "__main__":
