@@ -262,11 +262,7 @@ def plan_request(
     request the model cannot serve (tokens, context length, a precision the GPU lacks)."""
     _check_tokens(num_prompt_tokens, num_output_tokens, batch_size)
     check_precision(hardware, precision)
-    if num_prompt_tokens + num_output_tokens > arch.max_context:
-        raise InputError(
-            f"{num_prompt_tokens} prompt + {num_output_tokens} output tokens exceed the context "
-            f"length of {arch.name} ({arch.max_context} tokens)"
-        )
+    arch.check_context(num_prompt_tokens, num_output_tokens)
     return plan_deployment(
         arch,
         hardware,

@@ -69,7 +69,9 @@ MILLION = 1e6
 
 def plan(request: PlanRequest) -> PlanResult:
     """Search, rank and size (see the module docstring); InputError in one line when a name is
-    unknown or nothing fits."""
+    unknown, the requests are longer than the model's context, or nothing fits."""
+    workload = request.workload
+    request.architecture.check_context(workload.prompt_tokens, workload.output_tokens)
     stacks = _stacks(request)
     started = time.perf_counter()
     search = _Search(request)

@@ -210,6 +210,15 @@ class Architecture(_Frozen):
     def is_moe_layer(self, layer: int) -> bool:
         return self.num_experts > 1 and layer >= self.first_k_dense_layers
 
+    def check_context(self, prompt_tokens: int, output_tokens: int) -> None:
+        """InputError when a request of ``prompt_tokens`` + ``output_tokens`` is longer than
+        the model's context (engines refuse such a request before serving it)."""
+        if prompt_tokens + output_tokens > self.max_context:
+            raise InputError(
+                f"{prompt_tokens} prompt + {output_tokens} output tokens exceed the context "
+                f"length of {self.name} ({self.max_context} tokens)"
+            )
+
     def attention_parameters(self) -> int:
         """Weights of one layer's attention (projections, biases, q/k norms, sinks)."""
         h = self.hidden_size

@@ -90,6 +90,11 @@ def test_plan_takes_one_kv_cache_format_or_a_list(client: httpx.Client) -> None:
         ({"stacks": ["nope"]}, 422, "unknown stack 'nope'"),
         ({"architecture": "llama-3.1-405b", "max_gpus": 1}, 422, "no deployment"),
         ({"workload": {"prompt_tokens": 0, "output_tokens": 1}}, 422, "prompt_tokens"),
+        (
+            {"workload": {"prompt_tokens": 131000, "output_tokens": 128}},
+            422,
+            "exceed the context length of llama-3.1-8b (131072 tokens)",
+        ),
         ({"modes": ["sideways"]}, 422, "modes"),
         ({"surprise": 1}, 422, "surprise"),
         ({"activations": "fp8"}, 422, "bf16 weights compute in bf16"),

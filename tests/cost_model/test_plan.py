@@ -373,6 +373,8 @@ def test_refusals_are_one_line() -> None:
         small_request(architecture=get_architecture("llama-3.1-405b"), max_gpus=2),
         small_request(stacks=["nope"]),
         small_request(weights=["nvfp4"], stacks=["vllm"]),  # no fp4 tensor cores on an H100
+        # longer than llama-3.1-8b's 131,072 tokens of context: no engine serves it
+        small_request(workload=PlanWorkload(prompt_tokens=130_000, output_tokens=2_000)),
     ]
     for request in cases:
         with pytest.raises(InputError) as caught:

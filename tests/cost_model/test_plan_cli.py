@@ -113,6 +113,8 @@ BAD_INPUT = {
     "--activations fp8": "bf16 weights compute in bf16",  # --weights fp8 is the W8A8 one
     "--activations fp6": "unknown activation format 'fp6'",
     "--kv-cache fp9": "unknown KV-cache format 'fp9'",
+    # 131,072 tokens of context: no engine serves a longer request (the last option wins)
+    "--prompt-tokens 131000": "131000 prompt + 128 output tokens exceed the context length of",
 }
 
 
