@@ -69,9 +69,15 @@ MILLION = 1e6
 
 def plan(request: PlanRequest) -> PlanResult:
     """Search, rank and size (see the module docstring); InputError in one line when a name is
-    unknown, the requests are longer than the model's context, or nothing fits."""
+    unknown, the requests are longer than the model's context (or their shared prefix than the
+    prompts), or nothing fits."""
     workload = request.workload
     request.architecture.check_context(workload.prompt_tokens, workload.output_tokens)
+    if workload.shared_prefix_tokens > workload.prompt_tokens:
+        raise InputError(
+            f"a shared prefix of {workload.shared_prefix_tokens} tokens is longer than the "
+            f"prompts ({workload.prompt_tokens} tokens)"
+        )
     stacks = _stacks(request)
     started = time.perf_counter()
     search = _Search(request)
@@ -84,6 +90,7 @@ def plan(request: PlanRequest) -> PlanResult:
     search.refused = Counter({_plan_flags(r, request): n for r, n in search.refused.items()})
     if not search.points:
         reasons = "; ".join(sorted({r for r, _ in search.refused.most_common(3)}))
+        reasons = reasons or _nothing_searched(request, stacks)
         raise InputError(
             f"no deployment of {request.architecture.name} could be evaluated: {reasons}"
         )
@@ -213,6 +220,19 @@ def _plan_flags(reason: str, request: PlanRequest) -> str:
         if flag in reason:
             return reason.replace(flag, f"(raise --max-gpus, now {request.max_gpus})")
     return reason
+
+
+def _nothing_searched(request: PlanRequest, stacks: list[str]) -> str:
+    """Why the settings left no deployment to evaluate (none was refused for a reason)."""
+    if request.modes == ["disaggregated"]:
+        if set(stacks) == {IDEAL_STACK}:
+            return "the ideal stack serves aggregated only (--mode aggregated)"
+        if request.max_gpus < 2:
+            return (
+                "disaggregated serving needs 2 GPUs per replica at least, a prefill and a "
+                f"decode instance (raise --max-gpus, now {request.max_gpus})"
+            )
+    return f"no layout of up to {request.max_gpus} GPUs is left to search (raise --max-gpus)"
 
 
 def _stacks(request: PlanRequest) -> list[str]:

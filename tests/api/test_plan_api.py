@@ -89,11 +89,17 @@ def test_plan_takes_one_kv_cache_format_or_a_list(client: httpx.Client) -> None:
         ({"config": {"model_type": "llama"}}, 422, "exactly one of"),
         ({"stacks": ["nope"]}, 422, "unknown stack 'nope'"),
         ({"architecture": "llama-3.1-405b", "max_gpus": 1}, 422, "no deployment"),
+        ({"modes": ["disaggregated"], "max_gpus": 1}, 422, "disaggregated serving needs 2 GPUs"),
         ({"workload": {"prompt_tokens": 0, "output_tokens": 1}}, 422, "prompt_tokens"),
         (
             {"workload": {"prompt_tokens": 131000, "output_tokens": 128}},
             422,
             "exceed the context length of llama-3.1-8b (131072 tokens)",
+        ),
+        (
+            {"workload": {**BODY["workload"], "shared_prefix_tokens": 2048}},
+            422,
+            "a shared prefix of 2048 tokens is longer than the prompts (1024 tokens)",
         ),
         ({"modes": ["sideways"]}, 422, "modes"),
         ({"surprise": 1}, 422, "surprise"),

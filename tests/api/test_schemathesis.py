@@ -62,6 +62,7 @@ RULES: list[tuple[re.Pattern[str], str]] = [
             "an unknown stack or format",
         ),
         (r"prefix tokens or a prefix-cache hit rate, not both", "hit rate together"),
+        (r"shared prefix of \d+ tokens is longer than the prompts", "longer than the prompts"),
         # a file's content: CSV, JSONL, archives, HF config.json objects
         (r"^upload(:|,| )", "file's content"),
         (r"no summaries \(or no request rows\)|line \d+ is not a JSON object", "raw rows"),

@@ -375,9 +375,12 @@ def test_refusals_are_one_line() -> None:
         small_request(weights=["nvfp4"], stacks=["vllm"]),  # no fp4 tensor cores on an H100
         # longer than llama-3.1-8b's 131,072 tokens of context: no engine serves it
         small_request(workload=PlanWorkload(prompt_tokens=130_000, output_tokens=2_000)),
+        # nothing left to search: the message says which setting to change
+        small_request(modes=["disaggregated"], max_gpus=1),
+        small_request(modes=["disaggregated"], stacks=["ideal"]),
     ]
     for request in cases:
         with pytest.raises(InputError) as caught:
             plan(request)
         message = str(caught.value)
-        assert "\n" not in message and message
+        assert "\n" not in message and message and not message.endswith(": ")
