@@ -141,6 +141,9 @@ def simulate_command(
             workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
             duration, seed,
         )  # fmt: skip
+        if arch is not None and prompt_tokens and output_tokens:
+            # One shape for every request: refused whole, as estimate and plan refuse it.
+            _architecture(arch).check_context(prompt_tokens, output_tokens)
         if engine is not None:
             # An engine that sizes its budget sizes it for the longest prompt beside the most
             # clients (every running sequence under open-loop arrivals).

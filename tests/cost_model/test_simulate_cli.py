@@ -124,13 +124,18 @@ def test_workload_and_profiled_fit(tmp_path: Path) -> None:
             ["--rate", "2", "--arch", "mixtral-8x7b", "--stack", "vllm", "--tp", "4", "--ep", "2"],
             "expert-parallel size 2 on 4 GPUs is no split it runs",
         ),
+        (
+            ["--concurrency", "1", "--prompt-tokens", "131000", "--output-tokens", "128"],
+            "131000 prompt + 128 output tokens exceed the context length of llama-3.1-8b",
+        ),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     base = ["--arch", "llama-3.1-8b", "--hardware", "h100-sxm"]
     if "--arch" in args:
         base = ["--hardware", "h100-sxm"]
-    shape = [] if "--workload" in args else ["--prompt-tokens", "8", "--output-tokens", "2"]
+    given = "--workload" in args or "--prompt-tokens" in args
+    shape = [] if given else ["--prompt-tokens", "8", "--output-tokens", "2"]
     out = tmp_path / "sim.jsonl"
     result = _run("simulate", *base, *args, *shape, "-o", str(out))
     assert result.returncode == 2
