@@ -28,10 +28,10 @@ DEFAULT_COMPUTE_RETRY_AFTER_S = 5
 # A plan evaluates each deployment at each concurrency level: the OpenAPI document's example
 # (Llama-3.3-70B on H100 and B200, 8192/1024 tokens, the default formats, KV caches and levels)
 # counts 71,280 before the memory check leaves 42,636, about 4 s of one core. Its verification
-# simulates at most 6,144 requests with the defaults (three per client at 2,048 clients: fewer
-# show only the start-up burst).
+# simulates at most 12,288 requests with the defaults (three per client at 2,048 clients: fewer
+# show only the start-up burst; six where the start-up queue still drains after three).
 DEFAULT_MAX_PLAN_EVALUATIONS = 100_000
-DEFAULT_MAX_SIMULATED_REQUESTS = 8_192
+DEFAULT_MAX_SIMULATED_REQUESTS = 12_288
 # Candidates a plan's verification may simulate in turn, each within the bound above: the
 # library's default (``PlanSettings.verify_candidates``); its own bound, 100, would let one
 # request simulate 100 times the bound.

@@ -176,8 +176,9 @@ def test_a_plan_beyond_the_work_bounds_is_refused_in_one_line(
 
 
 def test_a_plan_s_verification_is_bounded_at_the_most_clients_a_point_can_have() -> None:
-    """Levels count per attention-DP rank: 2,048 a rank on 8 ranks is 16,384 clients, three
-    rounds of them 49,152 requests; ``max_concurrency`` bounds them."""
+    """Levels count per attention-DP rank: 2,048 a rank on 8 ranks is 16,384 clients, six
+    rounds of them (a start-up queue still draining after three) 98,304 requests;
+    ``max_concurrency`` bounds them."""
     from idealized_runtime.api.compute import check_plan_work, simulated_requests
     from idealized_runtime.api.settings import Settings
     from idealized_runtime.core.catalog import get_architecture, get_hardware
@@ -194,7 +195,7 @@ def test_a_plan_s_verification_is_bounded_at_the_most_clients_a_point_can_have()
 
     settings = Settings(max_plan_evaluations=20_000, max_simulated_requests=8_192)
     wide = moe()
-    assert simulated_requests(wide, 8) == most_verification_requests(wide, 2048 * 8) == 49_152
+    assert simulated_requests(wide, 8) == most_verification_requests(wide, 2048 * 8) == 98_304
     with pytest.raises(InputError, match="max_concurrency"):
         check_plan_work(wide, settings=settings)
     bounded = moe(max_concurrency=1024)

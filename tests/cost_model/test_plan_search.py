@@ -321,7 +321,9 @@ def test_a_verification_runs_three_rounds_whatever_the_request_cap() -> None:
     # What a server must allow: runs on while the start-up queue drains, up to the cap.
     five = request(requests_per_client=5)
     assert most_verification_requests(five, 64) == 32 * 64
-    assert most_verification_requests(five, 2048) == 3 * 2048
+    assert most_verification_requests(five, 2048) == 6 * 2048  # six rounds past the cap at most
+    one = request(requests_per_client=1)  # the start-up burst alone asked: nothing past the cap
+    assert most_verification_requests(one, 2048) == one.max_verify_requests
 
 
 @pytest.mark.parametrize("clients", [64, 128])
@@ -365,6 +367,16 @@ def test_a_verification_runs_on_while_the_start_up_queue_drains() -> None:
     capped = req.model_copy(update={"max_verify_requests": 5 * clients})
     short = verify(capped, point, point_servers(capped, point))
     assert short.requests == 5 * clients and short.ttft_p50_s > 1.15 * check.ttft_p50_s
+    # A cap of three rounds judges the third alone (2.9 s: a miss) with no later round to tell
+    # a drain: the TTFT still falling from the second, it runs six rounds past the cap.
+    three = req.model_copy(update={"max_verify_requests": 3 * clients})
+    late = verify(three, point, point_servers(three, point))
+    assert late.requests == 6 * clients and late.meets_slo
+    assert late.ttft_p50_s == pytest.approx(point.ttft_s, rel=0.25)
+    # A miss on TPOT alone is no drain to wait out: three rounds, as capped.
+    tpot = three.model_copy(update={"slo": Slo(ttft_s=100.0, tpot_s=0.001)})
+    missed = verify(tpot, point, point_servers(tpot, point))
+    assert missed.requests == 3 * clients and not missed.meets_slo
 
 
 # --- the estimator against the simulator, clients in step ---------------------------------------
