@@ -3,11 +3,12 @@
 Each model page of the cookbook ends with a speed benchmark: the ``sglang.launch_server``
 command, then per scenario the ``sglang.bench_serving`` command and its printed result. This
 script reads the pages in ``PAGES`` (models in the catalog, on GPUs the engine stacks know),
-pairs every printed result with the commands above it, and writes the median TTFT, median TPOT
-and output and total tokens/s of each random-dataset run as rows of ``measurements.csv``, one
-source per page. Runs over ShareGPT (no per-request lengths stated) are left out. SGLang's
-random dataset draws each prompt and output length uniformly from 1 to the stated length
-(``--random-range-ratio`` 0 by default); the printed totals say what was drawn.
+pairs every printed result with the commands above it, and writes the median TTFT, median
+TPOT, median ITL and output and total tokens/s of each random-dataset run as rows of
+``measurements.csv``, one source per page. Runs over ShareGPT (no per-request lengths stated)
+are left out. SGLang's random dataset draws each prompt and output length uniformly from 1 to
+the stated length (``--random-range-ratio`` 0 by default); the printed totals say what was
+drawn.
 
 Usage: git --git-dir MIRROR archive SHA docs | tar -x -C DIR
        python benchmarks/collect_sglang_cookbook.py DIR --commit SHA
@@ -64,6 +65,7 @@ PAGES = (
 METRICS = (
     ("Median TTFT (ms)", "ttft_s", "median", 1e-3),
     ("Median TPOT (ms)", "time_per_output_token_s", "median", 1e-3),
+    ("Median ITL (ms)", "inter_token_latency_s", "median", 1e-3),
     ("Output token throughput (tok/s)", "output_throughput_tokens_per_s", None, 1.0),
     ("Total token throughput (tok/s)", "total_throughput_tokens_per_s", None, 1.0),
 )

@@ -82,7 +82,11 @@ METRICS = {
     "ttft_s": "ttft",
     "time_per_output_token_s": "tpot",
     "output_throughput_tokens_per_s_per_gpu": "tput/gpu",
+    # the median gap between streamed tokens: the decode step between prompts, where TPOT
+    # averages in the steps prompts interrupt (simulated where a source publishes it)
+    "inter_token_latency_s": "itl",
 }
+ITL = "inter_token_latency_s"
 REQUESTS_PER_CLIENT = 10
 LENGTH_RANGE = 0.8  # the client draws lengths from 80-100% of the stated ones
 AIC_SYSTEMS = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "b200": "b200_sxm", "b300": "b300_sxm"}
@@ -452,11 +456,13 @@ NO_REQUEST_PATH = {
 
 
 def predict(
-    point: Point, residual_s: float | None = None, request_path: bool = True
+    point: Point, residual_s: float | None = None, request_path: bool = True, itl: bool = False
 ) -> dict[str, float]:
-    """Simulated median TTFT, median TPOT and output tokens/s per GPU of ``point``: the
-    engine's request path (``request_path=False``: none), plus ``residual_s`` seconds per
-    request (default: the engine stack's own, ``residual_overhead_s``)."""
+    """Simulated median TTFT, median TPOT and output tokens/s per GPU of ``point`` (and, with
+    ``itl``, the median gap between streamed tokens over every request's gaps, as
+    bench_serving takes it): the engine's request path (``request_path=False``: none), plus
+    ``residual_s`` seconds per request (default: the engine stack's own,
+    ``residual_overhead_s``)."""
     launch = launch_settings(point)
     settings = dict(launch.settings)
     if residual_s is not None:
@@ -480,7 +486,7 @@ def predict(
         RequestShape(int(p), int(o))
         for p, o in zip(lengths(point.prompt_tokens), lengths(point.output_tokens), strict=True)
     ]
-    rows = simulate(shapes, step_time, config, concurrency=point.concurrency, latencies=False)
+    rows = simulate(shapes, step_time, config, concurrency=point.concurrency, latencies=itl)
     ok = [r for r in rows if r["ok"]]
     if len(ok) < len(rows):
         raise InputError(f"{len(rows) - len(ok)} requests never fit the KV cache")
@@ -490,8 +496,12 @@ def predict(
     ])  # fmt: skip
     span = max(r["finished_at_s"] for r in ok) - min(r["started_at_s"] for r in ok)
     output = sum(r["num_output_tokens"] for r in ok) / span / point.tp
-    return {"ttft_s": float(ttft), "time_per_output_token_s": float(tpot),
-            "output_throughput_tokens_per_s_per_gpu": float(output)}  # fmt: skip
+    figures = {"ttft_s": float(ttft), "time_per_output_token_s": float(tpot),
+               "output_throughput_tokens_per_s_per_gpu": float(output)}  # fmt: skip
+    if itl:
+        gaps = [np.asarray(r["inter_token_latencies_s"], dtype=np.float64) for r in ok]
+        figures[ITL] = float(np.median(np.concatenate(gaps)))
+    return figures
 
 
 def offline_throughput(point: Point, step_time: object, config: ServerConfig) -> float:
@@ -615,7 +625,8 @@ def fitted_across_models(residuals: list[Residual]) -> dict[str, str]:
     return said
 
 
-Job = tuple[Point, float | None, bool]  # point, residual overhead, with the request path
+# point, residual overhead, with the request path, with the median gap between tokens
+Job = tuple[Point, float | None, bool, bool]
 
 
 def _predict_or_refuse(job: Job) -> dict[str, float] | str:
@@ -787,14 +798,15 @@ def main() -> None:
         # points at low load; each point's residual fitted without its model and source, and
         # the points whose residual is not 0 simulated again with it.
         path = not args.no_request_path
-        bare = predict_all([(p, 0.0, path) for p in points], args.jobs)
+        gaps = {p: ITL in measured[p] for p in points}
+        bare = predict_all([(p, 0.0, path, gaps[p]) for p in points], args.jobs)
         residuals = residuals_of(points, measured, {
             p: v for p, v in bare.items() if not isinstance(v, str)})  # fmt: skip
         for engine, said in fitted_across_models(residuals).items():
             print(f"residual request overhead of {engine} across models: {said}")
         held = held_out_residuals(points, residuals)
         again = predict_all(
-            [(p, held[p].seconds, path) for p in points if held[p].seconds], args.jobs
+            [(p, held[p].seconds, path, gaps[p]) for p in points if held[p].seconds], args.jobs
         )
         for point in points:
             result = again.get(point, bare[point])

@@ -145,6 +145,7 @@ Output token throughput (tok/s):         2387.34
 Total token throughput (tok/s):          2679.06
 Median TTFT (ms):                        129.11
 Median TPOT (ms):                        24.07
+Median ITL (ms):                         23.07
 ==================================================
 ```
 
@@ -167,9 +168,10 @@ def test_cookbook_results_pair_with_their_commands_and_sharegpt_runs_are_left_ou
     rows = COOKBOOK["rows_of"](page, PAGE, COLUMNS)
     parsed = {r["metric"]: PublishedRow(**{k: v for k, v in r.items() if v != ""}) for r in rows}
     assert set(parsed) == {
-        "ttft_s", "time_per_output_token_s", "output_throughput_tokens_per_s",
-        "total_throughput_tokens_per_s",
+        "ttft_s", "time_per_output_token_s", "inter_token_latency_s",
+        "output_throughput_tokens_per_s", "total_throughput_tokens_per_s",
     }  # fmt: skip
+    assert parsed["inter_token_latency_s"].value == pytest.approx(0.02307)
     ttft = parsed["ttft_s"]
     assert (ttft.value, ttft.statistic, ttft.concurrency, ttft.num_requests) == (
         0.12911, "median", 64, 320

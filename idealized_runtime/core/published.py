@@ -40,6 +40,10 @@ Metric = Literal[
     "decode_tokens_per_s",  # tokens/s of one sequence (batch-1, latency-style)
     "ttft_s",  # time to first token, seconds
     "time_per_output_token_s",  # seconds between output tokens of one sequence
+    # seconds between two streamed chunks of a sequence, over every gap of every request (a
+    # chunk a token when streamed token by token): the median is the decode step between
+    # prompts, where TPOT averages the steps prompts interrupt in
+    "inter_token_latency_s",
     "request_latency_s",  # seconds from request to last token
     "output_throughput_tokens_per_s",  # generated tokens/s summed over all sequences
     "output_throughput_tokens_per_s_per_gpu",  # the same divided by the GPUs used, as some publish
@@ -53,6 +57,7 @@ METRIC_UNITS: dict[str, str] = {
     "decode_tokens_per_s": "tokens/s per sequence",
     "ttft_s": "s",
     "time_per_output_token_s": "s",
+    "inter_token_latency_s": "s",
     "request_latency_s": "s",
     "output_throughput_tokens_per_s": "tokens/s",
     "output_throughput_tokens_per_s_per_gpu": "tokens/s per GPU",

@@ -115,3 +115,18 @@ def test_each_point_carries_the_engine_release_its_source_states() -> None:
     # its dashboard's history rows without an image say nothing.
     assert {("tensorrt-llm", "1.3.0rc14"), ("tensorrt-llm", "1.1.0rc2.post2")} <= releases
     assert ("tensorrt-llm", "not stated") in releases
+
+
+def test_the_median_gap_between_tokens_is_the_decode_step_between_prompts() -> None:
+    """One client: every gap is a decode step, so the median gap is TPOT; sixteen clients whose
+    prompts interrupt their decoding: TPOT averages those steps in, the median gap does not
+    (the figure SGLang's cookbook prints beside TPOT)."""
+    predict = BENCHMARK["predict"]
+    alone = _point("llama-3.1-8b", "vendor-a", engine="sglang", clients=1)
+    figures = predict(alone, itl=True)
+    assert figures["inter_token_latency_s"] == pytest.approx(
+        figures["time_per_output_token_s"], rel=0.01
+    )
+    busy = predict(_point("llama-3.1-8b", "vendor-a", engine="sglang", clients=16), itl=True)
+    assert busy["inter_token_latency_s"] < busy["time_per_output_token_s"]
+    assert "inter_token_latency_s" not in predict(alone)  # simulated only where asked
