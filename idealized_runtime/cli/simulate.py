@@ -141,9 +141,8 @@ def simulate_command(
             workload, rate, concurrency, prompt_tokens, output_tokens, grid, requests,
             duration, seed,
         )  # fmt: skip
-        if arch is not None and prompt_tokens and output_tokens:
-            # One shape for every request: refused whole, as estimate and plan refuse it.
-            _architecture(arch).check_context(prompt_tokens, output_tokens)
+        if arch is not None:
+            _check_context(_architecture(arch), levels, workload, grid)
         if engine is not None:
             # An engine that sizes its budget sizes it for the longest prompt beside the most
             # clients (every running sequence under open-loop arrivals).
@@ -208,6 +207,36 @@ def simulate_command(
     typer.echo(format_table(summaries))
     for label, warning in warnings.items():
         typer.echo(f"warning ({label}): {warning}")
+
+
+def _check_context(
+    architecture: Any, levels: list[Any], workload: Path | None, grid: str | None
+) -> None:
+    """InputError when any request is longer than the model's context: refused whole, as
+    estimate and plan refuse it, where simulating it would answer a latency no engine gives (an
+    engine refuses such a request before serving it)."""
+    shapes = [shape for _, level, _, _ in levels for shape in level]
+    limit = architecture.max_context
+    over = [s for s in shapes if s.num_prompt_tokens + s.num_output_tokens > limit]
+    if not over:
+        return
+    first = over[0]
+    if workload is None and grid is None:  # one shape for every request
+        architecture.check_context(first.num_prompt_tokens, first.num_output_tokens)
+    if workload is not None:
+        index = next(i for i, s in enumerate(shapes) if s is first)
+        where = f"{workload}: {len(over)} of {len(shapes)} requests"
+        which = f"request {index + 1} of the trace"
+    else:
+        drawn = {(s.num_prompt_tokens, s.num_output_tokens) for s in shapes}
+        too_long = {(s.num_prompt_tokens, s.num_output_tokens) for s in over}
+        where = f"grid {grid}: {len(too_long)} of the {len(drawn)} shapes drawn"
+        which = "one"
+    raise InputError(
+        f"{where} exceed the context length of {architecture.name} ({limit} tokens), {which} "
+        f"with {first.num_prompt_tokens} prompt + {first.num_output_tokens} output tokens; "
+        "drop them or simulate a model with a longer context"
+    )
 
 
 def _starvation(config: Any, shapes: list[Any], clients: int | None) -> str | None:

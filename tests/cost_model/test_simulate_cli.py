@@ -143,6 +143,34 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], messa
     assert not out.exists()
 
 
+def test_requests_longer_than_the_context_are_refused_whole(tmp_path: Path) -> None:
+    """A trace or a grid with requests over the model's context: one line naming how many and
+    which, exit 2, nothing written; the same trace within the context simulates."""
+    out = tmp_path / "sim.jsonl"
+    trace = tmp_path / "trace.csv"
+    trace.write_text(
+        "arrival_s,num_prompt_tokens,num_output_tokens\n0,100,10\n0.1,200000,10\n0.2,300,20\n"
+    )
+    base = ["simulate", "--hardware", "h100-sxm", "-o", str(out)]
+    result = _run(*base, "--arch", "llama-3.1-8b", "--workload", str(trace))
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert (
+        "1 of 3 requests exceed the context length of llama-3.1-8b (131072 tokens), request 2 "
+        "of the trace with 200000 prompt + 10 output tokens" in result.stderr
+    )
+    assert not out.exists()
+    result = _run(*base, "--arch", "gpt2-124m", "--grid", "helm-synthetic", "--concurrency", "2")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert "grid helm-synthetic:" in result.stderr and "context length of gpt2-124m (1024" in (
+        result.stderr
+    )
+    assert not out.exists()
+    trace.write_text("arrival_s,num_prompt_tokens,num_output_tokens\n0,100,10\n0.2,300,20\n")
+    result = _run(*base, "--arch", "llama-3.1-8b", "--workload", str(trace), "--json")
+    assert result.returncode == 0, result.stderr
+    assert len(_rows(out)) == 2
+
+
 def test_think_time_spaces_a_closed_loop_clients_requests(tmp_path: Path) -> None:
     out = tmp_path / "sim.jsonl"
     result = _run(
