@@ -206,6 +206,15 @@ def fit_joint(timings: ModelTimings, *, context_term: bool = True) -> JointFit:
             column="num_output_tokens",
         )
     knots = alpha_knots(p)
+    if knots.size == np.unique(p).size and _one_output_length_per_prompt(p, o):
+        # alpha gets a value per prompt size, so alpha alone fits every timing: beta could be
+        # anything (the least squares answer 0 with a perfect fit).
+        raise InputError(
+            f"model {timings.model!r}: each prompt size was timed at one output length, so "
+            "alpha(p) alone fits every timing and beta is undetermined; the default method "
+            "needs some prompt size timed at two output lengths",
+            column="num_output_tokens",
+        )
     columns = [interpolation_basis(p, knots), (o - 1.0)[:, None]]
     if context_term:
         columns.append(decode_context_tokens(p, o)[:, None])
@@ -215,6 +224,11 @@ def fit_joint(timings: ModelTimings, *, context_term: bool = True) -> JointFit:
     return JointFit(
         knots, solution[:k], float(solution[k]), float(solution[k + 1]) if context_term else 0.0
     )
+
+
+def _one_output_length_per_prompt(p: NDArray[np.float64], o: NDArray[np.float64]) -> bool:
+    pairs = np.unique(np.stack([p, o], axis=1), axis=0)
+    return bool(np.unique(pairs[:, 0]).size == pairs.shape[0])
 
 
 def _tile_design(sizes: NDArray[np.float64], tile: int | None) -> NDArray[np.float64]:

@@ -159,6 +159,20 @@ def test_default_method_needs_two_output_lengths() -> None:
         fit_measurements(rows, "default")
 
 
+def test_default_method_needs_a_prompt_size_at_two_output_lengths() -> None:
+    # Two output lengths, but each at its own prompt size: alpha(p) alone fits every timing
+    # (the fit answered beta = 0 with R^2 = 1). One size at two lengths separates them.
+    rows = [
+        Measurement(model="m", num_prompt_tokens=p, num_output_tokens=o, runtime_s=0.1 + 0.01 * o)
+        for p, o in ((100, 10), (300, 20), (1000, 10))
+    ]
+    with pytest.raises(InputError, match="each prompt size was timed at one output length"):
+        fit_measurements(rows, "default")
+    rows.append(Measurement(model="m", num_prompt_tokens=100, num_output_tokens=20, runtime_s=0.3))
+    fit = fit_measurements(rows, "default")["m"]
+    assert fit.beta_s > 0
+
+
 def test_alpha_is_never_extrapolated_downwards() -> None:
     # Noisy data whose last profiled size came out faster than the one before it.
     rows = [
