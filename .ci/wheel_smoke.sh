@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The package as a user installs it: a wheel built from this checkout's tracked files, installed
 # (not editable) into a fresh virtual environment, run from a folder outside the repository.
-# Usage: .ci/wheel_smoke.sh [WORKDIR]   (needs network access to PyPI for the dependencies)
+# Usage: .ci/wheel_smoke.sh [WORKDIR]   (needs network access to PyPI for the dependencies;
+# IR_TORCH_SITE: a site-packages folder whose torch 2.13.0 is hard-linked instead of installed)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:-$(mktemp -d)}
@@ -20,7 +21,9 @@ python3 -m venv "$work/venv"
 # shellcheck disable=SC1091
 . "$work/venv/bin/activate"
 echo "torch==2.13.0" >"$work/constraints.txt"
-pip install -q torch==2.13.0
+# shellcheck source=.ci/link_torch.sh
+. "$repo/.ci/link_torch.sh"
+link_torch "$work/venv" || pip install -q torch==2.13.0
 pip install -q -c "$work/constraints.txt" "$wheel"
 cd "$work/run"
 python - <<'EOF'
