@@ -58,7 +58,7 @@ def cases() -> list[tuple[str, PlanRequest]]:
         }
         return PlanRequest(**{**settings, **options})  # type: ignore[arg-type]
 
-    spread = PlanWorkload(prompt_tokens=1, output_tokens=1, min_length_fraction=0.8)
+    spread = PlanWorkload(prompt_tokens=1, output_tokens=2, min_length_fraction=0.8)
     fixed = [
         ("llama-3.3-70b fp8 8k/1k h200", request("llama-3.3-70b", "h200", 8192, 1024,
                                                  weights=["fp8"])),

@@ -39,11 +39,23 @@ class PlanWorkload(_Value):
     refuses that in one line, ``serving.prefix_cache.PrefixSharing``)."""
 
     prompt_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
-    output_tokens: Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+    # At least two: a plan trades tokens/s per GPU against tokens/s per user (1 / TPOT).
+    output_tokens: Annotated[int, Field(le=MAX_TOKENS, json_schema_extra={"minimum": 2})]
     min_length_fraction: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)] = 1.0
     shared_prefix_tokens: Annotated[int, Field(ge=0, le=MAX_TOKENS)] = 0
     prefix_groups: Annotated[int, Field(ge=1, le=MAX_TOKENS)] = 1
     prefix_hit_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] | None = None
+
+    @field_validator("output_tokens")
+    @classmethod
+    def _decoded(cls, value: int) -> int:
+        if value < 2:
+            raise ValueError(
+                f"a plan needs at least 2 output tokens, not {value}: it trades output tokens/s "
+                "per GPU against tokens/s per user (1 / TPOT), which a request of one output "
+                "token does not have (its runtime is its TTFT: see estimate)"
+            )
+        return value
 
 
 class PlanSettings(_Value):

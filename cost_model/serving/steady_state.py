@@ -31,6 +31,11 @@ and is found by a damped fixed-point iteration on X:
   resubmitted prompts run together; a decoder's step costs t_decode plus that share of the
   prompt steps.
 
+Either way the prompts bound the throughput where outputs are short: X p' is at most the prompt
+tokens of steps filled with them (what the budget leaves beside d decoders in a step of
+t_mixed; steps of the whole budget between the decode steps), clients beyond it queue for the
+prompt steps, and that wait is TTFT's.
+
 Disaggregated (``disaggregated_steady_state``): each prefill instance serves X / x prompts/s in
 steps of the prompts waiting (its utilization adds the mean wait), the KV transfer
 (``kv_transfer_seconds``) follows, and each decode instance holds d = X / y x D x t_decode(d)
@@ -328,6 +333,24 @@ def aggregated_steady_state(
         t_mixed = table.mixed(d, tokens)
         return mixed * t_mixed + (1 - mixed) * table.decode(d), per_prompt * t_mixed
 
+    def prompt_rate(d: np.ndarray) -> np.ndarray:
+        """Requests/s the prompts allow beside ``d`` decoders: every step filled with prompt
+        tokens (what the budget leaves beside the decoders on a decode-first engine; steps of
+        the whole budget between the decode steps on a prefill-first one). Short outputs make
+        this the bound: with one output token there is no decoding at all."""
+        if config.prefill_first:
+            fit = max(math.floor(budget / new), 1)
+            per_prompt = float(table.prompts(np.array([fit * new]))[0]) / fit
+            if new > budget:
+                per_prompt = float(table.prompts(np.array([budget]))[0]) * new / budget
+            decoding = decode * table.decode(d) / np.maximum(d, 1.0)
+            return 1.0 / (per_prompt + decoding)
+        left = np.maximum(budget - d, 1.0)
+        if config.chunked_prefill:
+            return left / (new * table.mixed(d, left))
+        whole = np.maximum(np.floor(left / new), 1.0)  # whole prompts a step
+        return whole / table.mixed(d, whole * new)
+
     server_times = prompts_first if config.prefill_first else decode_first
     # Without chunked prefill a whole prompt joins only what the decode tokens leave of the
     # budget, so at most budget - p' sequences decode while prompts wait.
@@ -344,6 +367,7 @@ def aggregated_steady_state(
         lifetime = first + decode * mean
         following = np.minimum(slots / lifetime, cap / np.maximum(decode * mean, 1e-12))
         following = np.minimum(following, clients / (outside(mean, lifetime) + lifetime))
+        following = np.minimum(following, prompt_rate(d))
         moved = np.abs(following - x) / x
         x = x + DAMPING * (following - x)
         if np.all(moved < TOLERANCE):
@@ -352,8 +376,10 @@ def aggregated_steady_state(
     # below is a small difference of large times).
     in_server = decode * mean
     overhead = outside(mean, first + in_server)
+    prompts_allow = prompt_rate(np.minimum(x * decode * mean, cap))  # beside the iterate's
     x = np.minimum(slots / (first + in_server), cap / np.maximum(in_server, 1e-12))
     x = np.minimum(x, clients / (overhead + first + in_server))
+    x = np.minimum(x, prompts_allow)
     if not (config.chunked_prefill or config.prefill_first):
         x, in_server = _waves(table, slots, x, in_server)
     if request.same_lengths:

@@ -90,7 +90,12 @@ def test_plan_takes_one_kv_cache_format_or_a_list(client: httpx.Client) -> None:
         ({"stacks": ["nope"]}, 422, "unknown stack 'nope'"),
         ({"architecture": "llama-3.1-405b", "max_gpus": 1}, 422, "no deployment"),
         ({"modes": ["disaggregated"], "max_gpus": 1}, 422, "disaggregated serving needs 2 GPUs"),
-        ({"workload": {"prompt_tokens": 0, "output_tokens": 1}}, 422, "prompt_tokens"),
+        ({"workload": {"prompt_tokens": 0, "output_tokens": 2}}, 422, "prompt_tokens"),
+        (
+            {"workload": {"prompt_tokens": 1000, "output_tokens": 1}},
+            422,
+            "a plan needs at least 2 output tokens, not 1",
+        ),
         (
             {"workload": {"prompt_tokens": 131000, "output_tokens": 128}},
             422,

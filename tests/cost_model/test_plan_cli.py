@@ -116,6 +116,8 @@ BAD_INPUT = {
     # 131,072 tokens of context: no engine serves a longer request (the last option wins)
     "--prompt-tokens 131000": "131000 prompt + 128 output tokens exceed the context length of",
     "--shared-prefix 2048": "a shared prefix of 2048 tokens is longer than the prompts (1024",
+    # one output token has no TPOT to trade (the search divided by its zero decode steps)
+    "--output-tokens 1": "a plan needs at least 2 output tokens, not 1",
     # settings that leave nothing to search say which one to change
     "--mode disaggregated --max-gpus 1": "disaggregated serving needs 2 GPUs per replica",
 }
