@@ -336,7 +336,16 @@ def _vllm_rows(result: dict) -> list[dict]:
 
 def test_fit_and_summarize_read_result_files_directly(tmp_path: Path) -> None:
     fit = tmp_path / "fit.json"
+    # The fixture's two served requests have a prompt size each, so alpha(p) alone fits them
+    # and the fit refuses; the same file with both at one prompt size separates beta.
     result = run_cli("fit", str(VLLM), "-o", str(fit))
+    assert result.returncode == 2 and "beta is undetermined" in result.stderr, result.stderr
+    assert not fit.exists()
+    one_size = json.loads(VLLM.read_text())
+    one_size["input_lens"] = [128, 128, 512]
+    vllm = tmp_path / "vllm_bench_serve.json"
+    vllm.write_text(json.dumps(one_size))
+    result = run_cli("fit", str(vllm), "-o", str(fit))
     assert result.returncode == 0, result.stderr
     assert list(json.loads(fit.read_text())["fits"]) == ["meta-llama/Llama-3.1-8B-Instruct"]
     summary = run_cli("summarize", str(AIPERF), str(GUIDELLM_ERROR), "--json")
