@@ -297,6 +297,18 @@ def describe(record: MonitorRound) -> str:
     return f"{head}, " + ", ".join(parts)
 
 
+def _reference(endpoint: EndpointSpec, config: MonitorConfig) -> IdealizedReference | None:
+    """The endpoint's idealized reference; its InputError names the endpoint."""
+    if endpoint.reference is None:
+        return None
+    try:
+        return idealized_reference(endpoint.reference, config.probe.shapes, endpoint.name)
+    except InputError as error:
+        raise InputError(
+            f"endpoint {endpoint.provider}/{endpoint.name}, reference: {error}"
+        ) from error
+
+
 def run_monitor(
     config: MonitorConfig,
     state_dir: str | Path,
@@ -310,12 +322,7 @@ def run_monitor(
     """Run rounds until ``max_rounds`` rounds exist (None: for ever), or one with ``once``, or
     until SIGTERM. References are computed first: a model or GPU the hardware model does not
     know is an InputError before any request and before the state folder is made."""
-    references = {
-        endpoint.slug: idealized_reference(endpoint.reference, config.probe.shapes, endpoint.name)
-        if endpoint.reference is not None
-        else None
-        for endpoint in config.endpoints
-    }
+    references = {endpoint.slug: _reference(endpoint, config) for endpoint in config.endpoints}
     termination = _Termination()
     with exclusive(state_dir), termination.installed():
         state = MonitorState(state_dir)

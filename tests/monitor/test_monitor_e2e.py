@@ -175,6 +175,13 @@ def test_bad_monitoring_files_are_one_line_and_exit_2(tmp_path: Path) -> None:
         ({"endpoints": [endpoint], "interval_s": -1}, "interval_s"),
         ({"endpoints": [endpoint], "probe": {"shapes": [[0, 4]]}}, "probe.shapes"),
         ({"endpoints": [{**endpoint, "reference": {"architecture": "nope"}}]}, "nope"),
+        (
+            {
+                "endpoints": [{**endpoint, "reference": {"architecture": "llama-3.1-8b"}}],
+                "probe": {"shapes": [[200000, 16]]},
+            },
+            "endpoint p/m, reference: 200000 prompt + 16 output tokens exceed the context length",
+        ),
     ]
     state = tmp_path / "state"
     for number, (content, expected) in enumerate(cases):
