@@ -221,6 +221,11 @@ def estimate_from_fit(
     tp = stack.tensor_parallel_size if stack else 1
     gpus = num_gpus or (stack.num_devices if stack else 1)
     notes = []
+    if fit.prompt_sizes and num_prompt_tokens > max(fit.prompt_sizes):
+        notes.append(
+            f"prompt beyond the fit's profiled sizes (up to {max(fit.prompt_sizes)} tokens): "
+            "its runtime is extrapolated"
+        )
     if hardware is None and stack is not None:
         from idealized_runtime.core.catalog import hardware_catalog
 

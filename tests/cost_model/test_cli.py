@@ -229,6 +229,14 @@ def test_estimate_from_a_fit_bounds_token_counts(workdir: Path) -> None:
     ok = run_cli("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5", "-o", "3",
              cwd=workdir)  # fmt: skip
     assert ok.returncode == 0, ok.stderr
+    assert "extrapolated" not in ok.stdout
+    # Past the largest profiled prompt the figures are extrapolated, and the answer says so.
+    far = run_cli("estimate", "--fit", "small_fit.json", "--model", "m", "-p", "5000", "-o", "3",
+                  "--json", cwd=workdir)  # fmt: skip
+    assert far.returncode == 0, far.stderr
+    assert json.loads(far.stdout)["notes"][0] == (
+        "prompt beyond the fit's profiled sizes (up to 8 tokens): its runtime is extrapolated"
+    )
     for p, o, message in (
         ("100000000", "3", "--prompt-tokens must be from 1 to 10000000, got 100000000"),
         ("5", "10000001", "--output-tokens must be from 0 to 10000000, got 10000001"),
