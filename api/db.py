@@ -13,11 +13,13 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 from sqlalchemy.orm import Session, sessionmaker
 
 from idealized_runtime.api.settings import Settings, get_settings
+from idealized_runtime.core.errors import InputError
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 _WRITE_OPTION = "ir_write_transaction"
@@ -41,8 +43,29 @@ def _configure_sqlite(engine: Engine) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
-def make_engine(database_url: str) -> Engine:
-    url = make_url(database_url)
+# The databases the service is built and tested on.
+SUPPORTED_BACKENDS = ("sqlite", "postgresql")
+URL_FORMS = "sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DATABASE"
+
+
+def database_url(database_url: str) -> URL:
+    """The parsed URL; InputError (without the password) for one that is not a URL or names
+    a database the service does not run on."""
+    try:
+        url = make_url(database_url)
+    except ArgumentError:
+        raise InputError(f"the database URL is not a URL; give {URL_FORMS}") from None
+    backend = url.get_backend_name()
+    if backend not in SUPPORTED_BACKENDS:
+        raise InputError(
+            f"the database URL {url.render_as_string(hide_password=True)!r} names {backend}, "
+            f"which the service does not run on; give {URL_FORMS}"
+        )
+    return url
+
+
+def make_engine(database_url_text: str) -> Engine:
+    url = database_url(database_url_text)
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
             Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)

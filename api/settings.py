@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
+from idealized_runtime.core.errors import InputError
+
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 DEFAULT_MAX_BATCH_ROWS = 1_000_000
 DEFAULT_MAX_UPLOAD_ROWS = 500_000
@@ -47,9 +49,12 @@ def _int(name: str, default: int) -> int:
     raw = os.environ.get(name)
     if raw is None or not raw.strip():
         return default
-    value = int(raw)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {raw!r}")
+        raise InputError(f"{name} must be a positive integer, got {raw!r}")
     return value
 
 

@@ -31,7 +31,8 @@ def _prepare_database() -> None:
         with database.write_sessions() as session:
             seed_catalog(session)
     except OperationalError as error:
-        fail(f"cannot use the database {database.engine.url!r}: {error.orig}")
+        reason = str(error.orig or error).strip().splitlines()  # psycopg adds a hint line
+        fail(f"cannot use the database {database.engine.url!r}: {reason[0] if reason else error}")
 
 
 def _check_can_listen(host: str, port: int) -> None:
