@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import typer
@@ -23,3 +24,9 @@ def fail(message: str, code: int = 2) -> NoReturn:
     """One readable line on stderr and a non-zero exit."""
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+def require_folder(path: Path, option: str, what: str) -> None:
+    """Fail in one line, before any work, when ``path`` (a folder to write in) is a file."""
+    if path.exists() and not path.is_dir():
+        fail(f"{path}: is a file; {option} names the folder to write {what} in")

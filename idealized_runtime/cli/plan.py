@@ -15,7 +15,7 @@ from typing import Optional
 import typer
 
 from idealized_runtime.cli.app import app
-from idealized_runtime.cli.common import fail
+from idealized_runtime.cli.common import fail, require_folder
 from idealized_runtime.core.errors import InputError
 
 
@@ -118,8 +118,8 @@ def plan_command(
     from idealized_runtime.report.plan import plan_text, write_plan_report
     from idealized_runtime.timing.summary import parse_slo
 
-    if report is not None and report.exists() and not report.is_dir():
-        fail(f"{report}: not a folder; --report names the folder to write plan.html in")
+    if report is not None:
+        require_folder(report, "--report", "plan.html")
     levels = parse_load_levels(concurrency, "--concurrency", integer=True) if concurrency else None
     budgets = (
         parse_load_levels(token_budget, "--token-budget", integer=True) if token_budget else None

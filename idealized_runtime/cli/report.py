@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from idealized_runtime.cli.app import app
-from idealized_runtime.cli.common import fail, stderr_console
+from idealized_runtime.cli.common import fail, require_folder, stderr_console
 from idealized_runtime.core.errors import InputError
 
 SUMMARY_ROWS = 15  # models (architectures) in the terminal's leaderboard
@@ -133,6 +133,7 @@ def demo_command(
     from idealized_runtime.demo import DEMO_ARCHITECTURE, run_demo
     from idealized_runtime.report.terminal import current_models_table, price_table, summary_table
 
+    require_folder(workdir, "--workdir", "the demo's files")
     spec = current_models_spec(current_models, current_gpu, current_stack, prices, current_serving)
     out = Console(width=None if sys.stdout.isatty() else 160)
     steps = iter(range(1, 100))
@@ -171,6 +172,7 @@ def bench_command(
 
     settings = load_config(config)
     results_dir = output or default_results_dir(config)
+    require_folder(results_dir, "-o", "the results")
     started = time.perf_counter()
     result = run_bench(settings, results_dir, config_path=config, progress=progress)
     table = Table(title=f"bench {config}")
@@ -238,6 +240,7 @@ def report_command(
     from idealized_runtime.report.trends import parse_window
     from idealized_runtime.timing.summary import parse_slo
 
+    require_folder(output, "-o", "the report")
     targets = parse_slo(slo) if slo is not None else None
     trend_window = parse_window(window)
     compared = parse_stacks(stacks)  # an unknown name fails before anything is read or written

@@ -167,3 +167,33 @@ def test_bench_refuses_cuda_without_a_gpu(tmp_path: Path) -> None:
     config.write_text("device: cuda\nmodels:\n  - architecture: tiny-llama\n", encoding="utf-8")
     with pytest.raises(InputError, match="no CUDA device"):
         load_config(config)
+
+
+@pytest.mark.parametrize(
+    ("command", "option"),
+    [
+        (("report", "-o", "{file}"), "-o names the folder to write the report in"),
+        (("bench", "{config}", "-o", "{file}", "--no-progress"), "-o names the folder"),
+        (("demo", "--workdir", "{file}", "--no-progress"), "--workdir names the folder"),
+        (
+            ("plan", "--arch", "tiny-llama", "--hardware", "h100-sxm", "--prompt-tokens", "64",
+             "--output-tokens", "8", "--no-verify", "--report", "{file}"),
+            "--report names the folder to write plan.html in",
+        ),
+    ],
+)  # fmt: skip
+def test_a_file_where_a_folder_is_written_is_one_line(
+    tmp_path: Path, command: tuple[str, ...], option: str
+) -> None:
+    """A file where the command writes its folder: one line before any work (the commands
+    ended in a FileExistsError traceback, bench and demo after their first steps)."""
+    taken = tmp_path / "taken"
+    taken.write_text("mine\n")
+    config = tmp_path / "bench.yaml"
+    config.write_text(
+        "name: t\nhardware: cpu\ndevice: cpu\nmodels:\n  - architecture: tiny-llama\n"
+    )
+    args = [part.format(file=taken, config=config) for part in command]
+    assert_refused_in_one_line(run_cli(*args), f"{taken}: is a file; {option}")
+    assert taken.read_text() == "mine\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.yaml", "taken"]
