@@ -333,16 +333,19 @@ def aggregated_steady_state(
         t_mixed = table.mixed(d, tokens)
         return mixed * t_mixed + (1 - mixed) * table.decode(d), per_prompt * t_mixed
 
+    if config.prefill_first:  # a prompt's share of prompt steps of the whole budget
+        if new > budget:
+            per_prompt = float(table.prompts(np.array([budget]))[0]) * new / budget
+        else:
+            fit = math.floor(budget / new)
+            per_prompt = float(table.prompts(np.array([fit * new]))[0]) / fit
+
     def prompt_rate(d: np.ndarray) -> np.ndarray:
         """Requests/s the prompts allow beside ``d`` decoders: every step filled with prompt
         tokens (what the budget leaves beside the decoders on a decode-first engine; steps of
         the whole budget between the decode steps on a prefill-first one). Short outputs make
         this the bound: with one output token there is no decoding at all."""
         if config.prefill_first:
-            fit = max(math.floor(budget / new), 1)
-            per_prompt = float(table.prompts(np.array([fit * new]))[0]) / fit
-            if new > budget:
-                per_prompt = float(table.prompts(np.array([budget]))[0]) * new / budget
             decoding = decode * table.decode(d) / np.maximum(d, 1.0)
             return 1.0 / (per_prompt + decoding)
         left = np.maximum(budget - d, 1.0)
