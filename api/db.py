@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy import URL, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from idealized_runtime.api.settings import Settings, get_settings
@@ -48,24 +48,40 @@ SUPPORTED_BACKENDS = ("sqlite", "postgresql")
 URL_FORMS = "sqlite:///PATH or postgresql://USER:PASSWORD@HOST/DATABASE"
 
 
-def database_url(database_url: str) -> URL:
-    """The parsed URL; InputError (without the password) for one that is not a URL or names
-    a database the service does not run on."""
+def parse_database_url(text: str) -> URL:
+    """The parsed URL; InputError (without the password) for one that is not a URL, names a
+    database the service does not run on, or a driver that is not installed."""
     try:
-        url = make_url(database_url)
+        url = make_url(text)
     except ArgumentError:
         raise InputError(f"the database URL is not a URL; give {URL_FORMS}") from None
     backend = url.get_backend_name()
     if backend not in SUPPORTED_BACKENDS:
         raise InputError(
-            f"the database URL {url.render_as_string(hide_password=True)!r} names {backend}, "
-            f"which the service does not run on; give {URL_FORMS}"
+            f"the database URL {redact(url)!r} names {backend}, which the service does not run "
+            f"on; give {URL_FORMS}"
         )
+    try:
+        url.get_dialect()
+    except ArgumentError as error:  # an unknown or missing driver
+        raise InputError(f"not a usable database URL {redact(url)!r}: {error}") from None
     return url
 
 
-def make_engine(database_url_text: str) -> Engine:
-    url = database_url(database_url_text)
+def redact(url: str | URL) -> str:
+    """The URL without its password, for messages and the report."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
+def unreachable(url: str | URL, error: OperationalError) -> InputError:
+    """The error of a database that refused the connection or the statement: its reason's first
+    line (psycopg adds a hint on a second)."""
+    reason = str(error.orig or error).strip().splitlines()
+    return InputError(f"cannot use the database {redact(url)}: {reason[0] if reason else error}")
+
+
+def make_engine(database_url: str) -> Engine:
+    url = parse_database_url(database_url)
     if url.get_backend_name() == "sqlite":
         if url.database and url.database != ":memory:":
             Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)

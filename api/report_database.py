@@ -16,9 +16,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import inspect, select
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
+from idealized_runtime.api.db import redact, unreachable
 from idealized_runtime.core.errors import InputError
 from idealized_runtime.core.scenarios import ScenarioResult
 from idealized_runtime.core.types import (
@@ -51,12 +52,12 @@ def write_session(url: str) -> Iterator[Session]:
     """A write session on ``url``, migrated to the current schema first; commits on success."""
     from idealized_runtime.api.migrate import upgrade
 
-    database = _connect(url)
+    database = _database(url)
     try:
         try:
             upgrade(database.engine)
         except OperationalError as error:
-            raise _unreachable(url, error) from None
+            raise unreachable(url, error) from None
         with database.write_sessions() as session:
             yield session
             session.commit()
@@ -71,39 +72,18 @@ def read_session(url: str) -> Iterator[Session]:
     on_disk = parsed.get_backend_name() == "sqlite" and parsed.database not in ("", ":memory:")
     if on_disk and parsed.database and not Path(parsed.database).expanduser().is_file():
         raise InputError(f"no such database file: {parsed.database}")
-    database = _connect(url)
+    database = _database(url)
     try:
         try:
             tables = inspect(database.engine).get_table_names()
         except OperationalError as error:
-            raise _unreachable(url, error) from None
+            raise unreachable(url, error) from None
         if "fits" not in tables:
             raise InputError(f"database {redact(url)} is empty (no service tables)")
         with database.read_sessions() as session:
             yield session
     finally:
         database.dispose()
-
-
-def _connect(url: str):
-    try:
-        return _database(url)
-    except ArgumentError as error:  # includes an unknown dialect / driver
-        try:
-            shown = redact(url)
-        except ArgumentError:
-            shown = url.split("@")[-1]  # never print a password
-        raise InputError(f"not a usable database URL {shown!r}: {error}") from None
-
-
-def _unreachable(url: str, error: OperationalError) -> InputError:
-    reason = str(error.orig or error).strip().splitlines()
-    return InputError(f"cannot use the database {redact(url)}: {reason[0] if reason else error}")
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and the report."""
-    return make_url(url).render_as_string(hide_password=True)
 
 
 # --- storing -----------------------------------------------------------------------------------

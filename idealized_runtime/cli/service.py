@@ -21,7 +21,7 @@ def _prepare_database() -> None:
     """Migrate to the newest schema and add the shipped architectures and hardware."""
     from sqlalchemy.exc import OperationalError
 
-    from idealized_runtime.api.db import get_database
+    from idealized_runtime.api.db import get_database, unreachable
     from idealized_runtime.api.migrate import upgrade
     from idealized_runtime.api.seed import seed_catalog
 
@@ -31,8 +31,7 @@ def _prepare_database() -> None:
         with database.write_sessions() as session:
             seed_catalog(session)
     except OperationalError as error:
-        reason = str(error.orig or error).strip().splitlines()  # psycopg adds a hint line
-        fail(f"cannot use the database {database.engine.url!r}: {reason[0] if reason else error}")
+        raise unreachable(database.engine.url, error) from None
 
 
 def _check_can_listen(host: str, port: int) -> None:
